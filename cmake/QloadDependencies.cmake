@@ -1,0 +1,37 @@
+# Third-party libraries, all from Debian packages (see setup.sh).
+find_package(PkgConfig REQUIRED)
+find_package(Threads REQUIRED)
+find_package(fmt REQUIRED)
+find_package(nlohmann_json 3.10 REQUIRED)
+find_package(CLI11 REQUIRED)
+
+pkg_check_modules(URING REQUIRED liburing>=2.0)
+pkg_check_modules(LUAJIT REQUIRED luajit>=2.1)
+
+# liburing and LuaJIT: shared by default, the Debian static archives with QLOAD_STATIC.
+function(qload_import_pkg target pkg static_name)
+  add_library(${target} INTERFACE IMPORTED GLOBAL)
+  target_include_directories(${target} INTERFACE ${${pkg}_INCLUDE_DIRS})
+  if(QLOAD_STATIC)
+    find_library(${pkg}_STATIC_LIB NAMES ${static_name} HINTS ${${pkg}_LIBRARY_DIRS} REQUIRED)
+    target_link_libraries(${target} INTERFACE ${${pkg}_STATIC_LIB})
+  else()
+    target_link_directories(${target} INTERFACE ${${pkg}_LIBRARY_DIRS})
+    target_link_libraries(${target} INTERFACE ${${pkg}_LIBRARIES})
+  endif()
+endfunction()
+qload_import_pkg(qload::uring URING liburing.a)
+qload_import_pkg(qload::luajit LUAJIT libluajit-5.1.a)
+if(QLOAD_STATIC)
+  target_link_libraries(qload::luajit INTERFACE ${CMAKE_DL_LIBS} m)
+endif()
+
+# xxHash is used header-only (XXH_INLINE_ALL): nothing to link, nothing to carry.
+find_path(XXHASH_INCLUDE_DIR xxhash.h REQUIRED)
+add_library(qload::xxhash INTERFACE IMPORTED GLOBAL)
+target_include_directories(qload::xxhash INTERFACE ${XXHASH_INCLUDE_DIR})
+target_compile_definitions(qload::xxhash INTERFACE XXH_INLINE_ALL)
+
+if(QLOAD_STATIC)
+  add_link_options(-static-libstdc++ -static-libgcc)
+endif()

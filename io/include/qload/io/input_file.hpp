@@ -1,0 +1,67 @@
+// A checkpoint file opened for reading: the buffered descriptor, and an O_DIRECT descriptor
+// when the file system allows one. Move-only; closing is the destructor's job.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+
+#include "qload/runtime/error.hpp"
+#include "qload/runtime/unique_fd.hpp"
+
+namespace qload::io {
+
+enum class DirectMode : std::uint8_t {
+  kAuto,  // use O_DIRECT where the file system supports it and a read's alignment allows it
+  kOn,    // like kAuto, but a file that cannot be opened with O_DIRECT is an error
+  kOff,   // buffered reads only
+};
+
+// What identifies the file's contents at open time, re-checked after a load (a file that
+// changed under us must not pass as the one we read).
+struct FileIdentity {
+  dev_t dev = 0;
+  ino_t ino = 0;
+  std::uint64_t size = 0;
+  std::int64_t mtime_ns = 0;
+  friend bool operator==(const FileIdentity&, const FileIdentity&) = default;
+};
+
+class InputFile {
+ public:
+  // Opens `path` read-only. With kAuto, a file system that refuses O_DIRECT simply gets no
+  // direct descriptor; with kOn it is an error.
+  static Result<InputFile> open(std::string path, DirectMode direct = DirectMode::kAuto);
+
+  InputFile(InputFile&&) noexcept = default;
+  InputFile& operator=(InputFile&&) noexcept = default;
+
+  const std::string& path() const noexcept { return path_; }
+  std::uint64_t size() const noexcept { return identity_.size; }
+  const FileIdentity& identity() const noexcept { return identity_; }
+  int fd() const noexcept { return fd_.get(); }
+  // -1 when O_DIRECT is not in use for this file.
+  int direct_fd() const noexcept { return direct_fd_.get(); }
+  // Offset, length and memory alignment O_DIRECT needs here (a power of two; 0 without direct).
+  std::uint32_t direct_alignment() const noexcept { return direct_alignment_; }
+  // Stops using O_DIRECT for this file (after the kernel refused an aligned direct read).
+  void disable_direct() noexcept;
+
+  // kFileChanged if the file at path() is no longer the one opened (replaced, resized or
+  // rewritten since).
+  Status check_unchanged() const;
+
+ private:
+  InputFile() = default;
+  std::string path_;
+  UniqueFd fd_;
+  UniqueFd direct_fd_;
+  std::uint32_t direct_alignment_ = 0;
+  FileIdentity identity_;
+};
+
+// Reads the identity of an open descriptor.
+Result<FileIdentity> identify(int fd, const std::string& path);
+
+}  // namespace qload::io

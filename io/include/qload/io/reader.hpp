@@ -1,0 +1,149 @@
+// The Reader: qload's one way to get file bytes into memory.
+//
+// A caller adds files, submits batches of reads (file, offset, destination span, tag) and
+// collects completions; it never sees which engine runs them. Two engines implement it:
+// io_uring (reader_uring.cpp) and a pread thread pool (reader_pread.cpp); make_reader()
+// picks one (probing io_uring first) and both return byte-identical results.
+//
+// Contract for every engine:
+//  - A read completes with all of its bytes in place, or with an error naming the file and
+//    the byte offset that failed. A read reaching past the end of the file is refused at
+//    submit (kTruncated); a file that shrinks during the read fails the same way.
+//  - Short reads are continued, EINTR/EAGAIN retried, EIO retried a bounded number of times.
+//  - O_DIRECT is used for the part of a read whose file offset and destination address are
+//    both aligned (see InputFile::direct_alignment); unaligned heads and tails go through the
+//    page cache. No read op exceeds 0x7ffff000 bytes (the most Linux moves in one call).
+//  - Destination memory must stay valid until the read's completion has been returned.
+//
+// Thread-safety: a Reader is used by one thread at a time (one reader per I/O thread, the
+// seastar/tigerbeetle model); the pread engine's workers are internal.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "qload/io/input_file.hpp"
+#include "qload/runtime/error.hpp"
+#include "qload/runtime/log.hpp"
+
+namespace qload::io {
+
+class FaultInjector;
+
+using FileId = std::uint32_t;
+
+// The most bytes Linux transfers in one read call (MAX_RW_COUNT).
+inline constexpr std::uint64_t kMaxReadBytes = 0x7ffff000;
+
+struct ReadRequest {
+  FileId file = 0;
+  std::uint64_t offset = 0;
+  std::span<std::byte> dest;  // receives file bytes [offset, offset + dest.size())
+  std::uint64_t tag = 0;      // returned unchanged in the completion
+};
+
+struct ReadCompletion {
+  std::uint64_t tag = 0;
+  Status status;  // ok: every byte of the request's dest is filled
+};
+
+struct ReaderStats {
+  std::uint64_t bytes = 0;            // bytes delivered to callers
+  std::uint64_t direct_bytes = 0;     // of which via O_DIRECT
+  std::uint64_t ops = 0;              // read operations issued to the kernel
+  std::uint64_t submit_calls = 0;     // io_uring_enter calls (0 for pread)
+  std::uint64_t short_reads = 0;      // ops that returned fewer bytes than asked
+  std::uint64_t retries = 0;          // ops reissued after EINTR / EAGAIN / EIO
+  std::uint64_t fixed_buffer_ops = 0; // ops that used a registered buffer
+};
+
+enum class EngineKind : std::uint8_t { kAuto, kUring, kPread };
+std::string_view engine_name(EngineKind kind) noexcept;
+// Parses "auto", "uring" / "io_uring", "pread".
+Result<EngineKind> parse_engine(std::string_view text);
+
+struct ReaderOptions {
+  EngineKind engine = EngineKind::kAuto;
+  DirectMode direct = DirectMode::kAuto;
+  std::uint32_t queue_depth = 32;    // reads in flight (io_uring SQEs; pread worker threads)
+  std::uint32_t eio_retries = 2;     // extra attempts after EIO before giving up
+  std::uint32_t max_files = 512;     // registered-file slots reserved in the ring
+  FaultInjector* faults = nullptr;   // tests only: corrupts raw read results (not owned)
+
+  // Applies QLOAD_IO (auto|uring|pread) and QLOAD_IO_DEPTH from `env` (a getenv-like lookup,
+  // so tests need not touch the process environment). A variable that contradicts a value
+  // already set away from its default is an error, never "last one wins".
+  Status apply_environment(const std::function<const char*(const char*)>& env);
+};
+
+class Reader {
+ public:
+  virtual ~Reader() = default;  // waits for reads still in flight
+  Reader(const Reader&) = delete;
+  Reader& operator=(const Reader&) = delete;
+
+  virtual std::string_view engine() const noexcept = 0;
+
+  // Takes ownership of `file`; ids are 0, 1, 2... in the order files are added.
+  virtual Result<FileId> add_file(InputFile file) = 0;
+  // Opens `path` with this reader's direct mode and adds it.
+  Result<FileId> open_file(const std::string& path);
+  virtual const InputFile& file(FileId id) const = 0;
+  virtual std::size_t file_count() const noexcept = 0;
+
+  // Declares memory that reads will land in again and again (the staging pool). io_uring
+  // registers it as fixed buffers when the memlock limit allows (logged otherwise); the pread
+  // engine ignores it. Call before submitting; may be called once.
+  virtual Status register_buffers(std::span<const std::span<std::byte>> regions) = 0;
+
+  // Queues `requests` and starts them. Every request is checked first (known file, range
+  // inside the file, overflow); if any is invalid, none is queued and the error names it.
+  virtual Status submit(std::span<const ReadRequest> requests) = 0;
+
+  // Waits until min(min_count, pending()) reads have completed, then moves up to out.size()
+  // finished completions into `out` and returns how many. Errors of individual reads are in
+  // their completions; the Result itself fails only if the engine broke.
+  virtual Result<std::size_t> wait(std::span<ReadCompletion> out, std::size_t min_count = 1) = 0;
+
+  // Reads submitted whose completion has not been returned by wait() yet.
+  virtual std::size_t pending() const noexcept = 0;
+  virtual ReaderStats stats() const noexcept = 0;
+
+ protected:
+  explicit Reader(DirectMode direct) : direct_(direct) {}
+
+ private:
+  DirectMode direct_;
+};
+
+// What the io_uring probe found on this machine.
+struct UringProbe {
+  bool usable = false;
+  std::string reason;               // why not usable, or notes (e.g. no fixed files)
+  bool read_fixed = false;          // IORING_OP_READ_FIXED supported
+  bool sparse_files = false;        // sparse registered-file table supported
+  std::uint64_t memlock_limit = 0;  // RLIMIT_MEMLOCK soft limit in bytes (UINT64_MAX: none)
+  bool cap_ipc_lock = false;        // memlock limit does not apply to registered buffers
+};
+UringProbe probe_uring();
+
+// Creates the engine `options.engine` asks for. kAuto tries io_uring and, if the probe fails,
+// logs why and falls back to the pread pool. Asking for kUring explicitly where it is not
+// usable is an error.
+Result<std::unique_ptr<Reader>> make_reader(const ReaderOptions& options, const Logger& log);
+
+// The engines themselves (make_reader is the normal entry point).
+Result<std::unique_ptr<Reader>> make_uring_reader(const ReaderOptions& options, const Logger& log);
+Result<std::unique_ptr<Reader>> make_pread_reader(const ReaderOptions& options, const Logger& log);
+
+// Convenience: reads every request to completion; the first error (in completion order) is
+// returned after all reads have finished (so no destination is still being written).
+Status read_all(Reader& reader, std::span<const ReadRequest> requests);
+
+}  // namespace qload::io

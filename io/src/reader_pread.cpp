@@ -1,0 +1,125 @@
+// The pread engine: a pool of worker threads, each running one request at a time with
+// pread(2). The fallback where io_uring is unavailable (old kernels, seccomp'd containers,
+// io_uring_disabled) and a reference the io_uring engine is checked against.
+#include <unistd.h>
+
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+
+#include <fmt/format.h>
+
+#include "qload/io/reader.hpp"
+#include "qload/runtime/thread_pool.hpp"
+#include "read_op.hpp"
+
+namespace qload::io {
+namespace {
+
+class PreadReader final : public Reader {
+ public:
+  PreadReader(const ReaderOptions& options, const Logger& log)
+      : Reader(options.direct), options_(options), log_(log), pool_(options.queue_depth, "qload-pread") {}
+  // pool_ is declared last, so it is destroyed first: its destructor finishes the queued
+  // reads before the files and completion queue they use go away.
+  ~PreadReader() override = default;
+
+  std::string_view engine() const noexcept override { return "pread"; }
+  Result<FileId> add_file(InputFile file) override {
+    files_.push_back(std::move(file));
+    return static_cast<FileId>(files_.size() - 1);
+  }
+  const InputFile& file(FileId id) const override { return files_.at(id); }
+  std::size_t file_count() const noexcept override { return files_.size(); }
+  Status register_buffers(std::span<const std::span<std::byte>>) override { return {}; }
+  Status submit(std::span<const ReadRequest> requests) override;
+  Result<std::size_t> wait(std::span<ReadCompletion> out, std::size_t min_count) override;
+  std::size_t pending() const noexcept override { return pending_; }
+  ReaderStats stats() const noexcept override {
+    std::lock_guard lock(mutex_);
+    return stats_;
+  }
+
+ private:
+  void run(const ReadRequest& request, const InputFile& file);
+  void finish(ReadCompletion completion, const ReaderStats& delta);
+
+  ReaderOptions options_;
+  Logger log_;
+  std::deque<InputFile> files_;  // deque: workers hold references while files are added
+  std::size_t pending_ = 0;      // touched only by the owning thread
+  mutable std::mutex mutex_;     // guards done_ and stats_
+  std::condition_variable completed_;
+  std::deque<ReadCompletion> done_;
+  ReaderStats stats_;
+  ThreadPool pool_;
+};
+
+Status PreadReader::submit(std::span<const ReadRequest> requests) {
+  for (const ReadRequest& r : requests) QLOAD_TRY(detail::validate(r, files_));
+  for (const ReadRequest& r : requests) {
+    ++pending_;
+    if (r.dest.empty()) {
+      finish(ReadCompletion{r.tag, {}}, {});
+      continue;
+    }
+    const InputFile* file = &files_[r.file];
+    pool_.submit([this, r, file] { run(r, *file); });
+  }
+  return {};
+}
+
+void PreadReader::run(const ReadRequest& request, const InputFile& file) {
+  detail::ReadOp op{.request = request};
+  ReaderStats delta;
+  std::optional<Error> error;
+  for (;;) {
+    const detail::Segment& seg = detail::next_segment(op, file);
+    const ssize_t n = ::pread(seg.direct ? file.direct_fd() : file.fd(), seg.dest, seg.length,
+                              static_cast<off_t>(seg.offset));
+    ++delta.ops;
+    const int result = n < 0 ? -errno : static_cast<int>(n);
+    switch (detail::on_result(op, file, result, options_, delta, &error)) {
+      case detail::Step::kContinue: continue;
+      case detail::Step::kDone: return finish(ReadCompletion{request.tag, {}}, delta);
+      case detail::Step::kFailed: return finish(ReadCompletion{request.tag, fail(std::move(*error))}, delta);
+    }
+  }
+}
+
+void PreadReader::finish(ReadCompletion completion, const ReaderStats& delta) {
+  {
+    std::lock_guard lock(mutex_);
+    done_.push_back(std::move(completion));
+    stats_.bytes += delta.bytes;
+    stats_.direct_bytes += delta.direct_bytes;
+    stats_.ops += delta.ops;
+    stats_.short_reads += delta.short_reads;
+    stats_.retries += delta.retries;
+  }
+  completed_.notify_one();
+}
+
+Result<std::size_t> PreadReader::wait(std::span<ReadCompletion> out, std::size_t min_count) {
+  const std::size_t target = std::min(min_count, pending_);
+  std::unique_lock lock(mutex_);
+  completed_.wait(lock, [&] { return done_.size() >= target; });
+  const std::size_t n = std::min(out.size(), done_.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    out[i] = std::move(done_.front());
+    done_.pop_front();
+  }
+  pending_ -= n;
+  return n;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Reader>> make_pread_reader(const ReaderOptions& options, const Logger& log) {
+  if (options.queue_depth == 0 || options.queue_depth > 256)
+    return fail(Errc::kInvalidArgument,
+                fmt::format("pread engine: {} threads is outside 1..256", options.queue_depth));
+  return std::unique_ptr<Reader>(std::make_unique<PreadReader>(options, log));
+}
+
+}  // namespace qload::io

@@ -1,0 +1,38 @@
+// The qload CLI's subcommands. Each returns a process exit code (sysexits style, see
+// exit_code()), prints its result to stdout and errors as one line on stderr.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "qload/runtime/error.hpp"
+
+namespace qload::cli {
+
+// sysexits(3): 64 usage, 65 bad data, 66 missing input, 69 unavailable, 70 internal,
+// 74 I/O error; 75 for a checksum mismatch (distinct so scripts can tell "corrupt" apart).
+int exit_code(const Error& error);
+// Prints "qload: error: <one line>" and returns exit_code(error).
+int report(const Error& error);
+
+struct VersionArgs {
+  bool json = false;
+};
+int run_version(const VersionArgs& args);
+
+struct SelfTestArgs {
+  std::string directory;
+  std::uint64_t bytes = 0;  // 0: default
+  bool json = false;
+};
+int run_selftest(const SelfTestArgs& args);
+
+struct HashArgs {
+  std::vector<std::string> paths;
+  std::string engine = "auto";
+  bool json = false;
+};
+int run_hash(const HashArgs& args);
+
+}  // namespace qload::cli
