@@ -1,5 +1,6 @@
 #include "qload/io/fault_injector.hpp"
 
+#include <algorithm>
 #include <cerrno>
 
 namespace qload::io {
@@ -23,7 +24,9 @@ int FaultInjector::apply(std::uint32_t file, std::uint64_t offset, std::span<std
     if (rule.times != FaultRule::kAlways) --rule.times;
     ++fired_;
     switch (rule.kind) {
-      case FaultKind::kShortRead: return result >= 2 ? result / 2 : result;
+      case FaultKind::kShortRead:
+        if (rule.short_bytes) return std::min(result, static_cast<int>(*rule.short_bytes));
+        return result >= 2 ? result / 2 : result;
       case FaultKind::kEintr: return -EINTR;
       case FaultKind::kEagain: return -EAGAIN;
       case FaultKind::kEio: return -EIO;

@@ -3,6 +3,7 @@
 // io_uring_disabled) and a reference the io_uring engine is checked against.
 #include <unistd.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -20,9 +21,10 @@ class PreadReader final : public Reader {
  public:
   PreadReader(const ReaderOptions& options, const Logger& log)
       : Reader(options.direct), options_(options), log_(log), pool_(options.queue_depth, "qload-pread") {}
-  // pool_ is declared last, so it is destroyed first: its destructor finishes the queued
-  // reads before the files and completion queue they use go away.
-  ~PreadReader() override = default;
+  // Queued reads that have not started are dropped; pool_ is declared last, so it is
+  // destroyed first and joins the workers (finishing reads in progress) before the files
+  // and completion queue they use go away.
+  ~PreadReader() override { dropping_.store(true, std::memory_order_relaxed); }
 
   std::string_view engine() const noexcept override { return "pread"; }
   Result<FileId> add_file(InputFile file) override {
@@ -52,6 +54,7 @@ class PreadReader final : public Reader {
   std::condition_variable completed_;
   std::deque<ReadCompletion> done_;
   ReaderStats stats_;
+  std::atomic<bool> dropping_{false};
   ThreadPool pool_;
 };
 
@@ -70,6 +73,7 @@ Status PreadReader::submit(std::span<const ReadRequest> requests) {
 }
 
 void PreadReader::run(const ReadRequest& request, const InputFile& file) {
+  if (dropping_.load(std::memory_order_relaxed)) return;
   detail::ReadOp op{.request = request};
   ReaderStats delta;
   std::optional<Error> error;

@@ -15,7 +15,7 @@
 namespace qload::io {
 
 enum class FaultKind : std::uint8_t {
-  kShortRead,  // the op returns about half of what it read
+  kShortRead,  // the op returns half of what it read (or `short_bytes`, if set)
   kEintr,      // the op fails with EINTR (must be retried)
   kEagain,     // the op fails with EAGAIN (must be retried)
   kEio,        // the op fails with EIO (bounded retry, then an error)
@@ -32,6 +32,8 @@ struct FaultRule {
   std::uint64_t nth_op = 0;
   // How many times the rule may fire; kAlways for a persistent fault.
   std::uint32_t times = 1;
+  // For kShortRead: the byte count the op reports instead (if smaller than what it read).
+  std::optional<std::uint32_t> short_bytes;
   static constexpr std::uint32_t kAlways = 0xffffffffu;
 };
 

@@ -84,7 +84,9 @@ struct ReaderOptions {
 
 class Reader {
  public:
-  virtual ~Reader() = default;  // waits for reads still in flight
+  // Reads not yet started are dropped; those the kernel or a worker has begun are waited for,
+  // so no destination is written after the Reader is gone.
+  virtual ~Reader() = default;
   Reader(const Reader&) = delete;
   Reader& operator=(const Reader&) = delete;
 
