@@ -1,6 +1,8 @@
 // qload command line: parses arguments (CLI11) and dispatches to one subcommand.
 #include <CLI/CLI.hpp>
 
+#include <cstdio>
+
 #include "commands.hpp"
 
 int main(int argc, char** argv) {
@@ -28,8 +30,9 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? 0 : 64;  // sysexits EX_USAGE
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    std::fprintf(stderr, "qload: error: usage: %s (see qload --help)\n", e.what());
+    return 64;  // sysexits EX_USAGE
   }
   if (show_version || *version) return qload::cli::run_version(version_args);
   if (*selftest) return qload::cli::run_selftest(selftest_args);

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Sets up a Debian bookworm machine for qload and builds it into ./build.
+#   - installs the Debian packages qload needs that are missing (apt-get runs only then);
+#   - configures with CMake (CUDA and NCCL from /usr/local/cuda when present) and builds.
+# Environment: BUILD_DIR (default build), QLOAD_WERROR (default ON), QLOAD_CUDA (AUTO),
+# QLOAD_STATIC (OFF), CMAKE_BUILD_TYPE (RelWithDebInfo), JOBS (default: all cores).
+set -euo pipefail
+cd "$(dirname "$0")"
+
+packages=(
+  build-essential cmake ninja-build pkg-config   # toolchain
+  liburing-dev libxxhash-dev libluajit-5.1-dev   # I/O, checksums, recipes
+  nlohmann-json3-dev libcli11-dev libfmt-dev     # JSON, CLI parsing, formatting
+  catch2 xxhash clang-format                     # tests: Catch2 v2, xxhsum reference, style
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+build_dir=${BUILD_DIR:-build}
+cmake -S . -B "$build_dir" -G Ninja \
+  -DCMAKE_BUILD_TYPE="${CMAKE_BUILD_TYPE:-RelWithDebInfo}" \
+  -DQLOAD_WERROR="${QLOAD_WERROR:-ON}" \
+  -DQLOAD_CUDA="${QLOAD_CUDA:-AUTO}" \
+  -DQLOAD_STATIC="${QLOAD_STATIC:-OFF}"
+cmake --build "$build_dir" --parallel "${JOBS:-$(nproc)}"
+echo "setup: built $build_dir/qload"

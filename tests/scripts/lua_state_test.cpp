@@ -1,0 +1,49 @@
+// The LuaJIT state owner: safe libraries only, protected calls, errors with file and line.
+#include <catch2/catch.hpp>
+
+#include "qload/scripts/lua_state.hpp"
+
+using namespace qload;
+
+TEST_CASE("a Lua state evaluates a chunk and returns its result as text", "[scripts][lua]") {
+  auto L = scripts::LuaState::create();
+  REQUIRE(L);
+  CHECK(L->eval_to_string("return 6 * 7", "t.lua").value() == "42");
+  CHECK(L->eval_to_string("return string.rep('ab', 3)", "t.lua").value() == "ababab");
+  CHECK(L->eval_to_string("return table.concat({1, 2, 3}, ',')", "t.lua").value() == "1,2,3");
+  CHECK(L->eval_to_string("return math.floor(2.5)", "t.lua").value() == "2");
+}
+
+TEST_CASE("recipe states have no io, os, ffi, debug or package", "[scripts][lua]") {
+  auto L = scripts::LuaState::create().value();
+  for (const char* lib : {"io", "os", "ffi", "debug", "package", "require", "jit"}) {
+    INFO(lib);
+    CHECK(L.eval_to_string(std::string("return type(") + lib + ")", "t.lua").value() == "nil");
+  }
+}
+
+TEST_CASE("Lua errors come back as values naming the chunk and line", "[scripts][lua]") {
+  auto L = scripts::LuaState::create().value();
+  auto runtime_error = L.eval_to_string("local x = 1\nerror('boom')", "recipe.lua");
+  REQUIRE_FALSE(runtime_error);
+  CHECK_THAT(runtime_error.error().message(), Catch::Contains("recipe.lua:2") && Catch::Contains("boom"));
+  CHECK(runtime_error.error().file() == "recipe.lua");
+
+  auto syntax_error = L.eval_to_string("return (", "bad.lua");
+  REQUIRE_FALSE(syntax_error);
+  CHECK_THAT(syntax_error.error().message(), Catch::Contains("bad.lua:1"));
+
+  // The state stays usable after errors (the stack was restored).
+  CHECK(L.eval_to_string("return 1 + 1", "t.lua").value() == "2");
+}
+
+TEST_CASE("precompiled bytecode is refused", "[scripts][lua]") {
+  auto L = scripts::LuaState::create().value();
+  auto r = L.eval_to_string(std::string("\x1bLJ\x02\x00", 5), "evil.lua");
+  REQUIRE_FALSE(r);
+  CHECK(r.error().code() == Errc::kInvalidArgument);
+}
+
+TEST_CASE("LuaJIT version is reported", "[scripts][lua]") {
+  CHECK_THAT(scripts::luajit_version(), Catch::StartsWith("LuaJIT 2."));
+}
