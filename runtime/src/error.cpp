@@ -91,20 +91,55 @@ std::optional<std::uint64_t> Error::offset() const {
   return std::nullopt;
 }
 
+namespace {
+
+// Length of the well-formed UTF-8 sequence at the start of `text` (RFC 3629: no overlong
+// forms, no surrogates, nothing above U+10FFFF), or 0 if it is not one.
+std::size_t utf8_sequence_length(std::string_view text) {
+  const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(text[i]); };
+  const unsigned char c = byte(0);
+  if (c < 0x80) return 1;
+  std::size_t len = 0;
+  unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
+  if (c >= 0xC2 && c <= 0xDF) {
+    len = 2;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    len = 3;
+    if (c == 0xE0) lo = 0xA0;  // overlong
+    if (c == 0xED) hi = 0x9F;  // surrogates
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    len = 4;
+    if (c == 0xF0) lo = 0x90;  // overlong
+    if (c == 0xF4) hi = 0x8F;  // above U+10FFFF
+  } else {
+    return 0;
+  }
+  if (text.size() < len || byte(1) < lo || byte(1) > hi) return 0;
+  for (std::size_t k = 2; k < len; ++k)
+    if ((byte(k) & 0xC0) != 0x80) return 0;
+  return len;
+}
+
+}  // namespace
+
 std::string escape_for_terminal(std::string_view text) {
   std::string out;
   out.reserve(text.size());
   std::size_t i = 0;
   while (i < text.size()) {
     const auto c = static_cast<unsigned char>(text[i]);
-    std::size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
-    bool valid = len != 0 && i + len <= text.size();
-    for (std::size_t k = 1; valid && k < len; ++k)
-      valid = (static_cast<unsigned char>(text[i + k]) & 0xC0) == 0x80;
-    if (!valid || (len == 1 && (c < 0x20 || c == 0x7F)) || c == '\\') {
-      if (c == '\\') out += "\\\\";
-      else out += fmt::format("\\x{:02x}", c);
-      ++i;
+    const std::size_t len = utf8_sequence_length(text.substr(i));
+    // C0 controls, DEL, and C1 controls (U+0080..U+009F, encoded C2 80..C2 9F: some
+    // terminals act on them, e.g. U+009B is CSI).
+    const bool control = (len == 1 && (c < 0x20 || c == 0x7F)) ||
+                         (len == 2 && c == 0xC2 && static_cast<unsigned char>(text[i + 1]) < 0xA0);
+    if (len == 0 || control || c == '\\') {
+      const std::size_t n = len == 0 ? 1 : len;
+      for (std::size_t k = 0; k < n; ++k) {
+        const auto b = static_cast<unsigned char>(text[i + k]);
+        out += b == '\\' ? std::string("\\\\") : fmt::format("\\x{:02x}", b);
+      }
+      i += n;
       continue;
     }
     out.append(text.substr(i, len));
@@ -114,7 +149,8 @@ std::string escape_for_terminal(std::string_view text) {
 }
 
 std::string Error::to_string() const {
-  std::string out = fmt::format("{}: {}", errc_name(code_), message_);
+  // The message may quote untrusted names too: it gets the same escaping.
+  std::string out = fmt::format("{}: {}", errc_name(code_), escape_for_terminal(message_));
   std::vector<std::string> parts;
   std::vector<std::string> notes;
   if (auto f = file()) parts.push_back(fmt::format("file '{}'", escape_for_terminal(*f)));

@@ -27,6 +27,9 @@ Result<std::uint64_t> bytes_for_elements(DType dtype, std::uint64_t numel) {
 }
 
 Result<std::uint64_t> Shape::numel() const {
+  // A zero anywhere makes the product 0, even if the dimensions before it overflow.
+  for (std::uint64_t d : dims_)
+    if (d == 0) return std::uint64_t{0};
   std::uint64_t n = 1;
   for (std::uint64_t d : dims_) {
     std::uint64_t next = 0;
@@ -48,10 +51,10 @@ Result<std::uint64_t> Shape::nbytes(DType dtype) const {
 
 std::vector<std::int64_t> Shape::contiguous_strides() const {
   std::vector<std::int64_t> strides(dims_.size());
-  std::int64_t step = 1;
+  std::uint64_t step = 1;  // unsigned: the product past the outermost dimension may wrap unused
   for (std::size_t i = dims_.size(); i-- > 0;) {
-    strides[i] = step;
-    step *= static_cast<std::int64_t>(dims_[i]);
+    strides[i] = static_cast<std::int64_t>(step);
+    step *= dims_[i];
   }
   return strides;
 }

@@ -11,8 +11,9 @@ ThreadPool::ThreadPool(std::size_t threads, std::string name) {
   workers_.reserve(threads);
   for (std::size_t i = 0; i < threads; ++i) {
     workers_.emplace_back([this] { run(); });
-    // Linux limits thread names to 15 characters.
-    const std::string label = (name + "/" + std::to_string(i)).substr(0, 15);
+    // Linux limits thread names to 15 characters: shorten the name, keep the index.
+    const std::string suffix = "/" + std::to_string(i);
+    const std::string label = name.substr(0, 15 - std::min<std::size_t>(suffix.size(), 15)) + suffix;
     pthread_setname_np(workers_.back().native_handle(), label.c_str());
   }
 }

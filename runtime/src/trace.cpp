@@ -73,10 +73,16 @@ Status TraceRecorder::write(const std::string& path) const {
     if (!out) return fail(Error::from_errno(errno, "open trace file").with_file(tmp));
     out << to_json();
     out.flush();
-    if (!out) return fail(Error(Errc::kIo, "writing trace failed").with_file(tmp));
+    if (!out) {
+      std::remove(tmp.c_str());
+      return fail(Error(Errc::kIo, "writing trace failed").with_file(tmp));
+    }
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    return fail(Error::from_errno(errno, "rename trace file").with_file(path));
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    std::remove(tmp.c_str());
+    return fail(Error::from_errno(err, "rename trace file").with_file(path));
+  }
   return {};
 }
 

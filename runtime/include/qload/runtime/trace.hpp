@@ -58,8 +58,8 @@ class TraceRecorder {
 // A null recorder makes it free.
 class TraceSpan {
  public:
-  TraceSpan(TraceRecorder* trace, std::string_view lane, std::string name, std::uint64_t bytes = 0)
-      : trace_(trace), lane_(lane), name_(std::move(name)), bytes_(bytes),
+  TraceSpan(TraceRecorder* trace, std::string lane, std::string name, std::uint64_t bytes = 0)
+      : trace_(trace), lane_(std::move(lane)), name_(std::move(name)), bytes_(bytes),
         start_(trace ? TraceRecorder::Clock::now() : TraceRecorder::Clock::time_point{}) {}
   TraceSpan(const TraceSpan&) = delete;
   TraceSpan& operator=(const TraceSpan&) = delete;
@@ -69,7 +69,7 @@ class TraceSpan {
 
  private:
   TraceRecorder* trace_;
-  std::string_view lane_;
+  std::string lane_;
   std::string name_;
   std::uint64_t bytes_;
   TraceRecorder::Clock::time_point start_;
