@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", digest.error().to_string().c_str());
     return 1;
   }
-  std::printf("%s  %s  (%s engine)\n", digest->xxh3_128.hex().c_str(), argv[1], std::string((*reader)->engine()).c_str());
+  std::printf("%s  %s  (%s engine)\n", digest->xxh3_128.hex().c_str(), argv[1],
+              std::string((*reader)->engine()).c_str());
   return 0;
 }

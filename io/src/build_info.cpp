@@ -8,7 +8,9 @@
 namespace qload::io {
 
 // liburing 2.3 has no version macros; the build passes pkg-config's version.
-std::string_view liburing_version() noexcept { return QLOAD_LIBURING_VERSION; }
+std::string_view liburing_version() noexcept {
+  return QLOAD_LIBURING_VERSION;
+}
 std::string_view xxhash_version() noexcept {
   return QLOAD_STR(XXH_VERSION_MAJOR) "." QLOAD_STR(XXH_VERSION_MINOR) "." QLOAD_STR(XXH_VERSION_RELEASE);
 }

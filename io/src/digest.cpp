@@ -11,10 +11,16 @@
 
 namespace qload::io {
 
-std::string hex64(std::uint64_t value) { return fmt::format("{:016x}", value); }
-std::string Xxh128::hex() const { return fmt::format("{:016x}{:016x}", high, low); }
+std::string hex64(std::uint64_t value) {
+  return fmt::format("{:016x}", value);
+}
+std::string Xxh128::hex() const {
+  return fmt::format("{:016x}{:016x}", high, low);
+}
 
-std::uint64_t xxh3_64(std::span<const std::byte> bytes) noexcept { return XXH3_64bits(bytes.data(), bytes.size()); }
+std::uint64_t xxh3_64(std::span<const std::byte> bytes) noexcept {
+  return XXH3_64bits(bytes.data(), bytes.size());
+}
 
 Xxh128 xxh3_128(std::span<const std::byte> bytes) noexcept {
   const XXH128_hash_t h = XXH3_128bits(bytes.data(), bytes.size());
@@ -25,7 +31,9 @@ struct Xxh3Stream::State {
   XXH3_state_t xxh;
 };
 
-Xxh3Stream::Xxh3Stream() : state_(std::make_unique<State>()) { XXH3_128bits_reset(&state_->xxh); }
+Xxh3Stream::Xxh3Stream() : state_(std::make_unique<State>()) {
+  XXH3_128bits_reset(&state_->xxh);
+}
 Xxh3Stream::Xxh3Stream(Xxh3Stream&&) noexcept = default;
 Xxh3Stream& Xxh3Stream::operator=(Xxh3Stream&&) noexcept = default;
 Xxh3Stream::~Xxh3Stream() = default;
@@ -34,7 +42,9 @@ void Xxh3Stream::update(std::span<const std::byte> bytes) noexcept {
   XXH3_128bits_update(&state_->xxh, bytes.data(), bytes.size());
   bytes_ += bytes.size();
 }
-std::uint64_t Xxh3Stream::digest64() const noexcept { return XXH3_64bits_digest(&state_->xxh); }
+std::uint64_t Xxh3Stream::digest64() const noexcept {
+  return XXH3_64bits_digest(&state_->xxh);
+}
 Xxh128 Xxh3Stream::digest128() const noexcept {
   const XXH128_hash_t h = XXH3_128bits_digest(&state_->xxh);
   return {h.high64, h.low64};
@@ -44,8 +54,8 @@ Status verify_xxh3_64(std::span<const std::byte> bytes, std::uint64_t expected, 
                       std::uint64_t offset) {
   const std::uint64_t actual = xxh3_64(bytes);
   if (actual == expected) return {};
-  return fail(Error(Errc::kChecksumMismatch, fmt::format("xxh3-64 of {} bytes is {}, expected {}", bytes.size(),
-                                                         hex64(actual), hex64(expected)))
+  return fail(Error(Errc::kChecksumMismatch,
+                    fmt::format("xxh3-64 of {} bytes is {}, expected {}", bytes.size(), hex64(actual), hex64(expected)))
                   .with_offset(offset)
                   .with_file(path));
 }

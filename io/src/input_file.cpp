@@ -46,8 +46,7 @@ Result<InputFile> InputFile::open(std::string path, DirectMode direct) {
     if (file.direct_fd_) {
       file.direct_alignment_ = direct_alignment_of(file.direct_fd_.get());
     } else if (direct == DirectMode::kOn) {
-      return fail(Error::from_errno(errno, "open with O_DIRECT (direct I/O was required)")
-                      .with_file(std::move(path)));
+      return fail(Error::from_errno(errno, "open with O_DIRECT (direct I/O was required)").with_file(std::move(path)));
     }
   }
   // Sequential hint for the buffered path: doubles the kernel's readahead window.

@@ -14,7 +14,9 @@ namespace {
 // Consecutive EINTR/EAGAIN answers after which a read is reported instead of spinning.
 constexpr std::uint32_t kMaxConsecutiveRetries = 1000;
 
-std::uint64_t align_down(std::uint64_t value, std::uint64_t alignment) { return value & ~(alignment - 1); }
+std::uint64_t align_down(std::uint64_t value, std::uint64_t alignment) {
+  return value & ~(alignment - 1);
+}
 
 }  // namespace
 
@@ -44,8 +46,8 @@ const Segment& next_segment(ReadOp& op, const InputFile& file) {
   return op.current;
 }
 
-Step on_result(ReadOp& op, const InputFile& file, int result, const ReaderOptions& options,
-               ReaderStats& stats, std::optional<Error>* error) {
+Step on_result(ReadOp& op, const InputFile& file, int result, const ReaderOptions& options, ReaderStats& stats,
+               std::optional<Error>* error) {
   Segment& seg = op.current;
   if (options.faults != nullptr)
     result = options.faults->apply(op.request.file, seg.offset, {seg.dest, seg.length}, result);
@@ -74,9 +76,8 @@ Step on_result(ReadOp& op, const InputFile& file, int result, const ReaderOption
   }
   if (result < 0) return fail_with(Error::from_errno(-result, fmt::format("read of {} bytes", seg.length)));
   if (result == 0)
-    return fail_with(Error(Errc::kTruncated,
-                           fmt::format("file ended {} bytes early (did it shrink during the load?)",
-                                       op.request.dest.size() - op.done)));
+    return fail_with(Error(Errc::kTruncated, fmt::format("file ended {} bytes early (did it shrink during the load?)",
+                                                         op.request.dest.size() - op.done)));
 
   op.retries = 0;
   auto got = static_cast<std::uint64_t>(result);
@@ -97,8 +98,8 @@ Step on_result(ReadOp& op, const InputFile& file, int result, const ReaderOption
 
 Status validate(const ReadRequest& request, const std::deque<InputFile>& files) {
   if (request.file >= files.size())
-    return fail(Errc::kInvalidArgument, fmt::format("read names file id {}, but only {} files are open",
-                                                    request.file, files.size()));
+    return fail(Errc::kInvalidArgument,
+                fmt::format("read names file id {}, but only {} files are open", request.file, files.size()));
   const InputFile& file = files[request.file];
   std::uint64_t end = 0;
   if (__builtin_add_overflow(request.offset, request.dest.size(), &end) || end > file.size())

@@ -23,11 +23,11 @@ struct Segment {
 
 struct ReadOp {
   ReadRequest request;
-  std::uint64_t done = 0;           // bytes in place
-  std::uint32_t retries = 0;        // consecutive EINTR/EAGAIN on the current segment
-  std::uint32_t eio_attempts = 0;   // EIO retries spent by this request
-  bool buffered_only = false;       // direct I/O given up for the rest of this request
-  Segment current;                  // the op in flight
+  std::uint64_t done = 0;          // bytes in place
+  std::uint32_t retries = 0;       // consecutive EINTR/EAGAIN on the current segment
+  std::uint32_t eio_attempts = 0;  // EIO retries spent by this request
+  bool buffered_only = false;      // direct I/O given up for the rest of this request
+  Segment current;                 // the op in flight
 };
 
 // Picks the next kernel read for `op` and stores it in op.current.
@@ -37,8 +37,8 @@ enum class Step { kContinue, kDone, kFailed };
 
 // Interprets `result` (bytes read, or -errno) of op.current, after passing it through the
 // fault injector if one is set. On kFailed, `*error` holds the error naming file and offset.
-Step on_result(ReadOp& op, const InputFile& file, int result, const ReaderOptions& options,
-               ReaderStats& stats, std::optional<Error>* error);
+Step on_result(ReadOp& op, const InputFile& file, int result, const ReaderOptions& options, ReaderStats& stats,
+               std::optional<Error>* error);
 
 // Checks a request against the files known to an engine.
 Status validate(const ReadRequest& request, const std::deque<InputFile>& files);

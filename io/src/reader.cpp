@@ -34,8 +34,8 @@ Status ReaderOptions::apply_environment(const std::function<const char*(const ch
     auto parsed = parse_engine(value);
     if (!parsed) return fail(std::move(parsed.error()).with_note("from QLOAD_IO"));
     if (engine != EngineKind::kAuto && *parsed != EngineKind::kAuto && *parsed != engine)
-      return fail(Errc::kInvalidArgument, fmt::format("QLOAD_IO={} conflicts with the requested engine {}",
-                                                      value, engine_name(engine)));
+      return fail(Errc::kInvalidArgument,
+                  fmt::format("QLOAD_IO={} conflicts with the requested engine {}", value, engine_name(engine)));
     if (engine == EngineKind::kAuto) engine = *parsed;
   }
   if (const char* value = env("QLOAD_IO_DEPTH"); value != nullptr && *value != '\0') {
@@ -45,8 +45,8 @@ Status ReaderOptions::apply_environment(const std::function<const char*(const ch
     if (ec != std::errc{} || end != text.data() + text.size() || depth == 0)
       return fail(Errc::kInvalidArgument, fmt::format("QLOAD_IO_DEPTH='{}' is not a positive integer", text));
     if (queue_depth != ReaderOptions{}.queue_depth && queue_depth != depth)
-      return fail(Errc::kInvalidArgument, fmt::format("QLOAD_IO_DEPTH={} conflicts with the requested queue depth {}",
-                                                      depth, queue_depth));
+      return fail(Errc::kInvalidArgument,
+                  fmt::format("QLOAD_IO_DEPTH={} conflicts with the requested queue depth {}", depth, queue_depth));
     queue_depth = depth;
   }
   return {};
@@ -105,15 +105,13 @@ UringProbe probe_uring() {
 
 Result<std::unique_ptr<Reader>> make_reader(const ReaderOptions& options, const Logger& log) {
   switch (options.engine) {
-    case EngineKind::kPread:
-      return make_pread_reader(options, log);
+    case EngineKind::kPread: return make_pread_reader(options, log);
     case EngineKind::kUring: {
       const UringProbe probe = probe_uring();
       if (!probe.usable) return fail(Errc::kUnsupported, "io_uring was requested but is unavailable: " + probe.reason);
       return make_uring_reader(options, log);
     }
-    case EngineKind::kAuto:
-      break;
+    case EngineKind::kAuto: break;
   }
   const UringProbe probe = probe_uring();
   if (probe.usable) {

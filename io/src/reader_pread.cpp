@@ -79,8 +79,8 @@ void PreadReader::run(const ReadRequest& request, const InputFile& file) {
   std::optional<Error> error;
   for (;;) {
     const detail::Segment& seg = detail::next_segment(op, file);
-    const ssize_t n = ::pread(seg.direct ? file.direct_fd() : file.fd(), seg.dest, seg.length,
-                              static_cast<off_t>(seg.offset));
+    const ssize_t n =
+        ::pread(seg.direct ? file.direct_fd() : file.fd(), seg.dest, seg.length, static_cast<off_t>(seg.offset));
     ++delta.ops;
     const int result = n < 0 ? -errno : static_cast<int>(n);
     switch (detail::on_result(op, file, result, options_, delta, &error)) {
@@ -121,8 +121,7 @@ Result<std::size_t> PreadReader::wait(std::span<ReadCompletion> out, std::size_t
 
 Result<std::unique_ptr<Reader>> make_pread_reader(const ReaderOptions& options, const Logger& log) {
   if (options.queue_depth == 0 || options.queue_depth > 256)
-    return fail(Errc::kInvalidArgument,
-                fmt::format("pread engine: {} threads is outside 1..256", options.queue_depth));
+    return fail(Errc::kInvalidArgument, fmt::format("pread engine: {} threads is outside 1..256", options.queue_depth));
   return std::unique_ptr<Reader>(std::make_unique<PreadReader>(options, log));
 }
 

@@ -24,12 +24,13 @@ namespace {
 // A fixed buffer may be at most 1 GiB (the kernel's limit per iovec).
 constexpr std::size_t kMaxFixedBufferBytes = std::size_t{1} << 30;
 
-std::string errno_text(int err) { return Error::from_errno(err, "").message().substr(2); }
+std::string errno_text(int err) {
+  return Error::from_errno(err, "").message().substr(2);
+}
 
 class UringReader final : public Reader {
  public:
-  UringReader(const ReaderOptions& options, const Logger& log)
-      : Reader(options.direct), options_(options), log_(log) {}
+  UringReader(const ReaderOptions& options, const Logger& log) : Reader(options.direct), options_(options), log_(log) {}
   ~UringReader() override;
 
   Status init();
@@ -59,7 +60,7 @@ class UringReader final : public Reader {
   std::deque<InputFile> files_;       // deque: references stay valid as files are added
   std::vector<detail::ReadOp> ops_;   // index = user_data of its SQE
   std::vector<std::uint32_t> free_ops_;
-  std::deque<std::uint32_t> ready_;   // ops whose next segment waits for an SQE
+  std::deque<std::uint32_t> ready_;  // ops whose next segment waits for an SQE
   std::uint32_t in_flight_ = 0;
   std::deque<ReadCompletion> done_;
   std::size_t pending_ = 0;
@@ -109,8 +110,10 @@ Status UringReader::register_buffers(std::span<const std::span<std::byte>> regio
   std::uint64_t total = 0;
   for (auto region : regions) {
     if (region.size() > kMaxFixedBufferBytes) {
-      log_.info(fmt::format("io_uring: a {} byte region exceeds the 1 GiB fixed-buffer limit; "
-                            "reading without fixed buffers", region.size()));
+      log_.info(
+          fmt::format("io_uring: a {} byte region exceeds the 1 GiB fixed-buffer limit; "
+                      "reading without fixed buffers",
+                      region.size()));
       return {};
     }
     iovs.push_back(iovec{region.data(), region.size()});
@@ -120,10 +123,10 @@ Status UringReader::register_buffers(std::span<const std::span<std::byte>> regio
   const int rc = io_uring_register_buffers(&ring_, iovs.data(), static_cast<unsigned>(iovs.size()));
   if (rc < 0) {
     const UringProbe probe = probe_uring();
-    log_.warn(fmt::format("io_uring: registering {} MiB of fixed buffers failed ({}); RLIMIT_MEMLOCK is {} KiB, "
-                          "CAP_IPC_LOCK {}; reading without fixed buffers",
-                          total >> 20, errno_text(-rc), probe.memlock_limit >> 10,
-                          probe.cap_ipc_lock ? "held" : "absent"));
+    log_.warn(
+        fmt::format("io_uring: registering {} MiB of fixed buffers failed ({}); RLIMIT_MEMLOCK is {} KiB, "
+                    "CAP_IPC_LOCK {}; reading without fixed buffers",
+                    total >> 20, errno_text(-rc), probe.memlock_limit >> 10, probe.cap_ipc_lock ? "held" : "absent"));
     return {};
   }
   fixed_buffers_ = std::move(iovs);
@@ -209,8 +212,7 @@ void UringReader::reap() {
   for (;;) {
     const unsigned n = io_uring_peek_batch_cqe(&ring_, cqes.data(), cqes.size());
     if (n == 0) return;
-    for (unsigned i = 0; i < n; ++i)
-      handle(static_cast<std::uint32_t>(io_uring_cqe_get_data64(cqes[i])), cqes[i]->res);
+    for (unsigned i = 0; i < n; ++i) handle(static_cast<std::uint32_t>(io_uring_cqe_get_data64(cqes[i])), cqes[i]->res);
     io_uring_cq_advance(&ring_, n);
   }
 }
@@ -223,12 +225,8 @@ void UringReader::handle(std::uint32_t op_index, int result) {
     case detail::Step::kContinue:
       ready_.push_front(op_index);  // keep a request's bytes flowing in file order
       return;
-    case detail::Step::kDone:
-      done_.push_back(ReadCompletion{op.request.tag, {}});
-      break;
-    case detail::Step::kFailed:
-      done_.push_back(ReadCompletion{op.request.tag, fail(std::move(*error))});
-      break;
+    case detail::Step::kDone: done_.push_back(ReadCompletion{op.request.tag, {}}); break;
+    case detail::Step::kFailed: done_.push_back(ReadCompletion{op.request.tag, fail(std::move(*error))}); break;
   }
   free_ops_.push_back(op_index);
 }
@@ -242,8 +240,7 @@ Result<std::size_t> UringReader::wait(std::span<ReadCompletion> out, std::size_t
       if (queued > 0) QLOAD_TRY(enter(0));
       break;
     }
-    if (in_flight_ == 0)
-      return fail(Errc::kInternal, "io_uring engine is waiting with nothing in flight");
+    if (in_flight_ == 0) return fail(Errc::kInternal, "io_uring engine is waiting with nothing in flight");
     QLOAD_TRY(enter(1));
   }
   const std::size_t n = std::min(out.size(), done_.size());

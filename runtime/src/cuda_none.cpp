@@ -9,6 +9,8 @@ CudaInfo probe_cuda() {
   return info;
 }
 
-Status cuda_self_test(int) { return fail(Errc::kUnsupported, probe_cuda().unavailable_reason); }
+Status cuda_self_test(int) {
+  return fail(Errc::kUnsupported, probe_cuda().unavailable_reason);
+}
 
 }  // namespace qload

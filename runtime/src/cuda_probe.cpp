@@ -16,8 +16,8 @@ CudaInfo probe_cuda() {
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
-    info.unavailable_reason = fmt::format("no usable CUDA device: {} ({})", cudaGetErrorString(err),
-                                          cudaGetErrorName(err));
+    info.unavailable_reason =
+        fmt::format("no usable CUDA device: {} ({})", cudaGetErrorString(err), cudaGetErrorName(err));
     (void)cudaGetLastError();  // clear it so later CUDA calls start clean
     return info;
   }

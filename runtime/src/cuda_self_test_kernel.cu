@@ -30,8 +30,7 @@ int run_cuda_self_test_kernel(int device, char* message, std::size_t message_siz
   fill_pattern<<<(kCount + 255) / 256, 256>>>(dev, kCount);
   err = cudaGetLastError();
   std::vector<unsigned> host(kCount);
-  if (err == cudaSuccess)
-    err = cudaMemcpy(host.data(), dev, kCount * sizeof(unsigned), cudaMemcpyDeviceToHost);
+  if (err == cudaSuccess) err = cudaMemcpy(host.data(), dev, kCount * sizeof(unsigned), cudaMemcpyDeviceToHost);
   cudaFree(dev);
   if (err != cudaSuccess) return report(err, "kernel or copy", message, message_size);
   for (unsigned i = 0; i < kCount; ++i) {

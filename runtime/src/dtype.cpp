@@ -27,7 +27,7 @@ constexpr std::array<DTypeInfo, 22> kTable{{
     {DType::kF8_E8M0, "F8_E8M0", K::kFloat, 8, 1, 1},
     {DType::kF8_E4M3FNUZ, "F8_E4M3FNUZ", K::kFloat, 8, 1, 1},
     {DType::kF8_E5M2FNUZ, "F8_E5M2FNUZ", K::kFloat, 8, 1, 1},
-    {DType::kF4, "F4", K::kFloat, 4, 2, 1},        // e2m1, two per byte
+    {DType::kF4, "F4", K::kFloat, 4, 2, 1},            // e2m1, two per byte
     {DType::kF6_E2M3, "F6_E2M3", K::kFloat, 6, 4, 3},  // four per three bytes
     {DType::kF6_E3M2, "F6_E3M2", K::kFloat, 6, 4, 3},
 }};
@@ -48,7 +48,9 @@ static_assert(blocks_match_bits(), "bits * block_elems must equal 8 * block_byte
 
 }  // namespace
 
-std::span<const DTypeInfo> all_dtypes() noexcept { return kTable; }
+std::span<const DTypeInfo> all_dtypes() noexcept {
+  return kTable;
+}
 
 const DTypeInfo& dtype_info(DType dtype) noexcept {
   const auto i = static_cast<std::size_t>(dtype);

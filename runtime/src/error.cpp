@@ -31,12 +31,16 @@ namespace {
 
 Errc errc_from_errno(int err) {
   switch (err) {
-    case ENOENT: case ENOTDIR: return Errc::kNotFound;
-    case EACCES: case EPERM: return Errc::kPermissionDenied;
+    case ENOENT:
+    case ENOTDIR: return Errc::kNotFound;
+    case EACCES:
+    case EPERM: return Errc::kPermissionDenied;
     case ENOMEM: return Errc::kOutOfMemory;
     case EINVAL: return Errc::kInvalidArgument;
-    case EOPNOTSUPP: case ENOSYS: return Errc::kUnsupported;
-    case EOVERFLOW: case EFBIG: return Errc::kOverflow;
+    case EOPNOTSUPP:
+    case ENOSYS: return Errc::kUnsupported;
+    case EOVERFLOW:
+    case EFBIG: return Errc::kOverflow;
     case ECANCELED: return Errc::kCancelled;
     default: return Errc::kIo;
   }

@@ -21,8 +21,8 @@ Result<std::uint64_t> checked_add(std::uint64_t a, std::uint64_t b) {
 Result<std::uint64_t> bytes_for_elements(DType dtype, std::uint64_t numel) {
   const DTypeInfo& info = dtype_info(dtype);
   if (numel % info.block_elems != 0)
-    return fail(Errc::kCorrupt, fmt::format("{} elements are not a whole number of {} blocks of {}",
-                                            numel, info.name, info.block_elems));
+    return fail(Errc::kCorrupt, fmt::format("{} elements are not a whole number of {} blocks of {}", numel, info.name,
+                                            info.block_elems));
   return checked_mul(numel / info.block_elems, info.block_bytes);
 }
 
@@ -44,8 +44,8 @@ Result<std::uint64_t> Shape::nbytes(DType dtype) const {
   QLOAD_ASSIGN_OR_RETURN(const std::uint64_t n, numel());
   auto bytes = bytes_for_elements(dtype, n);
   if (!bytes)
-    return fail(Error(bytes.error().code(), fmt::format("shape {} of {}: {}", to_string(),
-                                                        dtype_name(dtype), bytes.error().message())));
+    return fail(Error(bytes.error().code(),
+                      fmt::format("shape {} of {}: {}", to_string(), dtype_name(dtype), bytes.error().message())));
   return *bytes;
 }
 
@@ -59,6 +59,8 @@ std::vector<std::int64_t> Shape::contiguous_strides() const {
   return strides;
 }
 
-std::string Shape::to_string() const { return fmt::format("[{}]", fmt::join(dims_, ", ")); }
+std::string Shape::to_string() const {
+  return fmt::format("[{}]", fmt::join(dims_, ", "));
+}
 
 }  // namespace qload

@@ -25,8 +25,7 @@ void TraceRecorder::complete(std::string_view lane, std::string_view name, Clock
                              Clock::time_point end, std::uint64_t bytes) {
   std::lock_guard lock(mutex_);
   events_.push_back(Event{'X', lane_id(lane), std::string(name), micros(start),
-                          std::max<std::int64_t>(micros(end) - micros(start), 0),
-                          static_cast<std::int64_t>(bytes)});
+                          std::max<std::int64_t>(micros(end) - micros(start), 0), static_cast<std::int64_t>(bytes)});
 }
 
 void TraceRecorder::counter(std::string_view name, std::int64_t value, Clock::time_point at) {
@@ -46,8 +45,8 @@ std::string TraceRecorder::to_json() const {
   json events = json::array();
   events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"args", {{"name", "qload"}}}});
   for (std::size_t i = 0; i < lanes_.size(); ++i)
-    events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", i + 1},
-                      {"args", {{"name", lanes_[i]}}}});
+    events.push_back(
+        {{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", i + 1}, {"args", {{"name", lanes_[i]}}}});
   for (const Event& e : events_) {
     json j = {{"ph", std::string(1, e.phase)}, {"name", e.name}, {"pid", pid}, {"ts", e.ts_us}};
     if (e.phase == 'X') {
@@ -62,8 +61,8 @@ std::string TraceRecorder::to_json() const {
     events.push_back(std::move(j));
   }
   // Names come from checkpoints: replace invalid UTF-8 instead of throwing.
-  return json{{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}}.dump(
-      -1, ' ', false, json::error_handler_t::replace);
+  return json{{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}}.dump(-1, ' ', false,
+                                                                                  json::error_handler_t::replace);
 }
 
 Status TraceRecorder::write(const std::string& path) const {

@@ -26,16 +26,19 @@ int run_hash(const HashArgs& args) {
     auto digest = io::digest_file(**reader, *id);
     if (!digest) return report(digest.error());
     if (args.json) {
-      files.push_back({{"path", path}, {"bytes", digest->bytes}, {"xxh3_128", digest->xxh3_128.hex()},
+      files.push_back({{"path", path},
+                       {"bytes", digest->bytes},
+                       {"xxh3_128", digest->xxh3_128.hex()},
                        {"xxh3_64", io::hex64(digest->xxh3_64)}});
     } else {
       fmt::print("{}  {}  {}\n", digest->xxh3_128.hex(), io::hex64(digest->xxh3_64), escape_for_terminal(path));
     }
   }
   if (args.json)
-    fmt::print("{}\n", nlohmann::json{{"schema", "qload.hash/1"}, {"engine", std::string((*reader)->engine())},
-                                      {"files", files}}
-                           .dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
+    fmt::print(
+        "{}\n",
+        nlohmann::json{{"schema", "qload.hash/1"}, {"engine", std::string((*reader)->engine())}, {"files", files}}.dump(
+            2, ' ', false, nlohmann::json::error_handler_t::replace));
   return 0;
 }
 

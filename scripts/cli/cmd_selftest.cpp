@@ -24,10 +24,17 @@ int run_selftest(const SelfTestArgs& args) {
   if (args.json) {
     nlohmann::json cases = nlohmann::json::array();
     for (const auto& c : report->cases)
-      cases.push_back({{"engine", c.engine}, {"direct", c.direct}, {"bytes", c.bytes}, {"seconds", c.seconds},
-                       {"direct_bytes", c.direct_bytes}, {"passed", c.passed}, {"failure", c.failure}});
-    fmt::print("{}\n", nlohmann::json{{"schema", "qload.selftest/1"}, {"passed", report->passed()},
-                                      {"io_uring", report->uring_status}, {"xxh3_128", report->expected_xxh3_128},
+      cases.push_back({{"engine", c.engine},
+                       {"direct", c.direct},
+                       {"bytes", c.bytes},
+                       {"seconds", c.seconds},
+                       {"direct_bytes", c.direct_bytes},
+                       {"passed", c.passed},
+                       {"failure", c.failure}});
+    fmt::print("{}\n", nlohmann::json{{"schema", "qload.selftest/1"},
+                                      {"passed", report->passed()},
+                                      {"io_uring", report->uring_status},
+                                      {"xxh3_128", report->expected_xxh3_128},
                                       {"cases", cases}}
                            .dump(2));
   } else {

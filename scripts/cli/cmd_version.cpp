@@ -28,7 +28,9 @@ int run_version(const VersionArgs& args) {
   if (args.json) {
     nlohmann::json devices = nlohmann::json::array();
     for (const auto& d : cuda.devices)
-      devices.push_back({{"index", d.index}, {"name", d.name}, {"memory_bytes", d.memory_bytes},
+      devices.push_back({{"index", d.index},
+                         {"name", d.name},
+                         {"memory_bytes", d.memory_bytes},
                          {"compute", fmt::format("{}.{}", d.compute_major, d.compute_minor)}});
     const nlohmann::json out = {
         {"schema", "qload.version/1"},
@@ -39,11 +41,17 @@ int run_version(const VersionArgs& args) {
         {"luajit", scripts::luajit_version()},
         {"lua_check", lua_check},
         {"io_uring", {{"usable", uring.usable}, {"reason", uring.reason}, {"read_fixed", uring.read_fixed}}},
-        {"cuda", {{"compiled", cuda.compiled}, {"runtime_version", cuda.runtime_version},
-                  {"driver_version", cuda.driver_version}, {"devices", devices},
-                  {"unavailable_reason", cuda.unavailable_reason}}},
-        {"nccl", {{"compiled", nccl.compiled}, {"header_version", nccl.header_version},
-                  {"library_version", nccl.library_version}, {"unavailable_reason", nccl.unavailable_reason}}},
+        {"cuda",
+         {{"compiled", cuda.compiled},
+          {"runtime_version", cuda.runtime_version},
+          {"driver_version", cuda.driver_version},
+          {"devices", devices},
+          {"unavailable_reason", cuda.unavailable_reason}}},
+        {"nccl",
+         {{"compiled", nccl.compiled},
+          {"header_version", nccl.header_version},
+          {"library_version", nccl.library_version},
+          {"unavailable_reason", nccl.unavailable_reason}}},
     };
     fmt::print("{}\n", out.dump(2));
     return 0;
@@ -63,8 +71,9 @@ int run_version(const VersionArgs& args) {
     fmt::print("  CUDA: not built\n");
   }
   if (nccl.compiled)
-    fmt::print("  NCCL headers {}; library: {}\n", nccl.header_version,
-               nccl.library_version ? std::to_string(nccl.library_version) : "not loadable: " + nccl.unavailable_reason);
+    fmt::print(
+        "  NCCL headers {}; library: {}\n", nccl.header_version,
+        nccl.library_version ? std::to_string(nccl.library_version) : "not loadable: " + nccl.unavailable_reason);
   else
     fmt::print("  NCCL: not built\n");
   return 0;

@@ -1,7 +1,6 @@
 #include "qload/scripts/lua_state.hpp"
 
-#include <lua.hpp>
-#include <luajit.h>
+#include <lua.hpp>  // extern "C" around lua.h, lauxlib.h, lualib.h and luajit.h
 
 #include <utility>
 
@@ -63,6 +62,8 @@ Result<std::string> LuaState::eval_to_string(const std::string& chunk, const std
   return out;
 }
 
-std::string luajit_version() { return LUAJIT_VERSION; }
+std::string luajit_version() {
+  return LUAJIT_VERSION;
+}
 
 }  // namespace qload::scripts

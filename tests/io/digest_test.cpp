@@ -72,7 +72,8 @@ TEST_CASE("whole-file digests through every engine equal xxhsum -H2 and -H3", "[
         const io::FileId id = reader->open_file(paths[i]).value();
         // Small chunks and several in flight: completions arrive out of order and must be
         // hashed in file order.
-        for (io::DigestOptions opts : {io::DigestOptions{4096, 8}, io::DigestOptions{1 << 20, 3}, io::DigestOptions{}}) {
+        for (io::DigestOptions opts :
+             {io::DigestOptions{4096, 8}, io::DigestOptions{1 << 20, 3}, io::DigestOptions{}}) {
           INFO(paths[i] << " chunk " << opts.chunk_bytes << " x" << opts.chunks_in_flight);
           const io::FileDigest d = io::digest_file(*reader, id, opts).value();
           CHECK(d.bytes == sizes[i]);

@@ -181,7 +181,9 @@ TEST_CASE("a sparse file larger than 4 GiB reads right across the 4 GiB mark", "
   const std::uint64_t four_gib = 4ull << 30;
   // Markers around the 4 GiB mark and at the end; everything else is a hole (reads as zero).
   const std::vector<std::pair<std::uint64_t, std::vector<std::byte>>> markers{
-      {four_gib - 5000, random_bytes(10000, 11)}, {size - 300, random_bytes(300, 12)}, {4096 * 3, random_bytes(77, 13)}};
+      {four_gib - 5000, random_bytes(10000, 11)},
+      {size - 300, random_bytes(300, 12)},
+      {4096 * 3, random_bytes(77, 13)}};
   {
     const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     REQUIRE(fd >= 0);

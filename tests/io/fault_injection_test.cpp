@@ -57,8 +57,8 @@ TEST_CASE("short reads are continued until every byte is in place", "[io][faults
   for (const EngineCase& c : engine_cases()) {
     SECTION(c.label()) {
       // Persistent: every op covering this offset returns half of what it read.
-      auto [status, stats] = read_with_fault(f, c, {.kind = io::FaultKind::kShortRead, .offset = 300000,
-                                                    .times = io::FaultRule::kAlways});
+      auto [status, stats] =
+          read_with_fault(f, c, {.kind = io::FaultKind::kShortRead, .offset = 300000, .times = io::FaultRule::kAlways});
       REQUIRE(status);
       CHECK(stats.short_reads >= 1);
       CHECK(f.intact());
@@ -117,8 +117,8 @@ TEST_CASE("a transient EIO is retried, a persistent one names file and offset", 
       REQUIRE(ok);  // two failures fit in the default eio_retries = 2
       CHECK(f.intact());
 
-      auto [bad, bad_stats] = read_with_fault(f, c, {.kind = io::FaultKind::kEio, .offset = 600000,
-                                                     .times = io::FaultRule::kAlways});
+      auto [bad, bad_stats] =
+          read_with_fault(f, c, {.kind = io::FaultKind::kEio, .offset = 600000, .times = io::FaultRule::kAlways});
       REQUIRE_FALSE(bad);
       CHECK(bad.error().code() == Errc::kIo);
       CHECK(bad.error().sys_errno() == EIO);
@@ -182,8 +182,8 @@ TEST_CASE("failing each op in turn: every run ends in a typed error or intact by
       }
       REQUIRE(ops >= 5);
       const int fds_before = open_fd_count();
-      for (auto kind : {io::FaultKind::kEintr, io::FaultKind::kShortRead, io::FaultKind::kEio,
-                        io::FaultKind::kEnomem}) {
+      for (auto kind :
+           {io::FaultKind::kEintr, io::FaultKind::kShortRead, io::FaultKind::kEio, io::FaultKind::kEnomem}) {
         for (std::uint64_t n = 0; n < ops; ++n) {
           INFO("fault kind " << static_cast<int>(kind) << " at op " << n);
           io::FaultInjector faults;
@@ -212,8 +212,7 @@ TEST_CASE("failing each op in turn: every run ends in a typed error or intact by
   }
 }
 
-TEST_CASE("destroying a reader with reads in flight leaves no late writes and closes everything",
-          "[io][faults]") {
+TEST_CASE("destroying a reader with reads in flight leaves no late writes and closes everything", "[io][faults]") {
   Fixture f;
   for (const EngineCase& c : engine_cases()) {
     SECTION(c.label()) {

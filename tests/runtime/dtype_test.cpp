@@ -89,9 +89,9 @@ TEST_CASE("dtype blocks: whole-byte types are one element, sub-byte types group 
     std::uint32_t bytes;
   };
   const Block blocks[] = {
-      {DType::kBool, 1, 1}, {DType::kU8, 1, 1},  {DType::kI16, 1, 2},    {DType::kBF16, 1, 2},
-      {DType::kF32, 1, 4},  {DType::kF64, 1, 8}, {DType::kC64, 1, 8},    {DType::kU64, 1, 8},
-      {DType::kF8_E8M0, 1, 1}, {DType::kF4, 2, 1}, {DType::kF6_E2M3, 4, 3}, {DType::kF6_E3M2, 4, 3},
+      {DType::kBool, 1, 1},    {DType::kU8, 1, 1},  {DType::kI16, 1, 2},     {DType::kBF16, 1, 2},
+      {DType::kF32, 1, 4},     {DType::kF64, 1, 8}, {DType::kC64, 1, 8},     {DType::kU64, 1, 8},
+      {DType::kF8_E8M0, 1, 1}, {DType::kF4, 2, 1},  {DType::kF6_E2M3, 4, 3}, {DType::kF6_E3M2, 4, 3},
   };
   for (const auto& b : blocks) {
     CAPTURE(qload::dtype_name(b.dtype));

@@ -30,10 +30,8 @@ int g_assign_line = 0;  // line of the QLOAD_ASSIGN_OR_RETURN site
 int g_try_line = 0;     // line of the QLOAD_TRY site
 
 Result<std::uint64_t> read_tensor_header_deep() {
-  return qload::fail(Error(Errc::kCorrupt, "header length exceeds file size")
-                         .with_offset(123)
-                         .with_tensor("y")
-                         .with_file("x"));
+  return qload::fail(
+      Error(Errc::kCorrupt, "header length exceeds file size").with_offset(123).with_tensor("y").with_file("x"));
 }
 
 Result<std::uint64_t> middle_layer_assign() {
@@ -51,8 +49,7 @@ Status outer_layer_try() {
 Status outermost_adds_context() {
   auto status = outer_layer_try();
   if (!status)
-    return qload::fail(std::move(status).error().with_file("outer.safetensors").with_tensor("outer")
-                           .with_offset(999));
+    return qload::fail(std::move(status).error().with_file("outer.safetensors").with_tensor("outer").with_offset(999));
   return {};
 }
 
@@ -105,8 +102,7 @@ TEST_CASE("Error codes keep their stable numeric values", "[error]") {
   CHECK(static_cast<int>(Errc::kInternal) == 13);
 }
 
-TEST_CASE("Context propagated through QLOAD_TRY and QLOAD_ASSIGN_OR_RETURN keeps the innermost values",
-          "[error]") {
+TEST_CASE("Context propagated through QLOAD_TRY and QLOAD_ASSIGN_OR_RETURN keeps the innermost values", "[error]") {
   const Status status = outermost_adds_context();
   REQUIRE_FALSE(status.has_value());
   const Error& e = status.error();
@@ -189,13 +185,20 @@ TEST_CASE("from_errno maps errno values to codes and keeps the errno", "[error]"
     Errc code;
   };
   const Case cases[] = {
-      {ENOENT, Errc::kNotFound},         {ENOTDIR, Errc::kNotFound},
-      {EACCES, Errc::kPermissionDenied}, {EPERM, Errc::kPermissionDenied},
-      {ENOMEM, Errc::kOutOfMemory},      {EIO, Errc::kIo},
-      {EINVAL, Errc::kInvalidArgument},  {EOVERFLOW, Errc::kOverflow},
-      {EFBIG, Errc::kOverflow},          {ENOSYS, Errc::kUnsupported},
-      {EOPNOTSUPP, Errc::kUnsupported},  {ECANCELED, Errc::kCancelled},
-      {ENOSPC, Errc::kIo},               {EBADF, Errc::kIo},
+      {ENOENT, Errc::kNotFound},
+      {ENOTDIR, Errc::kNotFound},
+      {EACCES, Errc::kPermissionDenied},
+      {EPERM, Errc::kPermissionDenied},
+      {ENOMEM, Errc::kOutOfMemory},
+      {EIO, Errc::kIo},
+      {EINVAL, Errc::kInvalidArgument},
+      {EOVERFLOW, Errc::kOverflow},
+      {EFBIG, Errc::kOverflow},
+      {ENOSYS, Errc::kUnsupported},
+      {EOPNOTSUPP, Errc::kUnsupported},
+      {ECANCELED, Errc::kCancelled},
+      {ENOSPC, Errc::kIo},
+      {EBADF, Errc::kIo},
   };
   for (const Case& c : cases) {
     CAPTURE(c.err);
@@ -342,7 +345,8 @@ TEST_CASE("escape_for_terminal escapes invalid UTF-8 bytes one by one", "[error]
   // Bytes that never occur in UTF-8.
   CHECK(qload::escape_for_terminal("\xff\xfe") == "\\xff\\xfe");
   // A two-byte lead followed by ASCII: the lead is escaped, the ASCII is kept.
-  CHECK(qload::escape_for_terminal("\xc3" "A") == "\\xc3A");
+  CHECK(qload::escape_for_terminal("\xc3"
+                                   "A") == "\\xc3A");
   // Truncated sequences at the end of the text.
   CHECK(qload::escape_for_terminal("ok\xe6\x97") == "ok\\xe6\\x97");
   CHECK(qload::escape_for_terminal("\xf0\x9f\x98") == "\\xf0\\x9f\\x98");
@@ -351,18 +355,23 @@ TEST_CASE("escape_for_terminal escapes invalid UTF-8 bytes one by one", "[error]
 TEST_CASE("escape_for_terminal escapes overlong, surrogate and out-of-range UTF-8", "[error][escape]") {
   // RFC 3629 forbids these; they are "invalid UTF-8 bytes" per the header contract and
   // must not reach a terminal or a JSON/log consumer unescaped.
-  CHECK(qload::escape_for_terminal("\xc0\xaf") == "\\xc0\\xaf");                  // overlong '/'
-  CHECK(qload::escape_for_terminal("\xc1\xbf") == "\\xc1\\xbf");                  // overlong DEL
-  CHECK(qload::escape_for_terminal("\xe0\x80\x80") == "\\xe0\\x80\\x80");         // overlong NUL
-  CHECK(qload::escape_for_terminal("\xed\xa0\x80") == "\\xed\\xa0\\x80");         // U+D800 surrogate
-  CHECK(qload::escape_for_terminal("\xf4\x90\x80\x80") == "\\xf4\\x90\\x80\\x80"); // U+110000
-  CHECK(qload::escape_for_terminal("\xf5\x80\x80\x80") == "\\xf5\\x80\\x80\\x80"); // lead F5
+  CHECK(qload::escape_for_terminal("\xc0\xaf") == "\\xc0\\xaf");                    // overlong '/'
+  CHECK(qload::escape_for_terminal("\xc1\xbf") == "\\xc1\\xbf");                    // overlong DEL
+  CHECK(qload::escape_for_terminal("\xe0\x80\x80") == "\\xe0\\x80\\x80");           // overlong NUL
+  CHECK(qload::escape_for_terminal("\xed\xa0\x80") == "\\xed\\xa0\\x80");           // U+D800 surrogate
+  CHECK(qload::escape_for_terminal("\xf4\x90\x80\x80") == "\\xf4\\x90\\x80\\x80");  // U+110000
+  CHECK(qload::escape_for_terminal("\xf5\x80\x80\x80") == "\\xf5\\x80\\x80\\x80");  // lead F5
 }
 
 TEST_CASE("escape_for_terminal escapes C1 control characters", "[error][escape]") {
   // U+009B is CSI, U+0085 NEL: control characters, encoded as valid two-byte UTF-8.
-  CHECK(qload::escape_for_terminal("\xc2\x9b" "2J") != "\xc2\x9b" "2J");
-  CHECK(qload::escape_for_terminal("a\xc2\x85" "b").find("\xc2\x85") == std::string::npos);
+  CHECK(qload::escape_for_terminal("\xc2\x9b"
+                                   "2J") !=
+        "\xc2\x9b"
+        "2J");
+  CHECK(qload::escape_for_terminal("a\xc2\x85"
+                                   "b")
+            .find("\xc2\x85") == std::string::npos);
   // U+00A0 (first code point after the C1 block) is printable and kept.
   CHECK(qload::escape_for_terminal("\xc2\xa0") == "\xc2\xa0");
 }

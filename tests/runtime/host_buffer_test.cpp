@@ -108,8 +108,8 @@ TEST_CASE("HostBuffer of size 0 is an empty buffer", "[host_buffer]") {
 }
 
 TEST_CASE("HostBuffer rejects alignments that are not a power of two", "[host_buffer]") {
-  for (std::size_t alignment : {std::size_t{0}, std::size_t{3}, std::size_t{4095}, std::size_t{6144},
-                                (std::size_t{1} << 21) + 4096}) {
+  for (std::size_t alignment :
+       {std::size_t{0}, std::size_t{3}, std::size_t{4095}, std::size_t{6144}, (std::size_t{1} << 21) + 4096}) {
     CAPTURE(alignment);
     const auto r = HostBuffer::allocate(4096, alignment);
     REQUIRE_FALSE(r.has_value());

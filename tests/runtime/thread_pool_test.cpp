@@ -150,8 +150,7 @@ TEST_CASE("ThreadPool names its workers <name>/<i>", "[thread_pool]") {
   CHECK(names == std::set<std::string>{"staging/0", "staging/1"});
 }
 
-TEST_CASE("ThreadPool shortens long names to the 15-character Linux limit but keeps the index",
-          "[thread_pool]") {
+TEST_CASE("ThreadPool shortens long names to the 15-character Linux limit but keeps the index", "[thread_pool]") {
   std::mutex mutex;
   std::set<std::string> names;
   {

@@ -104,7 +104,8 @@ TEST_CASE("TraceRecorder complete events and counters become Chrome trace JSON",
   std::map<std::string, std::int64_t> lane_tid;
   for (const auto& m : events_with_phase(j, "M")) {
     CHECK(m.at("pid") == pid);
-    if (m.at("name") == "thread_name") lane_tid[m.at("args").at("name").get<std::string>()] = m.at("tid").get<std::int64_t>();
+    if (m.at("name") == "thread_name")
+      lane_tid[m.at("args").at("name").get<std::string>()] = m.at("tid").get<std::int64_t>();
   }
   REQUIRE(lane_tid.size() == 2);
   REQUIRE(lane_tid.count("read") == 1);
@@ -246,9 +247,7 @@ TEST_CASE("TraceSpan records one complete event on its lane when it ends", "[tra
 
 TEST_CASE("TraceSpan with a null recorder does nothing", "[trace]") {
   TraceRecorder unrelated;
-  {
-    TraceSpan span(nullptr, "read", "chunk 0", 123);
-  }
+  { TraceSpan span(nullptr, "read", "chunk 0", 123); }
   CHECK(unrelated.event_count() == 0);
   SUCCEED("destroying a span with no recorder is a no-op");
 }

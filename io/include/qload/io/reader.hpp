@@ -54,13 +54,13 @@ struct ReadCompletion {
 };
 
 struct ReaderStats {
-  std::uint64_t bytes = 0;            // bytes delivered to callers
-  std::uint64_t direct_bytes = 0;     // of which via O_DIRECT
-  std::uint64_t ops = 0;              // read operations issued to the kernel
-  std::uint64_t submit_calls = 0;     // io_uring_enter calls (0 for pread)
-  std::uint64_t short_reads = 0;      // ops that returned fewer bytes than asked
-  std::uint64_t retries = 0;          // ops reissued after EINTR / EAGAIN / EIO
-  std::uint64_t fixed_buffer_ops = 0; // ops that used a registered buffer
+  std::uint64_t bytes = 0;             // bytes delivered to callers
+  std::uint64_t direct_bytes = 0;      // of which via O_DIRECT
+  std::uint64_t ops = 0;               // read operations issued to the kernel
+  std::uint64_t submit_calls = 0;      // io_uring_enter calls (0 for pread)
+  std::uint64_t short_reads = 0;       // ops that returned fewer bytes than asked
+  std::uint64_t retries = 0;           // ops reissued after EINTR / EAGAIN / EIO
+  std::uint64_t fixed_buffer_ops = 0;  // ops that used a registered buffer
 };
 
 enum class EngineKind : std::uint8_t { kAuto, kUring, kPread };
@@ -71,10 +71,10 @@ Result<EngineKind> parse_engine(std::string_view text);
 struct ReaderOptions {
   EngineKind engine = EngineKind::kAuto;
   DirectMode direct = DirectMode::kAuto;
-  std::uint32_t queue_depth = 32;    // reads in flight (io_uring SQEs; pread worker threads)
-  std::uint32_t eio_retries = 2;     // extra attempts after EIO before giving up
-  std::uint32_t max_files = 512;     // registered-file slots reserved in the ring
-  FaultInjector* faults = nullptr;   // tests only: corrupts raw read results (not owned)
+  std::uint32_t queue_depth = 32;   // reads in flight (io_uring SQEs; pread worker threads)
+  std::uint32_t eio_retries = 2;    // extra attempts after EIO before giving up
+  std::uint32_t max_files = 512;    // registered-file slots reserved in the ring
+  FaultInjector* faults = nullptr;  // tests only: corrupts raw read results (not owned)
 
   // Applies QLOAD_IO (auto|uring|pread) and QLOAD_IO_DEPTH from `env` (a getenv-like lookup,
   // so tests need not touch the process environment). A variable that contradicts a value

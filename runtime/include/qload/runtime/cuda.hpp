@@ -19,9 +19,9 @@ struct CudaDevice {
 };
 
 struct CudaInfo {
-  bool compiled = false;       // built with CUDA support
-  int runtime_version = 0;     // cudart version compiled in (e.g. 13000), 0 if not compiled
-  int driver_version = 0;      // 0 if no driver
+  bool compiled = false;    // built with CUDA support
+  int runtime_version = 0;  // cudart version compiled in (e.g. 13000), 0 if not compiled
+  int driver_version = 0;   // 0 if no driver
   std::vector<CudaDevice> devices;
   std::string unavailable_reason;  // why `devices` is empty, if it is
 };

@@ -42,11 +42,11 @@ std::string_view errc_name(Errc code) noexcept;
 
 // One step of context. Any subset of the fields may be set.
 struct ErrorFrame {
-  std::string file;                    // path of the file involved
-  std::string tensor;                  // tensor name involved
-  std::optional<std::uint64_t> offset; // byte offset in `file`
-  std::string note;                    // free text ("while reading shard 3")
-  std::source_location where{};        // code that added this frame (empty if unset)
+  std::string file;                     // path of the file involved
+  std::string tensor;                   // tensor name involved
+  std::optional<std::uint64_t> offset;  // byte offset in `file`
+  std::string note;                     // free text ("while reading shard 3")
+  std::source_location where{};         // code that added this frame (empty if unset)
   bool has_where = false;
 };
 
@@ -96,7 +96,9 @@ using Status = Result<void>;
 inline std::unexpected<Error> fail(Errc code, std::string message) {
   return std::unexpected<Error>(Error(code, std::move(message)));
 }
-inline std::unexpected<Error> fail(Error error) { return std::unexpected<Error>(std::move(error)); }
+inline std::unexpected<Error> fail(Error error) {
+  return std::unexpected<Error>(std::move(error));
+}
 
 // Escapes control characters and invalid UTF-8 bytes as \xNN so names print safely.
 std::string escape_for_terminal(std::string_view text);
@@ -108,21 +110,19 @@ std::string escape_for_terminal(std::string_view text);
 
 // Evaluates `expr` (a Result<T> or Status); on error returns it from the enclosing function
 // with this call site appended.
-#define QLOAD_TRY(expr)                                                         \
-  do {                                                                          \
-    auto&& qload_try_result_ = (expr);                                          \
-    if (!qload_try_result_.has_value()) [[unlikely]]                            \
-      return ::std::unexpected<::qload::Error>(                                 \
+#define QLOAD_TRY(expr)                                                                \
+  do {                                                                                 \
+    auto&& qload_try_result_ = (expr);                                                 \
+    if (!qload_try_result_.has_value()) [[unlikely]]                                   \
+      return ::std::unexpected<::qload::Error>(                                        \
           ::std::move(qload_try_result_).error().at(std::source_location::current())); \
   } while (false)
 
-#define QLOAD_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr)                           \
-  auto tmp = (expr);                                                           \
-  if (!tmp.has_value()) [[unlikely]]                                           \
-    return ::std::unexpected<::qload::Error>(                                  \
-        ::std::move(tmp).error().at(std::source_location::current()));         \
+#define QLOAD_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr)                                                        \
+  auto tmp = (expr);                                                                                        \
+  if (!tmp.has_value()) [[unlikely]]                                                                        \
+    return ::std::unexpected<::qload::Error>(::std::move(tmp).error().at(std::source_location::current())); \
   lhs = ::std::move(*tmp)
 
 // `QLOAD_ASSIGN_OR_RETURN(auto x, make_x());` declares x from the value or returns the error.
-#define QLOAD_ASSIGN_OR_RETURN(lhs, expr) \
-  QLOAD_ASSIGN_OR_RETURN_IMPL_(QLOAD_CONCAT_(qload_aor_, __LINE__), lhs, expr)
+#define QLOAD_ASSIGN_OR_RETURN(lhs, expr) QLOAD_ASSIGN_OR_RETURN_IMPL_(QLOAD_CONCAT_(qload_aor_, __LINE__), lhs, expr)

@@ -19,8 +19,10 @@ class HostBuffer {
  public:
   HostBuffer() = default;
   HostBuffer(HostBuffer&& other) noexcept
-      : map_(std::exchange(other.map_, nullptr)), map_bytes_(std::exchange(other.map_bytes_, 0)),
-        data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+      : map_(std::exchange(other.map_, nullptr)),
+        map_bytes_(std::exchange(other.map_bytes_, 0)),
+        data_(std::exchange(other.data_, nullptr)),
+        size_(std::exchange(other.size_, 0)) {}
   HostBuffer& operator=(HostBuffer&& other) noexcept;
   HostBuffer(const HostBuffer&) = delete;
   HostBuffer& operator=(const HostBuffer&) = delete;

@@ -7,9 +7,9 @@
 namespace qload {
 
 struct NcclInfo {
-  bool compiled = false;  // NCCL headers were found at configure time
-  int header_version = 0; // NCCL_VERSION_CODE of those headers
-  int library_version = 0; // ncclGetVersion() of the library found now, 0 if none
+  bool compiled = false;    // NCCL headers were found at configure time
+  int header_version = 0;   // NCCL_VERSION_CODE of those headers
+  int library_version = 0;  // ncclGetVersion() of the library found now, 0 if none
   std::string unavailable_reason;
 };
 

@@ -25,8 +25,8 @@ class TraceRecorder {
 
   // A complete event ("ph":"X") from `start` to `end` on `lane`; `bytes` (if non-zero) is
   // shown in the event's args.
-  void complete(std::string_view lane, std::string_view name, Clock::time_point start,
-                Clock::time_point end, std::uint64_t bytes = 0);
+  void complete(std::string_view lane, std::string_view name, Clock::time_point start, Clock::time_point end,
+                std::uint64_t bytes = 0);
   // A counter sample ("ph":"C"), e.g. staging bytes in use.
   void counter(std::string_view name, std::int64_t value, Clock::time_point at = Clock::now());
 
@@ -59,7 +59,10 @@ class TraceRecorder {
 class TraceSpan {
  public:
   TraceSpan(TraceRecorder* trace, std::string lane, std::string name, std::uint64_t bytes = 0)
-      : trace_(trace), lane_(std::move(lane)), name_(std::move(name)), bytes_(bytes),
+      : trace_(trace),
+        lane_(std::move(lane)),
+        name_(std::move(name)),
+        bytes_(bytes),
         start_(trace ? TraceRecorder::Clock::now() : TraceRecorder::Clock::time_point{}) {}
   TraceSpan(const TraceSpan&) = delete;
   TraceSpan& operator=(const TraceSpan&) = delete;
