@@ -39,7 +39,9 @@ class PreadReader final : public Reader {
   std::size_t pending() const noexcept override { return pending_; }
   ReaderStats stats() const noexcept override {
     std::lock_guard lock(mutex_);
-    return stats_;
+    ReaderStats out = stats_;
+    out.max_in_flight = peak_active_.load();
+    return out;
   }
 
  private:
@@ -55,6 +57,8 @@ class PreadReader final : public Reader {
   std::deque<ReadCompletion> done_;
   ReaderStats stats_;
   std::atomic<bool> dropping_{false};
+  std::atomic<std::uint64_t> active_{0};       // requests being read by workers now
+  std::atomic<std::uint64_t> peak_active_{0};  // the most at once
   ThreadPool pool_;
 };
 
@@ -74,6 +78,9 @@ Status PreadReader::submit(std::span<const ReadRequest> requests) {
 
 void PreadReader::run(const ReadRequest& request, const InputFile& file) {
   if (dropping_.load(std::memory_order_relaxed)) return;
+  const std::uint64_t active = active_.fetch_add(1) + 1;
+  for (std::uint64_t peak = peak_active_.load(); active > peak && !peak_active_.compare_exchange_weak(peak, active);) {
+  }
   detail::ReadOp op{.request = request};
   ReaderStats delta;
   std::optional<Error> error;
@@ -92,6 +99,7 @@ void PreadReader::run(const ReadRequest& request, const InputFile& file) {
 }
 
 void PreadReader::finish(ReadCompletion completion, const ReaderStats& delta) {
+  if (delta.ops > 0) active_.fetch_sub(1);  // zero-length reads never counted as active
   {
     std::lock_guard lock(mutex_);
     done_.push_back(std::move(completion));

@@ -190,6 +190,7 @@ unsigned UringReader::fill_submission_queue() {
     if (registered) sqe->flags |= IOSQE_FIXED_FILE;
     io_uring_sqe_set_data64(sqe, index);
     ++in_flight_;
+    stats_.max_in_flight = std::max<std::uint64_t>(stats_.max_in_flight, in_flight_);
     ++stats_.ops;
     ++queued;
   }

@@ -242,3 +242,63 @@ TEST_CASE("a read larger than 0x7ffff000 bytes is split and lands intact", "[io]
     CHECK(buffer.data()[4096 + 17] == std::byte{0});  // a hole reads as zero
   }
 }
+
+TEST_CASE("the queue depth bounds the reads in flight, and is reached", "[io][engines]") {
+  ScratchDir dir;
+  const std::string path = dir.file("data.bin");
+  const std::size_t size = 4u << 20;
+  const auto bytes = random_bytes(size, 31);
+  write_file(path, bytes);
+  auto buffer = HostBuffer::allocate(size).value();
+  for (const EngineCase& c : engine_cases()) {
+    SECTION(c.label()) {
+      auto reader = make_test_reader(c, 3);
+      const io::FileId id = reader->open_file(path).value();
+      std::vector<io::ReadRequest> reqs;
+      for (std::size_t off = 0; off < size; off += 64 << 10)
+        reqs.push_back({id, off, buffer.span().subspan(off, 64 << 10), off});
+      REQUIRE(io::read_all(*reader, reqs));
+      REQUIRE(std::memcmp(buffer.data(), bytes.data(), size) == 0);
+      const io::ReaderStats stats = reader->stats();
+      CHECK(stats.max_in_flight <= 3);
+      if (c.engine == io::EngineKind::kUring) {
+        CHECK(stats.max_in_flight == 3);        // one batch fills the ring at once
+        CHECK(stats.submit_calls < stats.ops);  // SQEs are entered in batches, not one by one
+      }
+    }
+  }
+}
+
+TEST_CASE("reads into registered buffers use io_uring fixed buffers", "[io][engines]") {
+  const io::UringProbe probe = io::probe_uring();
+  if (!probe.usable) {
+    WARN("io_uring unavailable: " << probe.reason);
+    return;
+  }
+  ScratchDir dir;
+  const std::string path = dir.file("data.bin");
+  const std::size_t size = 2u << 20;
+  const auto bytes = random_bytes(size, 41);
+  write_file(path, bytes);
+  auto staging = HostBuffer::allocate(size).value();
+  auto other = HostBuffer::allocate(size).value();
+  for (auto direct : {io::DirectMode::kAuto, io::DirectMode::kOff}) {
+    auto reader = make_test_reader({io::EngineKind::kUring, direct}, 4);
+    const std::array regions{staging.span()};
+    REQUIRE(reader->register_buffers(regions));
+    const io::FileId id = reader->open_file(path).value();
+    const std::array reqs{io::ReadRequest{id, 0, staging.span().subspan(0, size / 2), 0},
+                          io::ReadRequest{id, size / 2, staging.span().subspan(size / 2), 1},
+                          io::ReadRequest{id, 0, other.span(), 2}};
+    REQUIRE(io::read_all(*reader, reqs));
+    CHECK(std::memcmp(staging.data(), bytes.data(), size) == 0);
+    CHECK(std::memcmp(other.data(), bytes.data(), size) == 0);
+    const io::ReaderStats stats = reader->stats();
+    // Root has CAP_IPC_LOCK; elsewhere 2 MiB must fit the memlock limit for this to hold.
+    if (probe.cap_ipc_lock || probe.memlock_limit >= (8u << 20)) {
+      CHECK(stats.fixed_buffer_ops >= 2);         // the staging reads
+      CHECK(stats.fixed_buffer_ops < stats.ops);  // not the read into `other`
+    }
+    CHECK_FALSE(reader->register_buffers(regions));  // once only
+  }
+}

@@ -61,6 +61,7 @@ struct ReaderStats {
   std::uint64_t short_reads = 0;       // ops that returned fewer bytes than asked
   std::uint64_t retries = 0;           // ops reissued after EINTR / EAGAIN / EIO
   std::uint64_t fixed_buffer_ops = 0;  // ops that used a registered buffer
+  std::uint64_t max_in_flight = 0;     // most requests being read at once (<= queue depth)
 };
 
 enum class EngineKind : std::uint8_t { kAuto, kUring, kPread };

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Everything qload runs on a lent GPU machine, in one call: GPU tests, then benchmarks.
+#
+# The GPU machine has none of our Debian libraries, so build a static tree here first and
+# carry it:   QLOAD_STATIC=ON BUILD_DIR=build-static ./setup.sh
+# then, with the device tool: run `bench/gpu.sh build-static` carrying build-static.
+# Results go to $OUT (the device tool's output folder) or /tmp/qload-gpu.
+set -uo pipefail
+build=${1:-build-static}
+out=${OUT:-/tmp/qload-gpu}
+mkdir -p "$out"
+status=0
+step() {  # step NAME COMMAND...: runs, tees to $out/NAME.txt, remembers failure
+  local name=$1; shift
+  echo "== $name: $*"
+  "$@" 2>&1 | tee "$out/$name.txt"
+  local rc=${PIPESTATUS[0]}
+  [ "$rc" -eq 0 ] || { echo "== $name FAILED (exit $rc)"; status=1; }
+}
+step device nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.max,pcie.link.width.max --format=csv
+step version "$build/qload" --version
+step gpu_tests "$build/tests/qload_gpu_tests" --reporter compact --success
+# CPU-side suites run there too (different kernel and disks); the digest cases need xxhsum,
+# which that machine lacks, so they are left to CI.
+step io_tests "$build/tests/qload_io_tests" "~[digest]" --reporter compact
+step selftest "$build/qload" selftest --dir /tmp
+if [ -x "$build/bench/qload_io_bench" ]; then
+  step io_bench "$build/bench/qload_io_bench" --dir /tmp --json "$out/io_bench.json"
+fi
+exit $status
