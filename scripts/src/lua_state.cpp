@@ -1,11 +1,65 @@
 #include "qload/scripts/lua_state.hpp"
 
+#include <cstdio>
+#include <cstdlib>
 #include <lua.hpp>  // extern "C" around lua.h, lauxlib.h, lualib.h and luajit.h
-
 #include <utility>
 
 namespace qload::scripts {
+
+struct LuaState::Budget {
+  SandboxLimits limits;
+  std::size_t memory_bytes = 0;
+  std::uint64_t instructions = 0;
+  std::chrono::steady_clock::time_point deadline;
+};
+
 namespace {
+
+constexpr int kHookEvery = 10000;  // instructions between hook calls
+const char kBudgetKey = 0;         // registry key (its address) for the Budget pointer
+
+// lua_Alloc with a memory cap: returning NULL makes Lua raise "not enough memory".
+void* capped_alloc(void* ud, void* ptr, std::size_t old_size, std::size_t new_size) {
+  auto* budget = static_cast<LuaState::Budget*>(ud);
+  if (new_size == 0) {
+    std::free(ptr);
+    budget->memory_bytes -= ptr ? old_size : 0;
+    return nullptr;
+  }
+  const std::size_t old_bytes = ptr ? old_size : 0;
+  if (new_size > old_bytes && budget->memory_bytes + (new_size - old_bytes) > budget->limits.max_memory_bytes)
+    return nullptr;
+  void* out = std::realloc(ptr, new_size);
+  if (out != nullptr) budget->memory_bytes = budget->memory_bytes - old_bytes + new_size;
+  return out;
+}
+
+LuaState::Budget* budget_of(lua_State* L) {
+  lua_pushlightuserdata(L, const_cast<char*>(&kBudgetKey));
+  lua_rawget(L, LUA_REGISTRYINDEX);
+  auto* budget = static_cast<LuaState::Budget*>(lua_touserdata(L, -1));
+  lua_pop(L, 1);
+  return budget;
+}
+
+void limit_hook(lua_State* L, lua_Debug*) {
+  LuaState::Budget* budget = budget_of(L);
+  budget->instructions += kHookEvery;
+  // lua_pushfstring knows no 64-bit formats: format first. No C++ object may be alive when
+  // luaL_error unwinds, hence the plain buffer.
+  char message[96];
+  if (budget->instructions > budget->limits.max_instructions) {
+    std::snprintf(message, sizeof message, "recipe exceeded its budget of %llu instructions",
+                  static_cast<unsigned long long>(budget->limits.max_instructions));
+    luaL_error(L, "%s", message);
+  }
+  if (std::chrono::steady_clock::now() > budget->deadline) {
+    std::snprintf(message, sizeof message, "recipe exceeded its time limit of %lld ms",
+                  static_cast<long long>(budget->limits.max_wall_time.count()));
+    luaL_error(L, "%s", message);
+  }
+}
 
 // Opens one standard library through a protected call (lua_call would abort on failure).
 bool open_lib(lua_State* L, lua_CFunction open, const char* name) {
@@ -14,41 +68,78 @@ bool open_lib(lua_State* L, lua_CFunction open, const char* name) {
   return lua_pcall(L, 1, 0, 0) == 0;
 }
 
+void remove_unsafe_globals(lua_State* L) {
+  for (const char* name : {"dofile", "loadfile", "load", "loadstring", "require", "module", "collectgarbage", "getfenv",
+                           "setfenv", "newproxy", "gcinfo"}) {
+    lua_pushnil(L);
+    lua_setglobal(L, name);
+  }
+  lua_getglobal(L, "string");
+  lua_pushnil(L);
+  lua_setfield(L, -2, "dump");
+  lua_pop(L, 1);
+}
+
 }  // namespace
 
-Result<LuaState> LuaState::create() {
-  lua_State* L = luaL_newstate();
-  if (L == nullptr) return fail(Errc::kOutOfMemory, "luaL_newstate failed");
-  LuaState state(L);
+LuaState::LuaState(lua_State* state, std::unique_ptr<Budget> budget) : state_(state), budget_(std::move(budget)) {}
+
+Result<LuaState> LuaState::create(const SandboxLimits& limits) {
+  auto budget = std::make_unique<Budget>();
+  budget->limits = limits;
+  lua_State* L = lua_newstate(capped_alloc, budget.get());
+  if (L == nullptr) return fail(Errc::kOutOfMemory, "creating a Lua state failed");
+  LuaState state(L, std::move(budget));
   if (!open_lib(L, luaopen_base, "") || !open_lib(L, luaopen_string, LUA_STRLIBNAME) ||
       !open_lib(L, luaopen_table, LUA_TABLIBNAME) || !open_lib(L, luaopen_math, LUA_MATHLIBNAME))
     return fail(Errc::kInternal, "opening the Lua base libraries failed");
+  remove_unsafe_globals(L);
+  luaJIT_setmode(L, 0, LUAJIT_MODE_ENGINE | LUAJIT_MODE_OFF);
+  lua_pushlightuserdata(L, const_cast<char*>(&kBudgetKey));
+  lua_pushlightuserdata(L, state.budget_.get());
+  lua_rawset(L, LUA_REGISTRYINDEX);
   return state;
 }
 
-LuaState::LuaState(LuaState&& other) noexcept : state_(std::exchange(other.state_, nullptr)) {}
+LuaState::LuaState(LuaState&& other) noexcept
+    : state_(std::exchange(other.state_, nullptr)), budget_(std::move(other.budget_)) {}
 LuaState& LuaState::operator=(LuaState&& other) noexcept {
   if (this != &other) {
     if (state_) lua_close(state_);
     state_ = std::exchange(other.state_, nullptr);
+    budget_ = std::move(other.budget_);
   }
   return *this;
 }
 LuaState::~LuaState() {
-  if (state_) lua_close(state_);
+  if (state_) lua_close(state_);  // before budget_ goes: closing frees through the allocator
+}
+
+Status LuaState::run(const std::string& chunk, const std::string& chunk_name, int results) {
+  lua_State* L = state_;
+  // LuaJIT's luaL_loadbuffer has no mode argument: refuse bytecode by its marker byte.
+  if (!chunk.empty() && chunk[0] == '\x1b')
+    return fail(Error(Errc::kInvalidArgument, "precompiled bytecode is refused").with_file(chunk_name));
+  budget_->instructions = 0;
+  budget_->deadline = std::chrono::steady_clock::now() + budget_->limits.max_wall_time;
+  lua_sethook(L, limit_hook, LUA_MASKCOUNT, kHookEvery);
+  const std::string name = "@" + chunk_name;
+  const int top = lua_gettop(L);
+  const bool ok = luaL_loadbuffer(L, chunk.data(), chunk.size(), name.c_str()) == 0 && lua_pcall(L, 0, results, 0) == 0;
+  lua_sethook(L, nullptr, 0, 0);
+  if (!ok) {
+    std::string message = lua_tostring(L, -1) ? lua_tostring(L, -1) : "unknown Lua error";
+    lua_settop(L, top);
+    lua_gc(L, LUA_GCCOLLECT, 0);  // LuaJIT has no emergency GC: free what a failed chunk left
+    return fail(Error(Errc::kInvalidArgument, std::move(message)).with_file(chunk_name));
+  }
+  return {};
 }
 
 Result<std::string> LuaState::eval_to_string(const std::string& chunk, const std::string& chunk_name) {
   lua_State* L = state_;
   const int top = lua_gettop(L);
-  // Mode "t" is not in LuaJIT's luaL_loadbuffer, so reject binary chunks by their marker.
-  if (!chunk.empty() && chunk[0] == '\x1b') return fail(Errc::kInvalidArgument, "bytecode chunks are refused");
-  const std::string name = "@" + chunk_name;
-  if (luaL_loadbuffer(L, chunk.data(), chunk.size(), name.c_str()) != 0 || lua_pcall(L, 0, 1, 0) != 0) {
-    std::string message = lua_tostring(L, -1) ? lua_tostring(L, -1) : "unknown Lua error";
-    lua_settop(L, top);
-    return fail(Error(Errc::kInvalidArgument, std::move(message)).with_file(chunk_name));
-  }
+  QLOAD_TRY(run(chunk, chunk_name, 1));
   lua_getglobal(L, "tostring");
   lua_insert(L, -2);
   if (lua_pcall(L, 1, 1, 0) != 0) {

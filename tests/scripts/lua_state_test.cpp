@@ -47,3 +47,41 @@ TEST_CASE("precompiled bytecode is refused", "[scripts][lua]") {
 TEST_CASE("LuaJIT version is reported", "[scripts][lua]") {
   CHECK_THAT(scripts::luajit_version(), Catch::StartsWith("LuaJIT 2."));
 }
+
+TEST_CASE("the sandbox stops runaway recipes: instructions, time and memory", "[scripts][lua][sandbox]") {
+  scripts::SandboxLimits limits;
+  limits.max_instructions = 2'000'000;
+  limits.max_memory_bytes = 8u << 20;
+  auto L = scripts::LuaState::create(limits).value();
+
+  auto loop = L.run("while true do end", "spin.lua", 0);  // with the JIT on, hooks would never fire
+  REQUIRE_FALSE(loop);
+  CHECK_THAT(loop.error().message(), Catch::Contains("instructions"));
+
+  auto hog = L.run("local t = {} for i = 1, 1e8 do t[i] = tostring(i) end", "hog.lua", 0);
+  REQUIRE_FALSE(hog);
+  CHECK_THAT(hog.error().message(), Catch::Contains("memory") || Catch::Contains("instructions"));
+
+  auto rep = L.run("local s = string.rep('x', 1e9)", "rep.lua", 0);
+  REQUIRE_FALSE(rep);
+  CHECK_THAT(rep.error().message(), Catch::Contains("memory"));
+
+  scripts::SandboxLimits slow;
+  slow.max_wall_time = std::chrono::milliseconds(50);
+  auto S = scripts::LuaState::create(slow).value();
+  auto timed = S.run("while true do end", "slow.lua", 0);
+  REQUIRE_FALSE(timed);
+  CHECK_THAT(timed.error().message(), Catch::Contains("time limit"));
+
+  // After any of these the state still works.
+  CHECK(L.eval_to_string("return 'alive'", "t.lua").value() == "alive");
+}
+
+TEST_CASE("the sandbox hides code loading and escape hatches", "[scripts][lua][sandbox]") {
+  auto L = scripts::LuaState::create().value();
+  for (const char* expr : {"load", "loadstring", "dofile", "loadfile", "require", "getfenv", "setfenv",
+                           "collectgarbage", "newproxy", "string.dump", "('x').dump"}) {
+    INFO(expr);
+    CHECK(L.eval_to_string(std::string("return type(") + expr + ")", "t.lua").value() == "nil");
+  }
+}

@@ -1,7 +1,17 @@
-// Move-only owner of a LuaJIT state. Recipes (a later issue) run in one of these; for now it
-// also lets `qload --version` prove the interpreter is linked and working.
+// Move-only owner of a sandboxed LuaJIT state, the place recipes run.
+//
+// The sandbox (../shared/style.md, security.md section 5): only the base, string, table and
+// math libraries, minus everything that loads code or reaches outside (load*, dofile,
+// require, string.dump, getfenv/setfenv, collectgarbage, newproxy); text chunks only;
+// the JIT off, so the instruction-count hook fires everywhere (LuaJIT skips hooks inside
+// compiled traces); an instruction budget, a wall-clock deadline (a hook cannot interrupt a
+// slow C function, but fires as soon as control returns to Lua) and a memory cap through the
+// state's allocator.
 #pragma once
 
+#include <chrono>
+#include <cstdint>
+#include <memory>
 #include <string>
 
 #include "qload/runtime/error.hpp"
@@ -10,10 +20,15 @@ struct lua_State;
 
 namespace qload::scripts {
 
+struct SandboxLimits {
+  std::uint64_t max_instructions = 100'000'000;  // recipes are data plus small plan-time hooks
+  std::chrono::milliseconds max_wall_time{5000};
+  std::size_t max_memory_bytes = std::size_t{256} << 20;
+};
+
 class LuaState {
  public:
-  // A fresh state with only the safe base libraries (base, string, table, math) opened.
-  static Result<LuaState> create();
+  static Result<LuaState> create(const SandboxLimits& limits = {});
 
   LuaState(LuaState&& other) noexcept;
   LuaState& operator=(LuaState&& other) noexcept;
@@ -23,13 +38,21 @@ class LuaState {
 
   lua_State* get() const noexcept { return state_; }
 
-  // Runs `chunk` (text only, never bytecode) named `chunk_name` in protected mode and returns
-  // its first result converted to a string. Errors carry Lua's message with file and line.
+  // Loads `chunk` (text only, never bytecode) named `chunk_name` and runs it in protected
+  // mode under the sandbox limits, leaving its `results` return values on the stack.
+  // Errors carry Lua's message (with file and line) and name the chunk as the file.
+  Status run(const std::string& chunk, const std::string& chunk_name, int results);
+
+  // run() and convert the first result to a string (as Lua's tostring would).
   Result<std::string> eval_to_string(const std::string& chunk, const std::string& chunk_name);
 
+  // The limit bookkeeping shared with the allocator and the hook (stable address).
+  struct Budget;
+
  private:
-  explicit LuaState(lua_State* state) : state_(state) {}
+  LuaState(lua_State* state, std::unique_ptr<Budget> budget);
   lua_State* state_ = nullptr;
+  std::unique_ptr<Budget> budget_;
 };
 
 // "LuaJIT 2.1.0-beta3"
