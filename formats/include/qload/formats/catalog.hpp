@@ -1,0 +1,58 @@
+// The Catalog: what a checkpoint holds, independent of its container format.
+//
+// Every format driver (safetensors now; GGUF and PyTorch zip later) turns a source path into
+// a Catalog: the files, and every stored tensor as {name, file, offset, nbytes, dtype,
+// shape}. Everything downstream (planning, reading, verifying) works from the Catalog only.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "qload/runtime/dtype.hpp"
+#include "qload/runtime/shape.hpp"
+
+namespace qload::formats {
+
+struct CatalogFile {
+  std::string path;                             // as opened (inside the model directory for sharded sources)
+  std::uint64_t size = 0;                       // bytes, at the time the header was validated
+  std::uint64_t data_offset = 0;                // where the tensor data region starts (after the header)
+  std::map<std::string, std::string> metadata;  // the file's own metadata (safetensors __metadata__)
+};
+
+struct TensorEntry {
+  std::string name;
+  std::uint32_t file = 0;    // index into Catalog::files
+  std::uint64_t offset = 0;  // absolute byte offset of the first byte in that file
+  std::uint64_t nbytes = 0;  // stored bytes (checked against dtype x shape)
+  DType dtype = DType::kU8;  // storage dtype
+  Shape shape;
+};
+
+struct Catalog {
+  std::string format;  // driver name, e.g. "safetensors"
+  std::string source;  // the path the user gave
+  std::vector<CatalogFile> files;
+  // Sorted by (file, offset): the order reads should follow. Zero-size tensors may share an
+  // offset with the next tensor; ties sort by nbytes, then name.
+  std::vector<TensorEntry> tensors;
+  std::string config_json;          // config.json text when present (else empty)
+  std::string quantization_config;  // its "quantization_config" object as JSON text, if any
+
+  // The tensor with this name, or nullptr. O(log n).
+  const TensorEntry* find(std::string_view name) const;
+  std::uint64_t total_tensor_bytes() const;
+
+  // Builds the name index; drivers call it once the tensors are final.
+  void index_names();
+
+ private:
+  std::map<std::string, std::size_t, std::less<>> by_name_;
+};
+
+}  // namespace qload::formats

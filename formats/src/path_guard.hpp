@@ -1,0 +1,33 @@
+// Keeps every file a checkpoint names inside its model directory. Shard names come from an
+// untrusted index, so they are checked lexically first (no absolute paths, no `..`), and the
+// joined path is then resolved, symlinks included, and must land inside an allowed root.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "qload/runtime/error.hpp"
+
+namespace qload::formats {
+
+struct ModelRoot {
+  std::filesystem::path dir;                   // the directory as the user named it
+  std::vector<std::filesystem::path> allowed;  // canonical directories files may resolve into
+};
+
+// The model directory and where its files may resolve to: the directory itself and, for a
+// Hugging Face cache snapshot (`<repo>/snapshots/<rev>/`, whose files are symlinks to
+// `../../blobs/<hash>`), that repository's `blobs/` directory.
+Result<ModelRoot> model_root(const std::filesystem::path& dir);
+
+// kCorrupt naming `source` and `tensor` when `name` is empty, absolute, has a `..`
+// component, or contains a backslash or a NUL byte.
+Status check_relative_name(std::string_view name, const std::string& source, std::string_view tensor);
+
+// `root.dir / name` as a string, after checking that the path resolves inside an allowed root
+// (kCorrupt otherwise). A missing file passes here and fails when it is opened.
+Result<std::string> resolve_inside(const ModelRoot& root, std::string_view name);
+
+}  // namespace qload::formats
