@@ -11,7 +11,7 @@ packages=(
   build-essential cmake ninja-build pkg-config   # toolchain
   liburing-dev libxxhash-dev libluajit-5.1-dev   # I/O, checksums, recipes
   nlohmann-json3-dev libcli11-dev libfmt-dev     # JSON, CLI parsing, formatting
-  catch2 xxhash clang-format                     # tests: Catch2 v2, xxhsum reference, style
+  catch2 xxhash clang-format python3             # tests: Catch2 v2, xxhsum reference, style, CLI checks
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -103,6 +103,7 @@ Result<FileDigest> digest_file(Reader& reader, FileId id, const DigestOptions& o
     while (next_hash < next_submit && ready[next_hash % slots]) {
       ready[next_hash % slots] = false;
       stream.update(chunk_span(next_hash));
+      if (options.on_bytes) options.on_bytes(next_hash * options.chunk_bytes, chunk_span(next_hash));
       ++next_hash;
     }
     const std::uint64_t before = next_submit;

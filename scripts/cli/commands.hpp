@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "qload/runtime/error.hpp"
+#include "qload/scripts/synth.hpp"
 
 namespace qload::cli {
 
@@ -27,6 +28,19 @@ struct SelfTestArgs {
   bool json = false;
 };
 int run_selftest(const SelfTestArgs& args);
+
+struct InspectArgs {
+  std::string path;
+  bool json = false;
+};
+int run_inspect(const InspectArgs& args);
+
+struct SynthArgs {
+  std::string out;
+  std::string dtype = "bf16";
+  scripts::SynthOptions options;
+};
+int run_synth(const SynthArgs& args);
 
 struct HashArgs {
   std::vector<std::string> paths;

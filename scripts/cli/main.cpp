@@ -21,9 +21,29 @@ int main(int argc, char** argv) {
   selftest->add_option("--bytes", selftest_args.bytes, "Size of the scratch file in bytes");
   selftest->add_flag("--json", selftest_args.json, "One JSON object on stdout");
 
+  qload::cli::InspectArgs inspect_args;
+  auto* inspect = app.add_subcommand("inspect", "Format, files, tensor table, metadata and quantization config");
+  inspect->add_option("path", inspect_args.path, "Checkpoint: directory, .safetensors file or index json")->required();
+  inspect->add_flag("--json", inspect_args.json, "One JSON object on stdout");
+
+  qload::cli::SynthArgs synth_args;
+  auto& so = synth_args.options;
+  auto* synth = app.add_subcommand("synth", "Write a deterministic llama-shaped checkpoint (tests, demos, benchmarks)");
+  synth->add_option("out", synth_args.out, "Output directory")->required();
+  synth->add_option("--layers", so.layers, "Decoder layers")->capture_default_str();
+  synth->add_option("--hidden", so.hidden, "Hidden size")->capture_default_str();
+  synth->add_option("--intermediate", so.intermediate, "MLP intermediate size")->capture_default_str();
+  synth->add_option("--vocab", so.vocab, "Vocabulary size")->capture_default_str();
+  synth->add_option("--heads", so.heads, "Attention heads")->capture_default_str();
+  synth->add_option("--kv-heads", so.kv_heads, "Key/value heads")->capture_default_str();
+  synth->add_option("--shards", so.shards, "Number of safetensors files")->capture_default_str();
+  synth->add_option("--dtype", synth_args.dtype, "bf16, f16 or f32")->capture_default_str();
+  synth->add_option("--seed", so.seed, "Seed of the deterministic values")->capture_default_str();
+
   qload::cli::HashArgs hash_args;
-  auto* hash = app.add_subcommand("hash", "XXH3-128 (= xxhsum -H2) and XXH3-64 (= xxhsum -H3) of files");
-  hash->add_option("files", hash_args.paths, "Files to hash")->required();
+  auto* hash = app.add_subcommand(
+      "hash", "Per-file XXH3-128 (= xxhsum -H2) and per-tensor XXH3-64 of checkpoints; file digests of other files");
+  hash->add_option("paths", hash_args.paths, "Checkpoints or files")->required();
   hash->add_option("--engine", hash_args.engine, "I/O engine: auto, uring or pread (also QLOAD_IO)");
   hash->add_flag("--json", hash_args.json, "One JSON object on stdout");
 
@@ -37,6 +57,8 @@ int main(int argc, char** argv) {
   if (show_version || *version) return qload::cli::run_version(version_args);
   if (*selftest) return qload::cli::run_selftest(selftest_args);
   if (*hash) return qload::cli::run_hash(hash_args);
+  if (*inspect) return qload::cli::run_inspect(inspect_args);
+  if (*synth) return qload::cli::run_synth(synth_args);
   std::fputs(app.help().c_str(), stdout);
   return 0;
 }

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -62,6 +63,9 @@ struct FileDigest {
 struct DigestOptions {
   std::size_t chunk_bytes = std::size_t{8} << 20;  // size of each read
   std::size_t chunks_in_flight = 8;                // reads outstanding (and buffers held)
+  // Called with each chunk in file order, right after it is hashed (e.g. to hash the tensors
+  // inside the file in the same pass). Bytes are valid only during the call.
+  std::function<void(std::uint64_t offset, std::span<const std::byte> bytes)> on_bytes;
 };
 
 // Reads file `id` through `reader` in chunks, several in flight, and hashes each chunk as

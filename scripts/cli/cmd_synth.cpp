@@ -1,0 +1,27 @@
+// `qload synth OUT [...]`: writes a deterministic llama-shaped checkpoint.
+#include <fmt/format.h>
+
+#include "commands.hpp"
+#include "qload/runtime/units.hpp"
+#include "qload/scripts/synth.hpp"
+
+namespace qload::cli {
+
+int run_synth(const SynthArgs& args) {
+  scripts::SynthOptions o = args.options;
+  if (args.dtype == "bf16")
+    o.dtype = DType::kBF16;
+  else if (args.dtype == "f16")
+    o.dtype = DType::kF16;
+  else if (args.dtype == "f32")
+    o.dtype = DType::kF32;
+  else
+    return report(Error(Errc::kInvalidArgument, fmt::format("--dtype {} is not one of bf16, f16, f32", args.dtype)));
+  auto result = scripts::synthesize(args.out, o);
+  if (!result) return report(result.error());
+  fmt::print("wrote {} tensors, {} in {} file(s) to {}\n", result->tensors, format_bytes(result->bytes), result->files,
+             escape_for_terminal(args.out));
+  return 0;
+}
+
+}  // namespace qload::cli

@@ -1,0 +1,169 @@
+#include "qload/scripts/synth.hpp"
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "qload/formats/safetensors_writer.hpp"
+#include "qload/runtime/shape.hpp"
+
+namespace qload::scripts {
+namespace {
+
+struct SynthTensor {
+  std::string name;
+  Shape shape;
+};
+
+std::vector<SynthTensor> llama_tensors(const SynthOptions& o) {
+  const std::uint64_t h = o.hidden, i = o.intermediate, kv = std::uint64_t{o.hidden} / o.heads * o.kv_heads;
+  std::vector<SynthTensor> out{{"model.embed_tokens.weight", Shape{o.vocab, h}}};
+  for (std::uint32_t l = 0; l < o.layers; ++l) {
+    const std::string p = fmt::format("model.layers.{}.", l);
+    out.push_back({p + "input_layernorm.weight", Shape{h}});
+    out.push_back({p + "self_attn.q_proj.weight", Shape{h, h}});
+    out.push_back({p + "self_attn.k_proj.weight", Shape{kv, h}});
+    out.push_back({p + "self_attn.v_proj.weight", Shape{kv, h}});
+    out.push_back({p + "self_attn.o_proj.weight", Shape{h, h}});
+    out.push_back({p + "post_attention_layernorm.weight", Shape{h}});
+    out.push_back({p + "mlp.gate_proj.weight", Shape{i, h}});
+    out.push_back({p + "mlp.up_proj.weight", Shape{i, h}});
+    out.push_back({p + "mlp.down_proj.weight", Shape{h, i}});
+  }
+  out.push_back({"model.norm.weight", Shape{h}});
+  out.push_back({"lm_head.weight", Shape{o.vocab, h}});
+  return out;
+}
+
+// splitmix64 of a counter: random access to a deterministic sequence.
+std::uint64_t mix(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// A finite float of magnitude in [2^-7, 2^-1) with random sign and mantissa, built directly as
+// bits of the target format (no conversion code, no NaN or Inf).
+void write_element(DType dtype, std::uint64_t r, std::byte* out) {
+  const std::uint32_t sign = r & 1, exp_offset = (r >> 1) % 6;
+  if (dtype == DType::kF32) {
+    const std::uint32_t bits = sign << 31 | (125 - exp_offset) << 23 | (static_cast<std::uint32_t>(r >> 8) & 0x7fffff);
+    std::memcpy(out, &bits, 4);
+  } else {
+    const std::uint16_t bits =
+        dtype == DType::kBF16 ? static_cast<std::uint16_t>(sign << 15 | (125 - exp_offset) << 7 | ((r >> 8) & 0x7f))
+                              : static_cast<std::uint16_t>(sign << 15 | (13 - exp_offset) << 10 | ((r >> 8) & 0x3ff));
+    std::memcpy(out, &bits, 2);
+  }
+}
+
+formats::TensorFill filler(DType dtype, std::uint64_t stream) {
+  const std::uint32_t size = dtype == DType::kF32 ? 4 : 2;
+  return [dtype, stream, size](std::uint64_t offset, std::span<std::byte> out) -> Status {
+    // Chunks start at multiples of the writer's chunk size, so they are element-aligned.
+    for (std::size_t k = 0; k + size <= out.size(); k += size)
+      write_element(dtype, mix(stream ^ mix((offset + k) / size)), out.data() + k);
+    return {};
+  };
+}
+
+std::string config_json(const SynthOptions& o) {
+  const nlohmann::json config = {
+      {"architectures", {"LlamaForCausalLM"}},
+      {"model_type", "llama"},
+      {"hidden_size", o.hidden},
+      {"intermediate_size", o.intermediate},
+      {"num_hidden_layers", o.layers},
+      {"num_attention_heads", o.heads},
+      {"num_key_value_heads", o.kv_heads},
+      {"vocab_size", o.vocab},
+      {"max_position_embeddings", 4096},
+      {"rms_norm_eps", 1e-5},
+      {"tie_word_embeddings", false},
+      {"torch_dtype", o.dtype == DType::kBF16  ? "bfloat16"
+                      : o.dtype == DType::kF16 ? "float16"
+                                               : "float32"},
+      {"qload_synth", {{"seed", o.seed}}},
+  };
+  return config.dump(2) + "\n";
+}
+
+Status write_text(const std::filesystem::path& path, const std::string& text) {
+  const std::filesystem::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) return fail(Error(Errc::kIo, "writing failed").with_file(tmp.string()));
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return fail(Error(Errc::kIo, "rename: " + ec.message()).with_file(path.string()));
+  return {};
+}
+
+}  // namespace
+
+Status validate(const SynthOptions& o) {
+  if (o.dtype != DType::kBF16 && o.dtype != DType::kF16 && o.dtype != DType::kF32)
+    return fail(Errc::kInvalidArgument, "synth dtype must be bf16, f16 or f32");
+  if (o.hidden == 0 || o.intermediate == 0 || o.vocab == 0 || o.heads == 0 || o.kv_heads == 0 || o.shards == 0)
+    return fail(Errc::kInvalidArgument, "synth sizes, heads and shards must be positive");
+  if (o.hidden % o.heads != 0 || o.heads % o.kv_heads != 0)
+    return fail(Errc::kInvalidArgument, fmt::format("hidden ({}) must divide by heads ({}), and heads by kv-heads ({})",
+                                                    o.hidden, o.heads, o.kv_heads));
+  if (o.shards > 2 * o.layers + 2)
+    return fail(Errc::kInvalidArgument, fmt::format("{} shards is more than the model has tensors to fill", o.shards));
+  return {};
+}
+
+Result<SynthReport> synthesize(const std::string& out, const SynthOptions& o) {
+  QLOAD_TRY(validate(o));
+  std::error_code ec;
+  std::filesystem::create_directories(out, ec);
+  if (ec) return fail(Error(Errc::kIo, "create directory: " + ec.message()).with_file(out));
+
+  const std::vector<SynthTensor> tensors = llama_tensors(o);
+  std::vector<formats::WriterTensor> all;
+  std::uint64_t total = 0;
+  for (std::size_t t = 0; t < tensors.size(); ++t) {
+    QLOAD_ASSIGN_OR_RETURN(const std::uint64_t bytes, tensors[t].shape.nbytes(o.dtype));
+    total += bytes;
+    all.push_back({tensors[t].name, o.dtype, tensors[t].shape, {}, filler(o.dtype, mix(o.seed) ^ t)});
+  }
+  // Shards split the tensors in order at (roughly) equal byte counts, as HF exports do.
+  SynthReport report{tensors.size(), total, o.shards};
+  nlohmann::json weight_map = nlohmann::json::object();
+  std::size_t next = 0;
+  std::uint64_t written = 0;
+  for (std::uint32_t s = 0; s < o.shards; ++s) {
+    const std::string name =
+        o.shards == 1 ? "model.safetensors" : fmt::format("model-{:05}-of-{:05}.safetensors", s + 1, o.shards);
+    const std::uint64_t target = total * (s + 1) / o.shards;
+    const std::size_t begin = next;
+    while (next < all.size() && (next == begin || written < target) && all.size() - next > o.shards - s - 1) {
+      written += *all[next].shape.nbytes(o.dtype);
+      weight_map[all[next].name] = name;
+      ++next;
+    }
+    if (s + 1 == o.shards)
+      for (; next < all.size(); ++next) weight_map[all[next].name] = name;
+    const std::span<const formats::WriterTensor> shard(all.data() + begin, next - begin);
+    QLOAD_TRY(formats::write_safetensors((std::filesystem::path(out) / name).string(), shard,
+                                         {.metadata = {{"format", "pt"}}}));
+  }
+  QLOAD_TRY(write_text(std::filesystem::path(out) / "config.json", config_json(o)));
+  if (o.shards > 1) {
+    const nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+    QLOAD_TRY(write_text(std::filesystem::path(out) / "model.safetensors.index.json", index.dump(2) + "\n"));
+  }
+  return report;
+}
+
+}  // namespace qload::scripts
