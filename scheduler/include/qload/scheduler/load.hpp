@@ -1,0 +1,74 @@
+// The C++ API a server embeds: open a source, plan, load, use the tensors, release.
+//
+//   auto catalog = scheduler::open_source("models/llama");      // formats::open_catalog
+//   auto plan = scheduler::make_plan(*catalog, options.plan);     // what goes where
+//   auto model = scheduler::load(*catalog, *plan, options);       // Result<Model>
+//   const DeviceTensor* w = model->find("lm_head.weight");
+//
+// A load returns a complete Model or an error: on error every descriptor, staging slot,
+// arena, mapping and thread is released before load() returns. See docs/embedding.md.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+
+#include "qload/formats/catalog.hpp"
+#include "qload/io/reader.hpp"
+#include "qload/runtime/error.hpp"
+#include "qload/runtime/log.hpp"
+#include "qload/runtime/trace.hpp"
+#include "qload/scheduler/model.hpp"
+#include "qload/scheduler/plan.hpp"
+#include "qload/scheduler/staging_pool.hpp"
+
+namespace qload::scheduler {
+
+struct LoadOptions {
+  PlanOptions plan;        // mode (read / mmap), device, alignment, chunking, direct path
+  StagingOptions staging;  // slot size and staging budget (read mode)
+  io::ReaderOptions io;    // engine, O_DIRECT, queue depth (read mode)
+  // Named budgets for the executor: reads handed to the I/O layer at once, and CPU tasks
+  // (verify, place) at once, which is also the number of worker threads; 0 workers means one
+  // per hardware thread.
+  std::uint32_t reads_in_flight = 8;
+  std::uint32_t cpu_workers = 0;
+  // Compute each tensor's XXH3-64 as its bytes pass (reported per tensor). Needed for
+  // expected digests; turning it off saves the hashing CPU time.
+  bool compute_digests = true;
+  // Digests recorded earlier (a lockfile): a tensor whose bytes hash differently fails the
+  // load with kChecksumMismatch naming file, tensor and offset; a name not in the catalog is
+  // kNotFound.
+  std::map<std::string, std::uint64_t, std::less<>> expected_xxh3_64;
+  // A staging pool to borrow instead of allocating one per load (a server loading several
+  // models reuses one pool). Not owned; it must not be used by anything else during the load.
+  StagingPool* staging_pool = nullptr;
+  TraceRecorder* trace = nullptr;  // not owned; lanes "read", "verify", "place"
+  Logger log;
+
+  // kInvalidArgument for a bad value or conflicting settings (never "last one wins").
+  Status validate() const;
+
+  // Applies the environment overrides (a getenv-like lookup, so tests need not touch the
+  // process environment): QLOAD_LOAD_MODE (read|mmap), QLOAD_STAGING_BYTES and
+  // QLOAD_SLOT_BYTES (bytes, or with a KiB/MiB/GiB suffix), QLOAD_READS_IN_FLIGHT,
+  // QLOAD_CPU_WORKERS, and the I/O layer's QLOAD_IO / QLOAD_IO_DEPTH. A variable that
+  // contradicts a value already set away from its default is an error, never "last one wins".
+  Status apply_environment(const std::function<const char*(const char*)>& env);
+};
+
+// Opens a checkpoint (file, directory or index json) with the format driver that recognises
+// it (formats::open_catalog).
+Result<formats::Catalog> open_source(const std::string& source);
+
+// Loads `catalog` as `plan` lays it out. Errors carry file / tensor / offset context:
+// kIo, kTruncated, kOutOfMemory..., kChecksumMismatch, kFileChanged (a file differs at the
+// end of the load from when it was opened).
+Result<Model> load(const formats::Catalog& catalog, const Plan& plan, const LoadOptions& options);
+// make_plan(catalog, options.plan), then load.
+Result<Model> load(const formats::Catalog& catalog, const LoadOptions& options);
+// open_source, then load.
+Result<Model> load_source(const std::string& source, const LoadOptions& options);
+
+}  // namespace qload::scheduler

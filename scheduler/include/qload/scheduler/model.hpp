@@ -1,0 +1,99 @@
+// A loaded model: every tensor by name, the memory it lives in, and the load report.
+//
+// Model owns the host arenas (read mode) or the file mappings (mmap mode) its tensors point
+// into; destroying it (or release()) frees them, so a DeviceTensor's pointer is valid exactly
+// as long as its Model. Move-only. Thread-safety: const methods may be called from any
+// number of threads at once.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "qload/io/reader.hpp"
+#include "qload/runtime/dtype.hpp"
+#include "qload/runtime/error.hpp"
+#include "qload/runtime/host_buffer.hpp"
+#include "qload/runtime/shape.hpp"
+#include "qload/scheduler/executor.hpp"
+#include "qload/scheduler/mapped_region.hpp"
+#include "qload/scheduler/plan.hpp"
+
+namespace qload::scheduler {
+
+struct DeviceTensor {
+  std::string name;
+  std::string device;               // "cpu"
+  const std::byte* data = nullptr;  // first byte; never dereference when nbytes == 0 (may be null)
+  bool writable = false;            // false in mmap mode: the pages are mapped read-only
+  DType dtype = DType::kU8;
+  Shape shape;
+  std::vector<std::int64_t> strides;  // in elements, row-major (empty for a scalar)
+  std::uint64_t nbytes = 0;
+
+  // The bytes, writable: null unless `writable`.
+  std::byte* mutable_data() const noexcept { return writable ? const_cast<std::byte*>(data) : nullptr; }
+  std::span<const std::byte> bytes() const noexcept { return {data, static_cast<std::size_t>(nbytes)}; }
+};
+
+struct TensorDigest {
+  std::string name;
+  std::uint64_t xxh3_64 = 0;  // of the tensor's stored bytes (equals `xxhsum -H3` of them)
+};
+
+struct LoadReport {
+  LoadMode mode = LoadMode::kRead;
+  std::string engine;  // "io_uring", "pread" or "mmap"
+  std::uint64_t tensors = 0;
+  std::uint64_t tensor_bytes = 0;    // bytes of tensor data delivered
+  std::uint64_t read_bytes = 0;      // bytes read from files (tensors, small gaps, alignment)
+  std::uint64_t chunks = 0;          // read requests
+  std::uint64_t direct_tensors = 0;  // tensors read straight into the arena
+  double seconds = 0;                // the whole load: open, allocate, read, verify, place, check
+  double gb_per_s = 0;               // tensor_bytes / seconds / 1e9
+  std::uint64_t staging_budget_bytes = 0;
+  std::uint64_t peak_staging_bytes = 0;  // most staging bytes leased at once during this load
+  std::vector<StageStats> stages;        // busy seconds per stage ("read", "verify", "place")
+  std::vector<ResourceStats> resources;
+  std::vector<TensorDigest> digests;  // per tensor in catalog order; empty if digests were off
+  io::ReaderStats io;
+
+  // A few human-readable lines.
+  std::string summary() const;
+};
+
+class Model {
+ public:
+  struct Parts {
+    std::vector<HostBuffer> arenas;
+    std::vector<MappedRegion> mappings;
+    std::vector<DeviceTensor> tensors;  // catalog order
+    LoadReport report;
+  };
+
+  Model() = default;
+  explicit Model(Parts parts);
+  Model(Model&&) noexcept = default;
+  Model& operator=(Model&&) noexcept = default;
+
+  // Every tensor, in catalog (file) order.
+  std::span<const DeviceTensor> tensors() const noexcept { return parts_.tensors; }
+  std::size_t size() const noexcept { return parts_.tensors.size(); }
+  // The tensor called `name`, or null. O(log n).
+  const DeviceTensor* find(std::string_view name) const;
+  // Like find, but kNotFound naming the tensor.
+  Result<const DeviceTensor*> get(std::string_view name) const;
+  const LoadReport& report() const noexcept { return parts_.report; }
+
+  // Frees the arenas and mappings now; every pointer into them becomes invalid.
+  void release() noexcept;
+
+ private:
+  Parts parts_;
+  std::vector<std::uint32_t> by_name_;  // tensor indices sorted by name
+};
+
+}  // namespace qload::scheduler

@@ -1,0 +1,112 @@
+// The plan: what goes where, decided before any byte is read.
+//
+// Read mode: every tensor gets an aligned offset in one host arena per device (only "cpu"
+// today), sized up front, and the file bytes are cut into read chunks that coalesce
+// neighbouring tensors in file order into reads of up to chunk_bytes. A tensor that fits in a
+// chunk is never split (its digest is one hash, its chunk independent of the others); a larger
+// one spans several chunks. Tensors of at least direct_min_bytes skip staging and are read
+// straight into their arena slot (see docs/scheduler.md for when that pays).
+//
+// Mmap mode: every file with tensor bytes gets one read-only mapping covering exactly the
+// validated tensor bytes (its start rounded down to a page), and tensors point into it.
+//
+// All arithmetic is overflow-checked: offsets and sizes come from untrusted headers.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "qload/formats/catalog.hpp"
+#include "qload/runtime/error.hpp"
+
+namespace qload::scheduler {
+
+enum class LoadMode : std::uint8_t {
+  kRead,  // read (io_uring / pread) through the staging pool into owned host arenas
+  kMmap,  // zero-copy: tensors point into read-only mappings of the files (cpu only)
+};
+std::string_view load_mode_name(LoadMode mode) noexcept;
+
+struct PlanOptions {
+  LoadMode mode = LoadMode::kRead;
+  std::string device = "cpu";            // the destination device (only "cpu" for now)
+  std::uint64_t tensor_alignment = 256;  // each tensor's arena offset is a multiple (power of two)
+  // Largest coalesced read; must fit a staging slot. 16 MiB: see StagingOptions.
+  std::uint64_t chunk_bytes = std::uint64_t{16} << 20;
+  // Neighbouring tensors separated by at most this many unused file bytes share a read
+  // (reading a small gap is cheaper than another request).
+  std::uint64_t max_gap_bytes = std::uint64_t{64} << 10;
+  // Reads start on a multiple of this (when the chunk still fits), so O_DIRECT can take the
+  // body of the read into a page-aligned slot. A power of two; 1 disables.
+  std::uint64_t read_alignment = 4096;
+  // Tensors of at least this many bytes are read straight into the arena, skipping the
+  // staging copy; 0 disables the direct path. 1 MiB: on these 2-core machines the staging
+  // copy halves warm-cache throughput, and at 1 MiB a read's fixed cost is already small;
+  // smaller tensors still coalesce into large staged reads (docs/scheduler.md).
+  std::uint64_t direct_min_bytes = std::uint64_t{1} << 20;
+  // Budget for one device arena (read mode); 0 means the host's physical memory. A plan over
+  // budget fails with kOutOfMemory before anything is allocated or read.
+  std::uint64_t max_arena_bytes = 0;
+
+  Status validate() const;
+};
+
+// Where one tensor lands: `region` indexes Plan::arenas (read mode) or Plan::mappings (mmap
+// mode), `offset` is the byte offset of its first byte in that region. A zero-byte tensor in
+// mmap mode has no region (kNoRegion): it needs no bytes.
+inline constexpr std::uint32_t kNoRegion = 0xffffffffu;
+struct TensorPlacement {
+  std::uint32_t region = 0;
+  std::uint64_t offset = 0;
+  bool direct = false;  // read mode: read straight into the arena, not through staging
+};
+
+struct ArenaPlan {
+  std::string device;
+  std::uint64_t bytes = 0;      // exact: the end of the last tensor placed in it
+  std::uint64_t alignment = 0;  // the arena's own start alignment (>= tensor_alignment)
+};
+
+struct MappingPlan {
+  std::uint32_t file = 0;
+  std::uint64_t offset = 0;  // page-aligned file offset where the mapping starts
+  std::uint64_t bytes = 0;   // up to the end of the last tensor byte (never past it)
+};
+
+// A slice of one tensor carried by a chunk.
+struct ChunkPiece {
+  std::uint32_t tensor = 0;         // index into catalog.tensors
+  std::uint64_t chunk_offset = 0;   // where the slice starts in the chunk's read
+  std::uint64_t tensor_offset = 0;  // where the slice starts in the tensor
+  std::uint64_t bytes = 0;
+};
+
+// One read request: bytes [file_offset, file_offset + bytes) of `file`.
+struct ReadChunk {
+  std::uint32_t file = 0;
+  std::uint64_t file_offset = 0;
+  std::uint64_t bytes = 0;
+  bool direct = false;             // lands in the arena (one piece of one tensor), not in staging
+  std::vector<ChunkPiece> pieces;  // in file order
+};
+
+struct Plan {
+  LoadMode mode = LoadMode::kRead;
+  std::vector<ArenaPlan> arenas;             // read mode: one per device
+  std::vector<MappingPlan> mappings;         // mmap mode: one per file holding tensor bytes
+  std::vector<TensorPlacement> tensors;      // parallel to catalog.tensors
+  std::vector<ReadChunk> chunks;             // read mode, in file order
+  std::uint64_t tensor_bytes = 0;            // sum of tensor sizes
+  std::uint64_t read_bytes = 0;              // sum of chunk sizes (tensors + gaps + alignment)
+  std::uint64_t max_staged_chunk_bytes = 0;  // largest chunk that goes through staging
+  std::uint32_t direct_tensors = 0;
+};
+
+// Plans loading `catalog`. Errors: kInvalidArgument (options), kUnsupported (device),
+// kOverflow (offset + size, arena size), kOutOfMemory (arena over max_arena_bytes), kTruncated (a tensor past its
+// file's validated end), kCorrupt (bytes inconsistent with dtype x shape, unknown file index); each names the tensor
+// and file.
+Result<Plan> make_plan(const formats::Catalog& catalog, const PlanOptions& options);
+
+}  // namespace qload::scheduler

@@ -1,0 +1,93 @@
+// The public load entry points: option checks, then the read or mmap path.
+#include "qload/scheduler/load.hpp"
+
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "load_internal.hpp"
+#include "tensor_digests.hpp"
+
+namespace qload::scheduler {
+
+Status LoadOptions::validate() const {
+  QLOAD_TRY(plan.validate());
+  if (reads_in_flight == 0) return fail(Errc::kInvalidArgument, "reads_in_flight must be at least 1");
+  if (!compute_digests && !expected_xxh3_64.empty())
+    return fail(Errc::kInvalidArgument, "expected digests were given but compute_digests is off");
+  if (plan.mode == LoadMode::kMmap) return {};
+  QLOAD_TRY(staging.validate());
+  const std::uint64_t slot = staging_pool != nullptr ? staging_pool->slot_bytes() : staging.slot_bytes;
+  if (plan.chunk_bytes > slot)
+    return fail(Errc::kInvalidArgument,
+                fmt::format("chunk size {} exceeds the staging slot size {}: a chunk is read into one slot",
+                            plan.chunk_bytes, slot));
+  return {};
+}
+
+Result<Model> load(const formats::Catalog& catalog, const Plan& plan, const LoadOptions& options) {
+  const detail::LoadClock::time_point begin = detail::LoadClock::now();
+  QLOAD_TRY(options.validate());
+  if (plan.tensors.size() != catalog.tensors.size())
+    return fail(Errc::kInvalidArgument, fmt::format("the plan has {} tensors, the catalog {}: made for another catalog",
+                                                    plan.tensors.size(), catalog.tensors.size()));
+  QLOAD_ASSIGN_OR_RETURN(const detail::ExpectedDigests expected, detail::expected_digests(catalog, options));
+  if (plan.mode == LoadMode::kMmap) return detail::load_mmap(catalog, plan, options, expected, begin);
+  return detail::load_read(catalog, plan, options, expected, begin);
+}
+
+Result<Model> load(const formats::Catalog& catalog, const LoadOptions& options) {
+  QLOAD_ASSIGN_OR_RETURN(const Plan plan, make_plan(catalog, options.plan));
+  return load(catalog, plan, options);
+}
+
+namespace detail {
+
+std::uint32_t cpu_workers(const LoadOptions& options) {
+  if (options.cpu_workers != 0) return options.cpu_workers;
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+Status check_catalog_size(const formats::CatalogFile& file, std::uint64_t size_now) {
+  if (size_now == file.size) return {};
+  return fail(
+      Error(Errc::kFileChanged, fmt::format("file is {} bytes now, {} when its header was read", size_now, file.size))
+          .with_file(file.path));
+}
+
+std::vector<DeviceTensor> describe_tensors(const formats::Catalog& catalog, const Plan& plan,
+                                           const std::vector<const std::byte*>& regions, bool writable) {
+  std::vector<DeviceTensor> out;
+  out.reserve(catalog.tensors.size());
+  for (std::size_t i = 0; i < catalog.tensors.size(); ++i) {
+    const formats::TensorEntry& t = catalog.tensors[i];
+    const TensorPlacement& p = plan.tensors[i];
+    out.push_back(DeviceTensor{.name = t.name,
+                               .device = "cpu",
+                               .data = p.region == kNoRegion ? nullptr : regions[p.region] + p.offset,
+                               .writable = writable,
+                               .dtype = t.dtype,
+                               .shape = t.shape,
+                               .strides = t.shape.contiguous_strides(),
+                               .nbytes = t.nbytes});
+  }
+  return out;
+}
+
+void fill_report(LoadReport& report, const formats::Catalog& catalog, const Plan& plan,
+                 const std::vector<std::uint64_t>& digests, const ExecutionStats& stats, LoadClock::time_point begin) {
+  report.mode = plan.mode;
+  report.tensors = catalog.tensors.size();
+  report.tensor_bytes = plan.tensor_bytes;
+  report.read_bytes = plan.mode == LoadMode::kRead ? plan.read_bytes : 0;
+  report.chunks = plan.chunks.size();
+  report.direct_tensors = plan.direct_tensors;
+  report.stages = stats.stages;
+  report.resources = stats.resources;
+  for (std::size_t i = 0; i < digests.size(); ++i) report.digests.push_back({catalog.tensors[i].name, digests[i]});
+  report.seconds = std::chrono::duration<double>(LoadClock::now() - begin).count();
+  report.gb_per_s = report.seconds > 0 ? static_cast<double>(report.tensor_bytes) / report.seconds / 1e9 : 0;
+}
+
+}  // namespace detail
+}  // namespace qload::scheduler

@@ -1,0 +1,55 @@
+#include "qload/scheduler/model.hpp"
+
+#include <algorithm>
+#include <numeric>
+
+#include <fmt/format.h>
+
+namespace qload::scheduler {
+
+Model::Model(Parts parts) : parts_(std::move(parts)) {
+  by_name_.resize(parts_.tensors.size());
+  std::iota(by_name_.begin(), by_name_.end(), 0u);
+  std::stable_sort(by_name_.begin(), by_name_.end(),
+                   [&](std::uint32_t a, std::uint32_t b) { return parts_.tensors[a].name < parts_.tensors[b].name; });
+}
+
+const DeviceTensor* Model::find(std::string_view name) const {
+  auto it = std::lower_bound(by_name_.begin(), by_name_.end(), name,
+                             [&](std::uint32_t i, std::string_view n) { return parts_.tensors[i].name < n; });
+  if (it == by_name_.end() || parts_.tensors[*it].name != name) return nullptr;
+  return &parts_.tensors[*it];
+}
+
+Result<const DeviceTensor*> Model::get(std::string_view name) const {
+  if (const DeviceTensor* t = find(name)) return t;
+  return fail(Error(Errc::kNotFound, "no such tensor in the loaded model").with_tensor(std::string(name)));
+}
+
+void Model::release() noexcept {
+  parts_ = Parts{};
+  by_name_.clear();
+}
+
+namespace {
+std::string human_bytes(std::uint64_t bytes) {
+  if (bytes < 10240) return fmt::format("{} B", bytes);
+  if (bytes < (std::uint64_t{10} << 20)) return fmt::format("{:.1f} KiB", static_cast<double>(bytes) / 1024);
+  if (bytes < (std::uint64_t{10} << 30)) return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20));
+  return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / (1 << 30));
+}
+}  // namespace
+
+std::string LoadReport::summary() const {
+  std::string out = fmt::format("{} tensors, {} in {:.3f} s ({:.2f} GB/s, {} mode, {})\n", tensors,
+                                human_bytes(tensor_bytes), seconds, gb_per_s, load_mode_name(mode), engine);
+  if (mode == LoadMode::kRead)
+    out += fmt::format("read {} in {} chunks ({} tensors direct); staging peak {} of {}\n", human_bytes(read_bytes),
+                       chunks, direct_tensors, human_bytes(peak_staging_bytes), human_bytes(staging_budget_bytes));
+  for (const StageStats& s : stages)
+    out += fmt::format("  {:<8} {:>6} tasks  busy {:.3f} s  task time {:.3f} s\n", s.lane, s.tasks, s.busy_seconds,
+                       s.task_seconds);
+  return out;
+}
+
+}  // namespace qload::scheduler

@@ -1,0 +1,175 @@
+// Plan arithmetic: tensor validation, arena layout, read chunking, mmap ranges. Every sum and
+// rounding is overflow-checked because offsets and sizes come from untrusted headers.
+#include "qload/scheduler/plan.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "chunker.hpp"
+#include "qload/io/reader.hpp"
+
+namespace qload::scheduler {
+namespace {
+
+Result<std::uint64_t> align_up(std::uint64_t value, std::uint64_t alignment) {
+  QLOAD_ASSIGN_OR_RETURN(const std::uint64_t bumped, checked_add(value, alignment - 1));
+  return bumped & ~(alignment - 1);
+}
+
+Error tensor_error(const formats::Catalog& catalog, const formats::TensorEntry& t, Errc code, std::string message) {
+  std::string path = t.file < catalog.files.size() ? catalog.files[t.file].path : std::string();
+  return Error(code, std::move(message)).with_offset(t.offset).with_tensor(t.name).with_file(std::move(path));
+}
+
+// The tensor's bytes lie inside its file's validated size and agree with dtype x shape.
+Status validate_tensor(const formats::Catalog& catalog, const formats::TensorEntry& t) {
+  if (t.file >= catalog.files.size())
+    return fail(tensor_error(catalog, t, Errc::kCorrupt,
+                             fmt::format("file index {} is outside the {} files", t.file, catalog.files.size())));
+  auto end = checked_add(t.offset, t.nbytes);
+  if (!end)
+    return fail(
+        tensor_error(catalog, t, Errc::kOverflow, fmt::format("offset {} + {} bytes overflows", t.offset, t.nbytes)));
+  const std::uint64_t file_size = catalog.files[t.file].size;
+  if (*end > file_size)
+    return fail(tensor_error(catalog, t, Errc::kTruncated,
+                             fmt::format("tensor ends at byte {}, past the file's {} bytes", *end, file_size)));
+  auto expected = t.shape.nbytes(t.dtype);
+  if (!expected) return fail(tensor_error(catalog, t, expected.error().code(), expected.error().message()));
+  if (*expected != t.nbytes)
+    return fail(tensor_error(catalog, t, Errc::kCorrupt,
+                             fmt::format("{} bytes stored, but {} {} needs {}", t.nbytes, dtype_name(t.dtype),
+                                         t.shape.to_string(), *expected)));
+  return {};
+}
+
+std::uint64_t physical_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page = ::sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return UINT64_MAX;
+  return static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page);
+}
+
+// Tensor indices in file order (the catalog promises it; sorting again costs nothing and
+// keeps a hand-built catalog honest).
+std::vector<std::uint32_t> file_order(const formats::Catalog& catalog) {
+  std::vector<std::uint32_t> order(catalog.tensors.size());
+  std::iota(order.begin(), order.end(), 0u);
+  std::stable_sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) {
+    const auto& x = catalog.tensors[a];
+    const auto& y = catalog.tensors[b];
+    return std::tie(x.file, x.offset) < std::tie(y.file, y.offset);
+  });
+  return order;
+}
+
+// Arena layout: each tensor at the next multiple of the alignment, in file order, so reads
+// and copies walk the arena forwards. The arena is exactly as long as the last tensor's end.
+Status place_in_arena(const formats::Catalog& catalog, const std::vector<std::uint32_t>& order,
+                      const PlanOptions& options, Plan& plan) {
+  std::uint64_t cursor = 0;
+  for (const std::uint32_t i : order) {
+    const formats::TensorEntry& t = catalog.tensors[i];
+    auto offset = align_up(cursor, options.tensor_alignment);
+    auto end = offset ? checked_add(*offset, t.nbytes) : offset;
+    if (!end)
+      return fail(tensor_error(catalog, t, Errc::kOverflow,
+                               fmt::format("the {} arena would exceed 2^64 bytes", options.device)));
+    const bool direct = options.direct_min_bytes > 0 && t.nbytes >= options.direct_min_bytes;
+    plan.tensors[i] = TensorPlacement{.region = 0, .offset = *offset, .direct = direct};
+    plan.direct_tensors += direct ? 1 : 0;
+    cursor = *end;
+  }
+  const std::uint64_t budget = options.max_arena_bytes != 0 ? options.max_arena_bytes : physical_memory_bytes();
+  if (cursor > budget)
+    return fail(Errc::kOutOfMemory, fmt::format("the {} arena needs {} bytes, over its budget of {} bytes",
+                                                options.device, cursor, budget));
+  plan.arenas.push_back(ArenaPlan{
+      .device = options.device, .bytes = cursor, .alignment = std::max<std::uint64_t>(options.tensor_alignment, 4096)});
+  return {};
+}
+
+// One mapping per file: from the page holding its first tensor byte to its last tensor byte.
+// Zero-byte tensors need no bytes and get no region.
+void plan_mappings(const formats::Catalog& catalog, const std::vector<std::uint32_t>& order, Plan& plan) {
+  const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+  std::vector<std::uint32_t> members;
+  auto flush = [&] {
+    if (members.empty()) return;
+    const formats::TensorEntry& first = catalog.tensors[members.front()];
+    const std::uint64_t start = first.offset / page * page;
+    std::uint64_t end = 0;  // offset + nbytes of each was checked by validate_tensor
+    for (const std::uint32_t i : members) end = std::max(end, catalog.tensors[i].offset + catalog.tensors[i].nbytes);
+    const auto region = static_cast<std::uint32_t>(plan.mappings.size());
+    plan.mappings.push_back(MappingPlan{.file = first.file, .offset = start, .bytes = end - start});
+    for (const std::uint32_t i : members)
+      plan.tensors[i] = TensorPlacement{.region = region, .offset = catalog.tensors[i].offset - start};
+    members.clear();
+  };
+  for (const std::uint32_t i : order) {
+    const formats::TensorEntry& t = catalog.tensors[i];
+    if (t.nbytes == 0) {
+      plan.tensors[i] = TensorPlacement{.region = kNoRegion, .offset = 0};
+      continue;
+    }
+    if (!members.empty() && catalog.tensors[members.front()].file != t.file) flush();
+    members.push_back(i);
+  }
+  flush();
+}
+
+}  // namespace
+
+std::string_view load_mode_name(LoadMode mode) noexcept {
+  switch (mode) {
+    case LoadMode::kRead: return "read";
+    case LoadMode::kMmap: return "mmap";
+  }
+  return "?";
+}
+
+Status PlanOptions::validate() const {
+  if (device != "cpu")
+    return fail(Errc::kUnsupported, fmt::format("device '{}' is not supported yet (only \"cpu\")", device));
+  if (!std::has_single_bit(tensor_alignment))
+    return fail(Errc::kInvalidArgument, fmt::format("tensor alignment {} is not a power of two", tensor_alignment));
+  if (!std::has_single_bit(read_alignment))
+    return fail(Errc::kInvalidArgument, fmt::format("read alignment {} is not a power of two", read_alignment));
+  if (chunk_bytes == 0 || chunk_bytes > io::kMaxReadBytes)
+    return fail(Errc::kInvalidArgument, fmt::format("chunk size {} is outside 1..{}", chunk_bytes, io::kMaxReadBytes));
+  return {};
+}
+
+Result<Plan> make_plan(const formats::Catalog& catalog, const PlanOptions& options) {
+  QLOAD_TRY(options.validate());
+  if (catalog.tensors.size() >= kNoRegion)
+    return fail(Errc::kUnsupported, fmt::format("{} tensors is too many", catalog.tensors.size()));
+  Plan plan;
+  plan.mode = options.mode;
+  plan.tensors.resize(catalog.tensors.size());
+  for (const formats::TensorEntry& t : catalog.tensors) {
+    QLOAD_TRY(validate_tensor(catalog, t));
+    auto sum = checked_add(plan.tensor_bytes, t.nbytes);
+    if (!sum) return fail(tensor_error(catalog, t, Errc::kOverflow, "total tensor bytes exceed 2^64"));
+    plan.tensor_bytes = *sum;
+  }
+  const std::vector<std::uint32_t> order = file_order(catalog);
+  if (options.mode == LoadMode::kMmap) {
+    plan_mappings(catalog, order, plan);
+    return plan;
+  }
+  QLOAD_TRY(place_in_arena(catalog, order, options, plan));
+  plan.chunks = detail::make_chunks(catalog, order, plan.tensors, options);
+  for (const ReadChunk& c : plan.chunks) {
+    plan.read_bytes += c.bytes;  // at most tensor_bytes plus one gap and alignment per chunk
+    if (!c.direct) plan.max_staged_chunk_bytes = std::max(plan.max_staged_chunk_bytes, c.bytes);
+  }
+  return plan;
+}
+
+}  // namespace qload::scheduler

@@ -1,0 +1,203 @@
+// Loading synthetic checkpoints: every tensor's bytes equal the file's, with both I/O engines
+// and mmap mode, random chunk and slot sizes, tensors larger than a slot, zero-size tensors
+// and scalars; the staging budget is never exceeded; the report and trace say what happened.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+
+#include "io/io_test_support.hpp"
+#include "qload/formats/driver.hpp"
+#include "qload/formats/safetensors_writer.hpp"
+#include "qload/io/digest.hpp"
+#include "qload/scheduler/load.hpp"
+#include "scheduler/scheduler_test_support.hpp"
+
+using namespace qload;
+using namespace qload::scheduler;
+using namespace qload::testing;
+
+namespace {
+
+// Random chunking and staging within what the options allow.
+LoadOptions random_options(std::mt19937_64& rng) {
+  LoadOptions o;
+  o.staging.slot_bytes = 4096 * (1 + rng() % 64);  // 4 KiB .. 256 KiB
+  o.staging.total_bytes = o.staging.slot_bytes * (1 + rng() % 6);
+  o.plan.chunk_bytes = 1 + rng() % o.staging.slot_bytes;
+  o.plan.max_gap_bytes = rng() % 80000;
+  o.plan.tensor_alignment = std::uint64_t{1} << (rng() % 10);
+  o.plan.direct_min_bytes = rng() % 3 == 0 ? 0 : 1 + rng() % 300000;
+  o.reads_in_flight = 1 + static_cast<std::uint32_t>(rng() % 8);
+  o.cpu_workers = 1 + static_cast<std::uint32_t>(rng() % 3);
+  return o;
+}
+
+void check_model(const SyntheticCheckpoint& ckpt, const Model& model, const LoadOptions& options) {
+  REQUIRE(model.size() == ckpt.catalog.tensors.size());
+  const LoadReport& report = model.report();
+  CHECK(report.tensors == ckpt.catalog.tensors.size());
+  REQUIRE(report.digests.size() == ckpt.catalog.tensors.size());
+  for (std::size_t i = 0; i < ckpt.catalog.tensors.size(); ++i) {
+    const formats::TensorEntry& entry = ckpt.catalog.tensors[i];
+    const DeviceTensor* t = model.find(entry.name);
+    REQUIRE(t != nullptr);
+    CHECK(t->nbytes == entry.nbytes);
+    CHECK(t->dtype == entry.dtype);
+    CHECK(t->shape == entry.shape);
+    CHECK(t->strides == entry.shape.contiguous_strides());
+    CHECK(t->device == "cpu");
+    const auto expected = ckpt.tensor_bytes(i);
+    if (entry.nbytes > 0) {
+      REQUIRE(t->data != nullptr);
+      INFO("tensor " << entry.name << " of " << entry.nbytes << " bytes");
+      CHECK(std::memcmp(t->data, expected.data(), expected.size()) == 0);
+    }
+    if (options.plan.mode == LoadMode::kRead)
+      CHECK(reinterpret_cast<std::uintptr_t>(t->data) % options.plan.tensor_alignment == 0);
+    CHECK(report.digests[i].name == entry.name);
+    CHECK(report.digests[i].xxh3_64 == io::xxh3_64(expected));
+  }
+  CHECK(report.peak_staging_bytes <= options.staging.total_bytes);
+}
+
+}  // namespace
+
+TEST_CASE("load: every tensor's bytes equal the file's, with each engine, random chunks and slots",
+          "[scheduler][load]") {
+  for (const EngineCase& c : engine_cases()) {
+    for (std::uint64_t seed = 1; seed <= 12; ++seed) {
+      DYNAMIC_SECTION(c.label() << " seed " << seed) {
+        SyntheticCheckpoint ckpt;
+        make_synthetic(ckpt, seed * 7 + static_cast<std::uint64_t>(c.engine), {.large_bytes = 400000});
+        std::mt19937_64 rng(seed);
+        LoadOptions options = random_options(rng);
+        options.io.engine = c.engine;
+        options.io.direct = c.direct;
+        const int fds_before = open_fd_count();
+        {
+          auto model = load(ckpt.catalog, options);
+          INFO("chunk " << options.plan.chunk_bytes << ", slot " << options.staging.slot_bytes);
+          REQUIRE(model);
+          check_model(ckpt, *model, options);
+          CHECK(model->report().engine == io::engine_name(c.engine));
+          for (const DeviceTensor& t : model->tensors()) CHECK(t.writable);
+        }
+        CHECK(open_fd_count() == fds_before);
+      }
+    }
+  }
+}
+
+TEST_CASE("load: mmap mode points into read-only mappings with the file's bytes", "[scheduler][load][mmap]") {
+  for (std::uint64_t seed = 1; seed <= 12; ++seed) {
+    SyntheticCheckpoint ckpt;
+    make_synthetic(ckpt, seed * 3);
+    LoadOptions options;
+    options.plan.mode = LoadMode::kMmap;
+    const int fds_before = open_fd_count();
+    auto model = load(ckpt.catalog, options);
+    REQUIRE(model);
+    check_model(ckpt, *model, options);
+    CHECK(model->report().engine == "mmap");
+    for (const DeviceTensor& t : model->tensors()) {
+      CHECK(!t.writable);
+      CHECK(t.mutable_data() == nullptr);
+    }
+    CHECK(open_fd_count() == fds_before);  // the mappings outlive their descriptors
+  }
+}
+
+TEST_CASE("load: a small staging budget is never exceeded, however many chunks", "[scheduler][load]") {
+  SyntheticCheckpoint ckpt;
+  make_synthetic(ckpt, 99, {.files_max = 1, .tensors_max = 200, .large_bytes = 100000});
+  auto pool = StagingPool::create({.slot_bytes = 16384, .total_bytes = 3 * 16384});
+  REQUIRE(pool);
+  for (const EngineCase& c : engine_cases()) {
+    DYNAMIC_SECTION(c.label()) {
+      LoadOptions options;
+      options.io.engine = c.engine;
+      options.staging_pool = &*pool;
+      options.plan.chunk_bytes = 16384;
+      options.plan.direct_min_bytes = 0;
+      options.reads_in_flight = 8;  // more than slots: staging is the limit
+      auto model = load(ckpt.catalog, options);
+      REQUIRE(model);
+      CHECK(model->report().chunks > 50);
+      CHECK(pool->peak_leased_bytes() <= pool->capacity_bytes());
+      CHECK(pool->peak_leased_bytes() == pool->capacity_bytes());  // the budget really was the limit
+      CHECK(model->report().peak_staging_bytes == pool->peak_leased_bytes());
+      CHECK(pool->leased_bytes() == 0);
+      for (const ResourceStats& r : model->report().resources) CHECK(r.peak <= r.capacity);
+    }
+  }
+}
+
+TEST_CASE("load: the report has per-stage busy time and the trace has read, verify and place lanes",
+          "[scheduler][load]") {
+  SyntheticCheckpoint ckpt;
+  make_synthetic(ckpt, 5, {.files_max = 2, .tensors_max = 40, .large_bytes = 2 << 20});
+  TraceRecorder trace;
+  LoadOptions options;
+  options.trace = &trace;
+  options.plan.direct_min_bytes = 1 << 20;
+  auto model = load(ckpt.catalog, options);
+  REQUIRE(model);
+  const LoadReport& r = model->report();
+  CHECK(r.seconds > 0);
+  CHECK(r.gb_per_s > 0);
+  CHECK(r.read_bytes >= r.tensor_bytes);
+  std::vector<std::string> lanes;
+  for (const StageStats& s : r.stages) {
+    lanes.push_back(s.lane);
+    CHECK(s.busy_seconds > 0);
+    CHECK(s.busy_seconds <= r.seconds);
+    CHECK(s.task_seconds >= s.busy_seconds * 0.999);
+  }
+  CHECK(lanes == std::vector<std::string>{"read", "place", "verify"});
+  const std::string json = trace.to_json();
+  for (const char* lane : {"\"read\"", "\"verify\"", "\"place\""}) CHECK_THAT(json, Catch::Contains(lane));
+  CHECK_THAT(r.summary(), Catch::Contains("GB/s"));
+}
+
+TEST_CASE("load: with digests off nothing is hashed and nothing is reported", "[scheduler][load]") {
+  SyntheticCheckpoint ckpt;
+  make_synthetic(ckpt, 8);
+  for (const LoadMode mode : {LoadMode::kRead, LoadMode::kMmap}) {
+    LoadOptions options;
+    options.plan.mode = mode;
+    options.compute_digests = false;
+    auto model = load(ckpt.catalog, options);
+    REQUIRE(model);
+    CHECK(model->report().digests.empty());
+    for (const StageStats& s : model->report().stages) CHECK(s.lane != "verify");
+    for (std::size_t i = 0; i < ckpt.catalog.tensors.size(); ++i)
+      if (ckpt.catalog.tensors[i].nbytes > 0)
+        CHECK(std::memcmp(model->tensors()[i].data, ckpt.tensor_bytes(i).data(), ckpt.catalog.tensors[i].nbytes) == 0);
+  }
+}
+
+TEST_CASE("load: a safetensors file end to end, through open_source and by name", "[scheduler][load]") {
+  ScratchDir dir;
+  const std::vector<float> values{1.5f, -2.0f, 3.25f, 0.0f, 42.0f, -0.5f};
+  const std::vector<std::byte> big = random_bytes(3 << 20, 77);
+  std::vector<formats::WriterTensor> tensors{
+      {.name = "w", .dtype = DType::kF32, .shape = Shape{2, 3}, .bytes = std::as_bytes(std::span(values))},
+      {.name = "big", .dtype = DType::kU8, .shape = Shape{big.size()}, .bytes = big},
+      {.name = "empty", .dtype = DType::kF32, .shape = Shape{0}, .bytes = {}}};
+  REQUIRE(formats::write_safetensors(dir.file("model.safetensors"), tensors));
+  for (const LoadMode mode : {LoadMode::kRead, LoadMode::kMmap}) {
+    LoadOptions options;
+    options.plan.mode = mode;
+    options.plan.direct_min_bytes = 1 << 20;
+    auto model = load_source(dir.file("model.safetensors"), options);
+    REQUIRE(model);
+    auto w = model->get("w");
+    REQUIRE(w);
+    CHECK((*w)->strides == std::vector<std::int64_t>{3, 1});
+    CHECK(std::memcmp((*w)->data, values.data(), 24) == 0);
+    CHECK(std::memcmp(model->find("big")->data, big.data(), big.size()) == 0);
+    CHECK(model->get("nope").error().code() == Errc::kNotFound);
+    model->release();
+    CHECK(model->size() == 0);
+  }
+}
