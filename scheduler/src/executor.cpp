@@ -217,6 +217,7 @@ void Run::finish(Completion c) {
     }
     return;
   }
+  if (options_.on_task_done) options_.on_task_done(node.spec.lane, node.spec.bytes);
   for (const TaskId d : node.dependents)
     if (--waiting_on_[d] == 0) make_ready(d);
 }

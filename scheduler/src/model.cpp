@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "qload/runtime/units.hpp"
+
 namespace qload::scheduler {
 
 Model::Model(Parts parts) : parts_(std::move(parts)) {
@@ -31,21 +33,12 @@ void Model::release() noexcept {
   by_name_.clear();
 }
 
-namespace {
-std::string human_bytes(std::uint64_t bytes) {
-  if (bytes < 10240) return fmt::format("{} B", bytes);
-  if (bytes < (std::uint64_t{10} << 20)) return fmt::format("{:.1f} KiB", static_cast<double>(bytes) / 1024);
-  if (bytes < (std::uint64_t{10} << 30)) return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20));
-  return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / (1 << 30));
-}
-}  // namespace
-
 std::string LoadReport::summary() const {
   std::string out = fmt::format("{} tensors, {} in {:.3f} s ({:.2f} GB/s, {} mode, {})\n", tensors,
-                                human_bytes(tensor_bytes), seconds, gb_per_s, load_mode_name(mode), engine);
+                                format_bytes(tensor_bytes), seconds, gb_per_s, load_mode_name(mode), engine);
   if (mode == LoadMode::kRead)
-    out += fmt::format("read {} in {} chunks ({} tensors direct); staging peak {} of {}\n", human_bytes(read_bytes),
-                       chunks, direct_tensors, human_bytes(peak_staging_bytes), human_bytes(staging_budget_bytes));
+    out += fmt::format("read {} in {} chunks ({} tensors direct); staging peak {} of {}\n", format_bytes(read_bytes),
+                       chunks, direct_tensors, format_bytes(peak_staging_bytes), format_bytes(staging_budget_bytes));
   for (const StageStats& s : stages)
     out += fmt::format("  {:<8} {:>6} tasks  busy {:.3f} s  task time {:.3f} s\n", s.lane, s.tasks, s.busy_seconds,
                        s.task_seconds);

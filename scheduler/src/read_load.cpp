@@ -41,6 +41,17 @@ Result<std::unique_ptr<io::Reader>> open_reader(const formats::Catalog& catalog,
   return reader;
 }
 
+// Turns finished "read" tasks into LoadOptions::progress calls.
+std::function<void(std::string_view, std::uint64_t)> progress_reporter(const LoadOptions& options, const Plan& plan) {
+  if (!options.progress) return {};
+  return [progress = options.progress, total = plan.read_bytes, done = std::uint64_t{0}](std::string_view lane,
+                                                                                         std::uint64_t bytes) mutable {
+    if (lane != "read") return;
+    done += bytes;
+    progress(done, total);
+  };
+}
+
 }  // namespace
 
 Result<Model> load_read(const formats::Catalog& catalog, const Plan& plan, const LoadOptions& options,
@@ -68,8 +79,10 @@ Result<Model> load_read(const formats::Catalog& catalog, const Plan& plan, const
   QLOAD_ASSIGN_OR_RETURN(TaskGraph graph, build_read_graph(state, {.reads_in_flight = options.reads_in_flight,
                                                                    .cpu_workers = workers,
                                                                    .compute_digests = options.compute_digests}));
-  QLOAD_ASSIGN_OR_RETURN(const ExecutionStats stats,
-                         execute(graph, reader.get(), {.cpu_threads = workers, .trace = options.trace}));
+  QLOAD_ASSIGN_OR_RETURN(
+      const ExecutionStats stats,
+      execute(graph, reader.get(),
+              {.cpu_threads = workers, .trace = options.trace, .on_task_done = progress_reporter(options, plan)}));
   for (io::FileId id = 0; id < reader->file_count(); ++id) QLOAD_TRY(reader->file(id).check_unchanged());
 
   Model::Parts parts;

@@ -42,6 +42,16 @@ struct SynthArgs {
 };
 int run_synth(const SynthArgs& args);
 
+struct LoadArgs {
+  std::string path;    // checkpoint or recipe (.lua)
+  std::string device;  // empty: the recipe's, else cpu
+  bool json = false;
+  bool mmap = false;
+  std::string trace;
+  std::string dump;
+};
+int run_load(const LoadArgs& args);
+
 struct HashArgs {
   std::vector<std::string> paths;
   std::string engine = "auto";

@@ -40,6 +40,16 @@ int main(int argc, char** argv) {
   synth->add_option("--dtype", synth_args.dtype, "bf16, f16 or f32")->capture_default_str();
   synth->add_option("--seed", so.seed, "Seed of the deterministic values")->capture_default_str();
 
+  qload::cli::LoadArgs load_args;
+  auto* load = app.add_subcommand("load", "Load a checkpoint (or run a recipe) and report how it went");
+  load->add_option("path", load_args.path, "Checkpoint (directory, .safetensors, index json) or recipe (.lua)")
+      ->required();
+  load->add_option("--device", load_args.device, "Destination device (cpu)");
+  load->add_flag("--json", load_args.json, "One JSON object on stdout instead of the summary");
+  load->add_flag("--mmap", load_args.mmap, "Zero-copy: tensors point into read-only file mappings");
+  load->add_option("--trace", load_args.trace, "Write a Chrome trace (Perfetto) of the load to this file");
+  load->add_option("--dump", load_args.dump, "Write what was loaded to DIR/<device>.safetensors");
+
   qload::cli::HashArgs hash_args;
   auto* hash = app.add_subcommand(
       "hash", "Per-file XXH3-128 (= xxhsum -H2) and per-tensor XXH3-64 of checkpoints; file digests of other files");
@@ -59,6 +69,7 @@ int main(int argc, char** argv) {
   if (*hash) return qload::cli::run_hash(hash_args);
   if (*inspect) return qload::cli::run_inspect(inspect_args);
   if (*synth) return qload::cli::run_synth(synth_args);
+  if (*load) return qload::cli::run_load(load_args);
   std::fputs(app.help().c_str(), stdout);
   return 0;
 }

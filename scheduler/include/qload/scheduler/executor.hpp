@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,9 @@ struct ExecutorOptions {
   // of one lane get numbered sub-lanes so events on a lane never overlap), each resource a
   // counter. Not owned; may be null.
   TraceRecorder* trace = nullptr;
+  // Called on the executor's own thread after each task succeeds, with its lane and bytes
+  // (progress bars, stats). Must be quick: the scheduling loop waits for it.
+  std::function<void(std::string_view lane, std::uint64_t bytes)> on_task_done;
 };
 
 struct StageStats {

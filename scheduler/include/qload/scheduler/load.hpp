@@ -45,6 +45,9 @@ struct LoadOptions {
   // models reuses one pool). Not owned; it must not be used by anything else during the load.
   StagingPool* staging_pool = nullptr;
   TraceRecorder* trace = nullptr;  // not owned; lanes "read", "verify", "place"
+  // Progress: called with bytes read from files so far and the total to read (read mode),
+  // on the loading thread, after each read. Must be quick.
+  std::function<void(std::uint64_t done_bytes, std::uint64_t total_bytes)> progress;
   Logger log;
 
   // kInvalidArgument for a bad value or conflicting settings (never "last one wins").

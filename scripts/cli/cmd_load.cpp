@@ -1,0 +1,150 @@
+// `qload load PATH|RECIPE.lua`: runs a load and reports it; optionally traces it and dumps
+// what was loaded as safetensors so other tools can check the bytes.
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "commands.hpp"
+#include "progress_bar.hpp"
+#include "qload/formats/safetensors_writer.hpp"
+#include "qload/io/reader.hpp"
+#include "qload/runtime/trace.hpp"
+#include "qload/runtime/units.hpp"
+#include "qload/scheduler/load.hpp"
+#include "qload/scripts/recipe.hpp"
+
+namespace qload::cli {
+namespace {
+
+std::uint64_t peak_rss_bytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<std::uint64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+// What to load and how, from the command line or a recipe (a recipe's settings are the
+// defaults; a flag given on the command line that contradicts it is an error).
+struct LoadRequest {
+  std::string source;
+  std::string device = "cpu";
+  scheduler::LoadOptions options;
+};
+
+Status apply_recipe_io(const scripts::RecipeIo& io, scheduler::LoadOptions& o) {
+  if (io.engine) {
+    QLOAD_ASSIGN_OR_RETURN(o.io.engine, io::parse_engine(*io.engine));
+  }
+  if (io.direct) {
+    if (*io.direct == "auto")
+      o.io.direct = io::DirectMode::kAuto;
+    else if (*io.direct == "on")
+      o.io.direct = io::DirectMode::kOn;
+    else if (*io.direct == "off")
+      o.io.direct = io::DirectMode::kOff;
+    else
+      return fail(Errc::kInvalidArgument, fmt::format("io.direct '{}' is not auto, on or off", *io.direct));
+  }
+  if (io.queue_depth) o.io.queue_depth = o.reads_in_flight = *io.queue_depth;
+  if (io.chunk_bytes) o.plan.chunk_bytes = o.staging.slot_bytes = *io.chunk_bytes;
+  if (io.staging_bytes) o.staging.total_bytes = *io.staging_bytes;
+  return {};
+}
+
+Result<LoadRequest> build_request(const LoadArgs& args) {
+  LoadRequest req;
+  req.source = args.path;
+  std::string device = args.device;
+  if (args.path.ends_with(".lua")) {
+    QLOAD_ASSIGN_OR_RETURN(const scripts::Recipe recipe, scripts::load_recipe(args.path));
+    req.source = recipe.source;
+    if (recipe.devices.size() != 1)
+      return fail(
+          Error(Errc::kUnsupported, "loading to several devices arrives with the GPU path").with_file(args.path));
+    if (!device.empty() && device != recipe.devices.front())
+      return fail(Error(Errc::kInvalidArgument,
+                        fmt::format("--device {} contradicts the recipe's device {}", device, recipe.devices.front()))
+                      .with_file(args.path));
+    device = recipe.devices.front();
+    QLOAD_TRY(apply_recipe_io(recipe.io, req.options));
+  }
+  req.device = device.empty() ? "cpu" : device;
+  if (req.device != "cpu")
+    return fail(Errc::kUnsupported, fmt::format("device '{}': this version of qload loads to cpu only", req.device));
+  if (args.mmap) req.options.plan.mode = scheduler::LoadMode::kMmap;
+  QLOAD_TRY(req.options.apply_environment(std::getenv));
+  req.options.log = Logger::to_stderr(LogLevel::kWarn);
+  return req;
+}
+
+Status dump(const scheduler::Model& model, const std::string& dir, const std::string& device) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return fail(Error(Errc::kIo, "create directory: " + ec.message()).with_file(dir));
+  std::vector<formats::WriterTensor> tensors;
+  for (const scheduler::DeviceTensor& t : model.tensors()) tensors.push_back({t.name, t.dtype, t.shape, t.bytes(), {}});
+  return formats::write_safetensors((std::filesystem::path(dir) / (device + ".safetensors")).string(), tensors,
+                                    {.metadata = {{"written_by", "qload load --dump"}}});
+}
+
+nlohmann::json report_json(const scheduler::LoadReport& r, const std::string& device, std::uint64_t rss) {
+  nlohmann::json stages = nlohmann::json::array();
+  for (const auto& s : r.stages)
+    stages.push_back({{"stage", s.lane},
+                      {"tasks", s.tasks},
+                      {"bytes", s.bytes},
+                      {"busy_seconds", s.busy_seconds},
+                      {"task_seconds", s.task_seconds}});
+  return {{"schema", "qload.load/1"},
+          {"device", device},
+          {"mode", std::string(scheduler::load_mode_name(r.mode))},
+          {"engine", r.engine},
+          {"tensors", r.tensors},
+          {"bytes", r.tensor_bytes},
+          {"read_bytes", r.read_bytes},
+          {"chunks", r.chunks},
+          {"seconds", r.seconds},
+          {"gbps", r.gb_per_s},
+          {"peak_rss_bytes", rss},
+          {"staging_budget_bytes", r.staging_budget_bytes},
+          {"peak_staging_bytes", r.peak_staging_bytes},
+          {"stages", stages}};
+}
+
+}  // namespace
+
+int run_load(const LoadArgs& args) {
+  auto req = build_request(args);
+  if (!req) return report(req.error());
+  TraceRecorder trace;
+  if (!args.trace.empty()) req->options.trace = &trace;
+  ProgressBar bar(!args.json && ::isatty(STDERR_FILENO));
+  req->options.progress = [&bar](std::uint64_t done, std::uint64_t total) { bar.update(done, total); };
+
+  auto model = scheduler::load_source(req->source, req->options);
+  bar.finish();
+  if (!model) return report(model.error());
+  if (!args.trace.empty())
+    if (Status s = trace.write(args.trace); !s) return report(s.error());
+  if (!args.dump.empty())
+    if (Status s = dump(*model, args.dump, req->device); !s) return report(s.error());
+
+  const scheduler::LoadReport& r = model->report();
+  const std::uint64_t rss = peak_rss_bytes();
+  if (args.json) {
+    fmt::print("{}\n", report_json(r, req->device, rss).dump(2));
+  } else {
+    fmt::print("{}", r.summary());
+    fmt::print("peak RSS {}\n", format_bytes(rss));
+    // The stable line operators grep for.
+    fmt::print("qload: loaded {} ({} tensors) in {:.2f} s ({:.2f} GB/s) to {}; peak RSS {}\n",
+               format_bytes(r.tensor_bytes), r.tensors, r.seconds, r.gb_per_s, req->device, format_bytes(rss));
+  }
+  return 0;
+}
+
+}  // namespace qload::cli
