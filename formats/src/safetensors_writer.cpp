@@ -8,8 +8,8 @@
 
 #include "file_io.hpp"
 #include "header_length.hpp"
+#include "qload/runtime/utf8.hpp"
 #include "temp_file.hpp"
-#include "utf8.hpp"
 
 namespace qload::formats {
 namespace {

@@ -9,7 +9,7 @@
 
 #include "json_cursor.hpp"
 #include "located_error.hpp"
-#include "utf8.hpp"
+#include "qload/runtime/utf8.hpp"
 
 namespace qload::formats {
 namespace {

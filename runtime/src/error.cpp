@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "qload/runtime/utf8.hpp"
+
 namespace qload {
 
 std::string_view errc_name(Errc code) noexcept {
@@ -94,37 +96,6 @@ std::optional<std::uint64_t> Error::offset() const {
     if (f.offset) return f.offset;
   return std::nullopt;
 }
-
-namespace {
-
-// Length of the well-formed UTF-8 sequence at the start of `text` (RFC 3629: no overlong
-// forms, no surrogates, nothing above U+10FFFF), or 0 if it is not one.
-std::size_t utf8_sequence_length(std::string_view text) {
-  const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(text[i]); };
-  const unsigned char c = byte(0);
-  if (c < 0x80) return 1;
-  std::size_t len = 0;
-  unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
-  if (c >= 0xC2 && c <= 0xDF) {
-    len = 2;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    len = 3;
-    if (c == 0xE0) lo = 0xA0;  // overlong
-    if (c == 0xED) hi = 0x9F;  // surrogates
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    len = 4;
-    if (c == 0xF0) lo = 0x90;  // overlong
-    if (c == 0xF4) hi = 0x8F;  // above U+10FFFF
-  } else {
-    return 0;
-  }
-  if (text.size() < len || byte(1) < lo || byte(1) > hi) return 0;
-  for (std::size_t k = 2; k < len; ++k)
-    if ((byte(k) & 0xC0) != 0x80) return 0;
-  return len;
-}
-
-}  // namespace
 
 std::string escape_for_terminal(std::string_view text) {
   std::string out;

@@ -1,12 +1,12 @@
-#include "utf8.hpp"
+#include "qload/runtime/utf8.hpp"
 
-namespace qload::formats {
-namespace {
+namespace qload {
 
-// Length of the well-formed sequence starting at text[i], or 0.
-std::size_t sequence_length(std::string_view text, std::size_t i) noexcept {
+std::size_t utf8_sequence_length(std::string_view text) noexcept {
+  if (text.empty()) return 0;
   const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text[k]); };
-  const unsigned char c = byte(i);
+  const unsigned char c = byte(0);
+  if (c < 0x80) return 1;
   std::size_t len = 0;
   unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
   if (c >= 0xC2 && c <= 0xDF) {
@@ -22,14 +22,11 @@ std::size_t sequence_length(std::string_view text, std::size_t i) noexcept {
   } else {
     return 0;
   }
-  if (text.size() - i < len) return 0;
-  if (byte(i + 1) < lo || byte(i + 1) > hi) return 0;
+  if (text.size() < len || byte(1) < lo || byte(1) > hi) return 0;
   for (std::size_t k = 2; k < len; ++k)
-    if (byte(i + k) < 0x80 || byte(i + k) > 0xBF) return 0;
+    if ((byte(k) & 0xC0) != 0x80) return 0;
   return len;
 }
-
-}  // namespace
 
 std::optional<std::size_t> first_invalid_utf8(std::string_view text) noexcept {
   std::size_t i = 0;
@@ -38,11 +35,11 @@ std::optional<std::size_t> first_invalid_utf8(std::string_view text) noexcept {
       ++i;
       continue;
     }
-    const std::size_t len = sequence_length(text, i);
+    const std::size_t len = utf8_sequence_length(text.substr(i));
     if (len == 0) return i;
     i += len;
   }
   return std::nullopt;
 }
 
-}  // namespace qload::formats
+}  // namespace qload
