@@ -38,16 +38,6 @@ const std::map<std::string, Sample>& samples() {
   return all;
 }
 
-std::vector<std::byte> pread_range(const std::string& path, std::uint64_t offset, std::uint64_t n) {
-  std::vector<std::byte> out(n);
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  REQUIRE(fd >= 0);
-  const ssize_t got = ::pread(fd, out.data(), n, static_cast<off_t>(offset));
-  ::close(fd);
-  REQUIRE(got == static_cast<ssize_t>(n));
-  return out;
-}
-
 bool is_typed_rejection(Errc code) {
   return code == Errc::kCorrupt || code == Errc::kTruncated || code == Errc::kUnsupported || code == Errc::kOverflow ||
          code == Errc::kNotFound || code == Errc::kInvalidArgument;
@@ -80,7 +70,8 @@ TEST_CASE("every driver recognises, opens, lists and reads its own sample", "[fo
     for (std::size_t i = 0; i < sample->second.tensors.size(); ++i) {
       // Read a range through the catalog: the bytes are where it says.
       const formats::TensorEntry* t = catalog->find(sample->second.tensors[i].name);
-      CHECK(pread_range(catalog->files[t->file].path, t->offset, t->nbytes) == random_bytes(t->nbytes, sample_seed(i)));
+      CHECK(read_file_range(catalog->files[t->file].path, t->offset, t->nbytes) ==
+            random_bytes(t->nbytes, sample_seed(i)));
     }
     CHECK(std::is_sorted(catalog->tensors.begin(), catalog->tensors.end(), [](const auto& a, const auto& b) {
       return std::tie(a.file, a.offset) < std::tie(b.file, b.offset);

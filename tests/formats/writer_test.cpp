@@ -17,16 +17,6 @@ using formats::WriterTensor;
 
 namespace {
 
-std::vector<std::byte> read_range(const std::string& path, std::uint64_t offset, std::uint64_t n) {
-  std::vector<std::byte> out(n);
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  REQUIRE(fd >= 0);
-  const ssize_t got = ::pread(fd, out.data(), n, static_cast<off_t>(offset));
-  ::close(fd);
-  REQUIRE(got == static_cast<ssize_t>(n));
-  return out;
-}
-
 std::vector<std::string> dir_names(const ScratchDir& dir) {
   std::vector<std::string> names;
   for (const auto& e : std::filesystem::directory_iterator(dir.path())) names.push_back(e.path().filename().string());
@@ -86,7 +76,7 @@ TEST_CASE("writer output parses back to the same tensors, bytes and metadata", "
     CHECK(t.shape == want.tensor.shape);
     CHECK(t.offset == offset);
     CHECK(t.nbytes == want.bytes.size());
-    CHECK(read_range(path, t.offset, t.nbytes) == want.bytes);
+    CHECK(read_file_range(path, t.offset, t.nbytes) == want.bytes);
     offset += t.nbytes;
   }
   CHECK(offset == std::filesystem::file_size(path));
@@ -137,7 +127,7 @@ TEST_CASE("fill callbacks stream a tensor in chunks, never as one buffer", "[for
   const auto header = formats::read_safetensors_header(path);
   REQUIRE(header);
   REQUIRE(header->tensors.size() == 2);
-  CHECK(read_range(path, header->tensors[1].offset, expected.size()) == expected);
+  CHECK(read_file_range(path, header->tensors[1].offset, expected.size()) == expected);
 }
 
 TEST_CASE("a failed write leaves no output and no temp file, and keeps an existing file", "[formats][writer]") {
@@ -156,7 +146,7 @@ TEST_CASE("a failed write leaves no output and no temp file, and keeps an existi
   REQUIRE(status.error().offset().has_value());
   CHECK(*status.error().offset() > 8192);  // the file offset of the failed chunk
   CHECK(dir_names(dir) == std::vector<std::string>{"model.safetensors"});
-  CHECK(read_range(path, 0, 17) == bytes_of("previous contents"));
+  CHECK(read_file_range(path, 0, 17) == bytes_of("previous contents"));
 }
 
 TEST_CASE("the writer rejects what the parser would reject, before creating anything", "[formats][writer]") {

@@ -14,24 +14,7 @@
 using namespace qload;
 using namespace qload::testing;
 
-namespace {
-
-// The reference: read with one plain pread loop.
-std::vector<std::byte> plain_read(const std::string& path, std::uint64_t offset, std::size_t len) {
-  std::vector<std::byte> out(len);
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  REQUIRE(fd >= 0);
-  std::size_t done = 0;
-  while (done < len) {
-    const ssize_t n = ::pread(fd, out.data() + done, len - done, static_cast<off_t>(offset + done));
-    REQUIRE(n > 0);
-    done += static_cast<std::size_t>(n);
-  }
-  ::close(fd);
-  return out;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 TEST_CASE("random reads from both engines equal a plain pread", "[io][engines]") {
   ScratchDir dir;
@@ -57,7 +40,7 @@ TEST_CASE("random reads from both engines equal a plain pread", "[io][engines]")
         const io::ReadRequest req{id, offset, dest, static_cast<std::uint64_t>(i)};
         INFO("offset " << offset << " length " << len << " memory shift " << shift);
         REQUIRE(io::read_all(*reader, std::span(&req, 1)));
-        REQUIRE(std::memcmp(dest.data(), plain_read(path, offset, len).data(), len) == 0);
+        REQUIRE(std::memcmp(dest.data(), read_file_range(path, offset, len).data(), len) == 0);
       }
       const io::ReaderStats stats = reader->stats();
       if (c.direct == io::DirectMode::kAuto && reader->file(id).direct_fd() >= 0) {
@@ -203,7 +186,7 @@ TEST_CASE("a sparse file larger than 4 GiB reads right across the 4 GiB mark", "
         const io::ReadRequest req{id, off, buffer.span().subspan(0, len), 0};
         INFO("offset " << off);
         REQUIRE(io::read_all(*reader, std::span(&req, 1)));
-        REQUIRE(std::memcmp(buffer.data(), plain_read(path, off, len).data(), len) == 0);
+        REQUIRE(std::memcmp(buffer.data(), read_file_range(path, off, len).data(), len) == 0);
       }
     }
   }

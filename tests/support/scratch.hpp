@@ -63,6 +63,24 @@ inline void write_file(const std::string& path, const std::vector<std::byte>& by
   ::close(fd);
 }
 
+// The reference read for tests: bytes [offset, offset + n) of `path` by a plain pread loop.
+inline std::vector<std::byte> read_file_range(const std::string& path, std::uint64_t offset, std::uint64_t n) {
+  std::vector<std::byte> out(n);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw std::runtime_error("cannot open " + path);
+  std::size_t done = 0;
+  while (done < n) {
+    const ssize_t got = ::pread(fd, out.data() + done, n - done, static_cast<off_t>(offset + done));
+    if (got <= 0) {
+      ::close(fd);
+      throw std::runtime_error("short read of " + path);
+    }
+    done += static_cast<std::size_t>(got);
+  }
+  ::close(fd);
+  return out;
+}
+
 // Open descriptors of this process (entries of /proc/self/fd, less the one used to list it).
 inline int open_fd_count() {
   DIR* dir = ::opendir("/proc/self/fd");
