@@ -76,6 +76,7 @@ Result<LoadRequest> build_request(const LoadArgs& args) {
   if (req.device != "cpu")
     return fail(Errc::kUnsupported, fmt::format("device '{}': this version of qload loads to cpu only", req.device));
   if (args.mmap) req.options.plan.mode = scheduler::LoadMode::kMmap;
+  if (args.no_digests) req.options.compute_digests = false;
   QLOAD_TRY(req.options.apply_environment(std::getenv));
   req.options.log = Logger::to_stderr(LogLevel::kWarn);
   return req;

@@ -47,6 +47,7 @@ struct LoadArgs {
   std::string device;  // empty: the recipe's, else cpu
   bool json = false;
   bool mmap = false;
+  bool no_digests = false;  // skip the per-tensor XXH3-64 (saves a pass of hashing CPU)
   std::string trace;
   std::string dump;
 };

@@ -47,6 +47,8 @@ int main(int argc, char** argv) {
   load->add_option("--device", load_args.device, "Destination device (cpu)");
   load->add_flag("--json", load_args.json, "One JSON object on stdout instead of the summary");
   load->add_flag("--mmap", load_args.mmap, "Zero-copy: tensors point into read-only file mappings");
+  load->add_flag("--no-digests", load_args.no_digests,
+                 "Skip the per-tensor XXH3-64 digests (less CPU; nothing to check bytes against)");
   load->add_option("--trace", load_args.trace, "Write a Chrome trace (Perfetto) of the load to this file");
   load->add_option("--dump", load_args.dump, "Write what was loaded to DIR/<device>.safetensors");
 
