@@ -5,13 +5,19 @@
 # carry it:   QLOAD_STATIC=ON BUILD_DIR=build-static ./setup.sh
 # then, with the device tool: run `bench/gpu.sh build-static` carrying build-static.
 # Results go to $OUT (the device tool's output folder) or /tmp/qload-gpu.
+# SKIP="io_bench gpu_load_bench" leaves out the named steps: one device call may run for at
+# most 10 minutes, and gpu_load_bench alone (synthesizing ~12 GB, three rounds of cold and warm
+# loads and peers) takes several; its knobs (RUNS, KEEP, PEERS, ...) pass through the
+# environment, see bench/gpu_load_bench.sh.
 set -uo pipefail
 build=${1:-build-static}
 out=${OUT:-/tmp/qload-gpu}
 mkdir -p "$out"
 status=0
+here=$(cd "$(dirname "$0")" && pwd)
 step() {  # step NAME COMMAND...: runs, tees to $out/NAME.txt, remembers failure
   local name=$1; shift
+  case " ${SKIP:-} " in *" $name "*) echo "== $name: skipped (SKIP)"; return ;; esac
   echo "== $name: $*"
   "$@" 2>&1 | tee "$out/$name.txt"
   local rc=${PIPESTATUS[0]}
@@ -27,4 +33,10 @@ step selftest "$build/qload" selftest --dir /tmp
 if [ -x "$build/bench/qload_io_bench" ]; then
   step io_bench "$build/bench/qload_io_bench" --dir /tmp --json "$out/io_bench.json"
 fi
+if [ -x "$build/bench/qload_h2d_bench" ]; then
+  step h2d_bench "$build/bench/qload_h2d_bench" --json "$out/h2d_bench.json"
+fi
+# Its log, table included, is tee'd to $out/gpu_load_bench.txt by step; OUT is unset for it so
+# that it does not also write its table to that same file.
+step gpu_load_bench env -u OUT "$here/gpu_load_bench.sh" "$build" /tmp/qload-gpu-load-bench
 exit $status

@@ -103,10 +103,14 @@ std::vector<ReadChunk> make_chunks(const formats::Catalog& catalog, const std::v
       builder.add(i, t.offset, 0, t.nbytes);
       continue;
     }
-    // Larger than a chunk: spans fresh chunks; the last one stays open for what follows.
+    // Larger than a chunk: spans fresh chunks; the last one stays open for what follows. A
+    // tensor converted on load is cut at element boundaries so every piece converts alone
+    // (the room is always at least 33 bytes: PlanOptions asks 64-byte chunks for conversion).
+    const std::uint64_t unit = placements[i].dtype == t.dtype ? 1 : dtype_info(t.dtype).block_bytes;
     for (std::uint64_t done = 0; done < t.nbytes;) {
       builder.open(t.file, t.offset + done, t.nbytes - done);
-      const std::uint64_t n = std::min(builder.room(t.offset + done), t.nbytes - done);
+      std::uint64_t n = std::min(builder.room(t.offset + done), t.nbytes - done);
+      if (n < t.nbytes - done) n = n / unit * unit;
       builder.add(i, t.offset + done, done, n);
       done += n;
     }

@@ -13,6 +13,7 @@ namespace qload::scheduler {
 Status LoadOptions::validate() const {
   QLOAD_TRY(plan.validate());
   if (reads_in_flight == 0) return fail(Errc::kInvalidArgument, "reads_in_flight must be at least 1");
+  if (copy_lanes == 0 || copy_lanes > 64) return fail(Errc::kInvalidArgument, "copy_lanes must be 1 to 64");
   if (!compute_digests && !expected_xxh3_64.empty())
     return fail(Errc::kInvalidArgument, "expected digests were given but compute_digests is off");
   if (plan.mode == LoadMode::kMmap) return {};
@@ -62,14 +63,18 @@ std::vector<DeviceTensor> describe_tensors(const formats::Catalog& catalog, cons
   for (std::size_t i = 0; i < catalog.tensors.size(); ++i) {
     const formats::TensorEntry& t = catalog.tensors[i];
     const TensorPlacement& p = plan.tensors[i];
-    out.push_back(DeviceTensor{.name = t.name,
-                               .device = "cpu",
-                               .data = p.region == kNoRegion ? nullptr : regions[p.region] + p.offset,
-                               .writable = writable,
-                               .dtype = t.dtype,
-                               .shape = t.shape,
-                               .strides = t.shape.contiguous_strides(),
-                               .nbytes = t.nbytes});
+    // mmap regions are file mappings (always host); read-mode regions are the plan's arenas.
+    const bool host = plan.mode == LoadMode::kMmap || plan.arenas[p.region].device.is_cpu();
+    out.push_back(
+        DeviceTensor{.name = t.name,
+                     .device = plan.mode == LoadMode::kMmap ? "cpu" : plan.arenas[p.region].device.to_string(),
+                     .data = p.region == kNoRegion ? nullptr : regions[p.region] + p.offset,
+                     .writable = writable,
+                     .host = host,
+                     .dtype = p.dtype,
+                     .shape = t.shape,
+                     .strides = t.shape.contiguous_strides(),
+                     .nbytes = p.bytes});
   }
   return out;
 }
@@ -79,6 +84,8 @@ void fill_report(LoadReport& report, const formats::Catalog& catalog, const Plan
   report.mode = plan.mode;
   report.tensors = catalog.tensors.size();
   report.tensor_bytes = plan.tensor_bytes;
+  report.placed_bytes = plan.placed_bytes;
+  report.converted_tensors = plan.converted_tensors;
   report.read_bytes = plan.mode == LoadMode::kRead ? plan.read_bytes : 0;
   report.chunks = plan.chunks.size();
   report.direct_tensors = plan.direct_tensors;

@@ -1,10 +1,12 @@
 #include "qload/scheduler/model.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 
 #include <fmt/format.h>
 
+#include "qload/runtime/device.hpp"
 #include "qload/runtime/units.hpp"
 
 namespace qload::scheduler {
@@ -28,6 +30,22 @@ Result<const DeviceTensor*> Model::get(std::string_view name) const {
   return fail(Error(Errc::kNotFound, "no such tensor in the loaded model").with_tensor(std::string(name)));
 }
 
+Status Model::copy_to_host(const DeviceTensor& tensor, std::uint64_t offset, std::span<std::byte> out) const {
+  if (offset > tensor.nbytes || out.size() > tensor.nbytes - offset)
+    return fail(Error(Errc::kInvalidArgument,
+                      fmt::format("bytes [{}, +{}) are outside the tensor's {}", offset, out.size(), tensor.nbytes))
+                    .with_tensor(tensor.name));
+  if (out.empty()) return {};
+  if (tensor.host) {
+    std::memcpy(out.data(), tensor.data + offset, out.size());
+    return {};
+  }
+  QLOAD_ASSIGN_OR_RETURN(const Device device, parse_device(tensor.device));
+  Status copied = cuda::copy_to_host(out.data(), tensor.data + offset, out.size(), device.index);
+  if (!copied) return fail(std::move(copied).error().with_tensor(tensor.name));
+  return {};
+}
+
 void Model::release() noexcept {
   parts_ = Parts{};
   by_name_.clear();
@@ -36,6 +54,8 @@ void Model::release() noexcept {
 std::string LoadReport::summary() const {
   std::string out = fmt::format("{} tensors, {} in {:.3f} s ({:.2f} GB/s, {} mode, {})\n", tensors,
                                 format_bytes(tensor_bytes), seconds, gb_per_s, load_mode_name(mode), engine);
+  if (converted_tensors > 0)
+    out += fmt::format("converted {} tensors on load: {} placed\n", converted_tensors, format_bytes(placed_bytes));
   if (mode == LoadMode::kRead)
     out += fmt::format("read {} in {} chunks ({} tensors direct); staging peak {} of {}\n", format_bytes(read_bytes),
                        chunks, direct_tensors, format_bytes(peak_staging_bytes), format_bytes(staging_budget_bytes));

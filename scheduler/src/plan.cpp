@@ -11,6 +11,8 @@
 #include <fmt/format.h>
 
 #include "chunker.hpp"
+#include "placement.hpp"
+#include "qload/formats/convert.hpp"
 #include "qload/io/reader.hpp"
 
 namespace qload::scheduler {
@@ -68,29 +70,60 @@ std::vector<std::uint32_t> file_order(const formats::Catalog& catalog) {
   return order;
 }
 
-// Arena layout: each tensor at the next multiple of the alignment, in file order, so reads
-// and copies walk the arena forwards. The arena is exactly as long as the last tensor's end.
-Status place_in_arena(const formats::Catalog& catalog, const std::vector<std::uint32_t>& order,
-                      const PlanOptions& options, Plan& plan) {
-  std::uint64_t cursor = 0;
+bool is_float_policy_dtype(DType d) {
+  return d == DType::kF16 || d == DType::kBF16 || d == DType::kF32;
+}
+
+// The dtype a tensor is placed in: the policy's for floating tensors it can convert.
+DType placed_dtype(const formats::TensorEntry& t, const PlanOptions& options) {
+  if (options.dtype && is_float_policy_dtype(t.dtype)) return *options.dtype;
+  return t.dtype;
+}
+
+// Arena layout: each tensor at the next multiple of the alignment in its device's arena, in
+// file order, so reads and copies walk the arenas forwards. Each arena is exactly as long as
+// its last tensor's end.
+Status place_in_arenas(const formats::Catalog& catalog, const std::vector<std::uint32_t>& order,
+                       const PlanOptions& options, Plan& plan) {
+  const auto device_count = static_cast<std::uint32_t>(options.devices.size());
+  const std::vector<std::uint32_t> device_of = detail::assign_devices(catalog, order, options.placement, device_count);
+  std::vector<std::uint64_t> cursor(device_count, 0);
   for (const std::uint32_t i : order) {
     const formats::TensorEntry& t = catalog.tensors[i];
-    auto offset = align_up(cursor, options.tensor_alignment);
-    auto end = offset ? checked_add(*offset, t.nbytes) : offset;
+    const std::uint32_t d = device_of[i];
+    const DType dtype = placed_dtype(t, options);
+    // At most twice the stored bytes (f16 -> f32); a tensor's stored bytes are < 2^63 in any
+    // file that passed validation, so this cannot overflow.
+    const std::uint64_t bytes = dtype == t.dtype ? t.nbytes : formats::converted_bytes(t.nbytes, t.dtype, dtype);
+    auto offset = align_up(cursor[d], options.tensor_alignment);
+    auto end = offset ? checked_add(*offset, bytes) : offset;
     if (!end)
       return fail(tensor_error(catalog, t, Errc::kOverflow,
-                               fmt::format("the {} arena would exceed 2^64 bytes", options.device)));
-    const bool direct = options.direct_min_bytes > 0 && t.nbytes >= options.direct_min_bytes;
-    plan.tensors[i] = TensorPlacement{.region = 0, .offset = *offset, .direct = direct};
+                               fmt::format("the {} arena would exceed 2^64 bytes", options.devices[d].to_string())));
+    const bool direct = options.devices[d].is_cpu() && dtype == t.dtype && options.direct_min_bytes > 0 &&
+                        t.nbytes >= options.direct_min_bytes;
+    plan.tensors[i] = TensorPlacement{.region = d, .offset = *offset, .direct = direct, .dtype = dtype, .bytes = bytes};
     plan.direct_tensors += direct ? 1 : 0;
-    cursor = *end;
+    plan.converted_tensors += dtype != t.dtype ? 1 : 0;
+    auto placed = checked_add(plan.placed_bytes, bytes);
+    if (!placed) return fail(tensor_error(catalog, t, Errc::kOverflow, "total placed bytes exceed 2^64"));
+    plan.placed_bytes = *placed;
+    cursor[d] = *end;
   }
-  const std::uint64_t budget = options.max_arena_bytes != 0 ? options.max_arena_bytes : physical_memory_bytes();
-  if (cursor > budget)
-    return fail(Errc::kOutOfMemory, fmt::format("the {} arena needs {} bytes, over its budget of {} bytes",
-                                                options.device, cursor, budget));
-  plan.arenas.push_back(ArenaPlan{
-      .device = options.device, .bytes = cursor, .alignment = std::max<std::uint64_t>(options.tensor_alignment, 4096)});
+  std::uint64_t host_bytes = 0;
+  for (std::uint32_t d = 0; d < device_count; ++d) {
+    const std::string name = options.devices[d].to_string();
+    if (options.max_arena_bytes != 0 && cursor[d] > options.max_arena_bytes)
+      return fail(Errc::kOutOfMemory, fmt::format("the {} arena needs {} bytes, over its budget of {} bytes", name,
+                                                  cursor[d], options.max_arena_bytes));
+    if (options.devices[d].is_cpu()) host_bytes += cursor[d];
+    plan.arenas.push_back(ArenaPlan{.device = options.devices[d],
+                                    .bytes = cursor[d],
+                                    .alignment = std::max<std::uint64_t>(options.tensor_alignment, 4096)});
+  }
+  if (options.max_arena_bytes == 0 && host_bytes > physical_memory_bytes())
+    return fail(Errc::kOutOfMemory, fmt::format("the host arenas need {} bytes, more than the {} bytes of memory",
+                                                host_bytes, physical_memory_bytes()));
   return {};
 }
 
@@ -108,13 +141,16 @@ void plan_mappings(const formats::Catalog& catalog, const std::vector<std::uint3
     const auto region = static_cast<std::uint32_t>(plan.mappings.size());
     plan.mappings.push_back(MappingPlan{.file = first.file, .offset = start, .bytes = end - start});
     for (const std::uint32_t i : members)
-      plan.tensors[i] = TensorPlacement{.region = region, .offset = catalog.tensors[i].offset - start};
+      plan.tensors[i] = TensorPlacement{.region = region,
+                                        .offset = catalog.tensors[i].offset - start,
+                                        .dtype = catalog.tensors[i].dtype,
+                                        .bytes = catalog.tensors[i].nbytes};
     members.clear();
   };
   for (const std::uint32_t i : order) {
     const formats::TensorEntry& t = catalog.tensors[i];
     if (t.nbytes == 0) {
-      plan.tensors[i] = TensorPlacement{.region = kNoRegion, .offset = 0};
+      plan.tensors[i] = TensorPlacement{.region = kNoRegion, .offset = 0, .dtype = t.dtype, .bytes = 0};
       continue;
     }
     if (!members.empty() && catalog.tensors[members.front()].file != t.file) flush();
@@ -133,9 +169,35 @@ std::string_view load_mode_name(LoadMode mode) noexcept {
   return "?";
 }
 
+std::string_view placement_name(Placement placement) noexcept {
+  switch (placement) {
+    case Placement::kRoundRobin: return "round-robin";
+    case Placement::kByLayer: return "by-layer";
+  }
+  return "?";
+}
+
+Result<Placement> parse_placement(std::string_view text) {
+  if (text == "round-robin") return Placement::kRoundRobin;
+  if (text == "by-layer") return Placement::kByLayer;
+  return fail(Errc::kInvalidArgument, fmt::format("placement '{}' is not round-robin or by-layer", text));
+}
+
 Status PlanOptions::validate() const {
-  if (device != "cpu")
-    return fail(Errc::kUnsupported, fmt::format("device '{}' is not supported yet (only \"cpu\")", device));
+  if (devices.empty()) return fail(Errc::kInvalidArgument, "no destination device");
+  for (std::size_t i = 0; i < devices.size(); ++i)
+    for (std::size_t j = 0; j < i; ++j)
+      if (devices[i] == devices[j])
+        return fail(Errc::kInvalidArgument, fmt::format("device {} is listed twice", devices[i].to_string()));
+  if (mode == LoadMode::kMmap && (devices.size() != 1 || !devices.front().is_cpu()))
+    return fail(Errc::kUnsupported, "mmap mode maps files for one cpu device only");
+  if (mode == LoadMode::kMmap && dtype)
+    return fail(Errc::kInvalidArgument, "mmap mode cannot convert dtypes (the tensors are the file's bytes)");
+  if (dtype && !is_float_policy_dtype(*dtype))
+    return fail(Errc::kInvalidArgument,
+                fmt::format("dtype policy {}: only F16, BF16 and F32 are conversion targets", dtype_name(*dtype)));
+  if (dtype && chunk_bytes < 64)
+    return fail(Errc::kInvalidArgument, "chunks under 64 bytes cannot carry whole elements for conversion");
   if (!std::has_single_bit(tensor_alignment))
     return fail(Errc::kInvalidArgument, fmt::format("tensor alignment {} is not a power of two", tensor_alignment));
   if (!std::has_single_bit(read_alignment))
@@ -161,9 +223,10 @@ Result<Plan> make_plan(const formats::Catalog& catalog, const PlanOptions& optio
   const std::vector<std::uint32_t> order = file_order(catalog);
   if (options.mode == LoadMode::kMmap) {
     plan_mappings(catalog, order, plan);
+    plan.placed_bytes = plan.tensor_bytes;
     return plan;
   }
-  QLOAD_TRY(place_in_arena(catalog, order, options, plan));
+  QLOAD_TRY(place_in_arenas(catalog, order, options, plan));
   plan.chunks = detail::make_chunks(catalog, order, plan.tensors, options);
   for (const ReadChunk& c : plan.chunks) {
     plan.read_bytes += c.bytes;  // at most tensor_bytes plus one gap and alignment per chunk

@@ -1,6 +1,7 @@
 #include "read_graph.hpp"
 
 #include <cstring>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -12,7 +13,8 @@ Result<io::ReadRequest> prepare_read(ReadLoadState& s, std::uint32_t index) {
   std::byte* dest = nullptr;
   if (chunk.direct) {
     const ChunkPiece& piece = chunk.pieces.front();
-    dest = s.arena + s.plan.tensors[piece.tensor].offset + piece.tensor_offset;
+    const TensorPlacement& p = s.plan.tensors[piece.tensor];
+    dest = s.targets[p.region]->base() + p.offset + piece.tensor_offset;  // direct: host arenas only
   } else {
     s.leases[index] = s.pool.try_lease();
     // The executor's staging budget equals the pool's capacity, so this cannot happen.
@@ -27,14 +29,34 @@ Result<io::ReadRequest> prepare_read(ReadLoadState& s, std::uint32_t index) {
 // Where a piece's bytes are once its chunk has been read.
 const std::byte* piece_bytes(const ReadLoadState& s, std::uint32_t index, const ChunkPiece& piece) {
   const ReadChunk& chunk = s.plan.chunks[index];
-  if (chunk.direct) return s.arena + s.plan.tensors[piece.tensor].offset + piece.tensor_offset;
+  if (chunk.direct) {
+    const TensorPlacement& p = s.plan.tensors[piece.tensor];
+    return s.targets[p.region]->base() + p.offset + piece.tensor_offset;
+  }
   return s.leases[index].bytes().data() + piece.chunk_offset;
 }
 
-Status place_chunk(ReadLoadState& s, std::uint32_t index) {
-  for (const ChunkPiece& piece : s.plan.chunks[index].pieces)
-    std::memcpy(s.arena + s.plan.tensors[piece.tensor].offset + piece.tensor_offset, piece_bytes(s, index, piece),
-                static_cast<std::size_t>(piece.bytes));
+// Delivers the chunk's pieces bound for the arenas `wanted` accepts (host ones for `place`,
+// one GPU's for an `h2d` task).
+template <typename Wanted>
+Status deliver_chunk(ReadLoadState& s, std::uint32_t index, Wanted wanted) {
+  std::vector<std::vector<Delivery>> by_region(s.targets.size());
+  for (const ChunkPiece& piece : s.plan.chunks[index].pieces) {
+    const TensorPlacement& p = s.plan.tensors[piece.tensor];
+    if (!wanted(p.region)) continue;
+    const DType from = s.catalog.tensors[piece.tensor].dtype;
+    // A converted tensor is split at element boundaries (chunker), so this is exact.
+    const std::uint64_t placed_offset =
+        p.dtype == from ? piece.tensor_offset
+                        : piece.tensor_offset / dtype_info(from).block_bytes * dtype_info(p.dtype).block_bytes;
+    by_region[p.region].push_back(
+        Delivery{.stored = std::span(piece_bytes(s, index, piece), static_cast<std::size_t>(piece.bytes)),
+                 .arena_offset = p.offset + placed_offset,
+                 .from = from,
+                 .to = p.dtype});
+  }
+  for (std::size_t r = 0; r < by_region.size(); ++r)
+    if (!by_region[r].empty()) QLOAD_TRY(s.targets[r]->deliver(by_region[r]));
   return {};
 }
 
@@ -68,6 +90,46 @@ std::string chunk_name(const ReadLoadState& s, std::uint32_t index) {
   return fmt::format("chunk {} ({} tensors)", index, c.pieces.size());
 }
 
+struct DeliveryIds {
+  TaskId read;
+  HoldId slot;
+  ResourceId workers;
+  const std::vector<std::optional<ResourceId>>& lanes;
+};
+
+// The staged chunk's consumers besides verify: one `place` for its host pieces, one `h2d` per
+// GPU it feeds.
+void add_deliveries(TaskGraph& g, ReadLoadState& s, std::uint32_t i, const DeliveryIds& ids, const std::string& name,
+                    std::int64_t priority) {
+  std::vector<std::uint64_t> bytes(s.targets.size(), 0);
+  for (const ChunkPiece& p : s.plan.chunks[i].pieces) bytes[s.plan.tensors[p.tensor].region] += p.bytes;
+  auto add = [&](TaskSpec spec) {
+    const TaskId task = g.add(std::move(spec));
+    g.depends_on(task, ids.read);
+    g.add_hold_user(ids.slot, task);
+  };
+  std::uint64_t host_bytes = 0;
+  for (std::size_t r = 0; r < bytes.size(); ++r) host_bytes += s.targets[r]->on_host() ? bytes[r] : 0;
+  if (host_bytes > 0)
+    add({.lane = "place",
+         .name = name,
+         .priority = priority,
+         .bytes = host_bytes,
+         .work = CpuWork{[&s, i] {
+           return deliver_chunk(s, i, [&s](std::uint32_t r) { return s.targets[r]->on_host(); });
+         }},
+         .claims = {{ids.workers, 1}}});
+  for (std::uint32_t r = 0; r < bytes.size(); ++r) {
+    if (s.targets[r]->on_host() || bytes[r] == 0) continue;
+    add({.lane = "h2d",
+         .name = fmt::format("{} -> {}", name, s.plan.arenas[r].device.to_string()),
+         .priority = priority,
+         .bytes = bytes[r],
+         .work = CpuWork{[&s, i, r] { return deliver_chunk(s, i, [r](std::uint32_t region) { return region == r; }); }},
+         .claims = {{*ids.lanes[r], 1}}});
+  }
+}
+
 }  // namespace
 
 Result<TaskGraph> build_read_graph(ReadLoadState& s, const ReadBudgets& budgets) {
@@ -84,6 +146,10 @@ Result<TaskGraph> build_read_graph(ReadLoadState& s, const ReadBudgets& budgets)
   const ResourceId reads = g.add_resource("reads in flight", budgets.reads_in_flight);
   const ResourceId workers = g.add_resource("cpu workers", budgets.cpu_workers);
   const ResourceId staging = g.add_resource("staging bytes", s.pool.capacity_bytes());
+  std::vector<std::optional<ResourceId>> lanes(s.targets.size());  // per GPU arena
+  for (std::size_t r = 0; r < s.targets.size(); ++r)
+    if (!s.targets[r]->on_host())
+      lanes[r] = g.add_resource(s.plan.arenas[r].device.to_string() + " copy lanes", budgets.copy_lanes);
   std::vector<TaskId> last_verify(s.catalog.tensors.size());  // of each tensor's latest piece
   for (std::uint32_t i = 0; i < chunks.size(); ++i) {
     const ReadChunk& c = chunks[i];
@@ -100,14 +166,7 @@ Result<TaskGraph> build_read_graph(ReadLoadState& s, const ReadBudgets& budgets)
     std::optional<HoldId> slot;
     if (!c.direct) {
       slot = g.add_hold(read, {staging, s.pool.slot_bytes()}, [&s, i] { s.leases[i].reset(); });
-      const TaskId place = g.add({.lane = "place",
-                                  .name = name,
-                                  .priority = priority,
-                                  .bytes = payload,
-                                  .work = CpuWork{[&s, i] { return place_chunk(s, i); }},
-                                  .claims = {{workers, 1}}});
-      g.depends_on(place, read);
-      g.add_hold_user(*slot, place);
+      add_deliveries(g, s, i, {.read = read, .slot = *slot, .workers = workers, .lanes = lanes}, name, priority);
     }
     if (!budgets.compute_digests) continue;
     const TaskId verify = g.add({.lane = "verify",

@@ -1,9 +1,10 @@
-// Read mode: staging pool -> DAG (read, verify, place) -> one host arena.
+// Read mode: staging pool -> DAG (read, verify, place, h2d) -> one arena per device.
 #include <algorithm>
 #include <optional>
 
 #include <fmt/format.h>
 
+#include "arena_target.hpp"
 #include "load_internal.hpp"
 #include "qload/runtime/host_buffer.hpp"
 #include "qload/scheduler/executor.hpp"
@@ -11,8 +12,6 @@
 
 namespace qload::scheduler::detail {
 namespace {
-
-constexpr std::uint64_t kHugePage = std::uint64_t{2} << 20;
 
 // The pool this load needs within the budget: no more slots than staged chunks, and slots no
 // larger than the largest staged chunk (a small checkpoint does not map 256 MiB).
@@ -52,11 +51,49 @@ std::function<void(std::string_view, std::uint64_t)> progress_reporter(const Loa
   };
 }
 
+// Per arena: the most scratch one delivery to it needs for conversions (a GPU converts after
+// the copy, so the stored bytes land in scratch first), 16-byte aligned per piece.
+std::vector<std::uint64_t> conversion_scratch(const formats::Catalog& catalog, const Plan& plan) {
+  std::vector<std::uint64_t> most(plan.arenas.size(), 0);
+  std::vector<std::uint64_t> chunk(plan.arenas.size());
+  for (const ReadChunk& c : plan.chunks) {
+    std::ranges::fill(chunk, 0);
+    for (const ChunkPiece& p : c.pieces) {
+      const TensorPlacement& placed = plan.tensors[p.tensor];
+      if (placed.dtype != catalog.tensors[p.tensor].dtype) chunk[placed.region] += (p.bytes + 15) / 16 * 16;
+    }
+    for (std::size_t r = 0; r < most.size(); ++r) most[r] = std::max(most[r], chunk[r]);
+  }
+  return most;
+}
+
+// One target per plan arena.
+Result<std::vector<std::unique_ptr<ArenaTarget>>> make_targets(const formats::Catalog& catalog, const Plan& plan,
+                                                               const LoadOptions& options) {
+  const std::vector<std::uint64_t> scratch = conversion_scratch(catalog, plan);
+  std::vector<std::unique_ptr<ArenaTarget>> targets;
+  for (std::size_t r = 0; r < plan.arenas.size(); ++r) {
+    const ArenaPlan& arena = plan.arenas[r];
+    if (arena.device.is_cpu()) {
+      QLOAD_ASSIGN_OR_RETURN(auto target, make_host_target(arena));
+      targets.push_back(std::move(target));
+    } else {
+      QLOAD_ASSIGN_OR_RETURN(auto target, make_cuda_target(arena, options.copy_lanes, scratch[r]));
+      targets.push_back(std::move(target));
+    }
+  }
+  return targets;
+}
+
+bool has_gpu(const Plan& plan) {
+  return std::ranges::any_of(plan.arenas, [](const ArenaPlan& a) { return a.device.is_cuda(); });
+}
+
 }  // namespace
 
 Result<Model> load_read(const formats::Catalog& catalog, const Plan& plan, const LoadOptions& options,
                         const ExpectedDigests& expected, LoadClock::time_point begin) {
-  if (plan.arenas.size() != 1) return fail(Errc::kInvalidArgument, "a read plan needs exactly one (cpu) arena");
+  if (plan.arenas.empty()) return fail(Errc::kInvalidArgument, "a read plan needs at least one arena");
   std::optional<StagingPool> owned_pool;
   StagingPool* pool = options.staging_pool;
   if (pool == nullptr) {
@@ -67,27 +104,34 @@ Result<Model> load_read(const formats::Catalog& catalog, const Plan& plan, const
     return fail(Errc::kInvalidArgument, fmt::format("the plan has {} byte chunks but staging slots of {} bytes",
                                                     plan.max_staged_chunk_bytes, pool->slot_bytes()));
   pool->reset_peak();
-  const ArenaPlan& arena_plan = plan.arenas.front();
-  QLOAD_ASSIGN_OR_RETURN(HostBuffer arena, HostBuffer::allocate(static_cast<std::size_t>(arena_plan.bytes),
-                                                                std::max(arena_plan.alignment, kHugePage)));
-  // Declared after the pool and the arena: destroyed first, so no read outlives its memory.
+  // Arenas first: a missing GPU is reported by name before anything else is set up.
+  QLOAD_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<ArenaTarget>> targets, make_targets(catalog, plan, options));
+  // Copy engines read staging directly: pin it once (a borrowed pool stays pinned).
+  if (has_gpu(plan)) QLOAD_TRY(pool->pin());
+  // Declared after the pool and the arenas: destroyed first, so no read outlives its memory.
   QLOAD_ASSIGN_OR_RETURN(std::unique_ptr<io::Reader> reader, open_reader(catalog, options));
   if (plan.max_staged_chunk_bytes > 0) QLOAD_TRY(pool->register_with(*reader));
 
-  ReadLoadState state{.catalog = catalog, .plan = plan, .pool = *pool, .arena = arena.data(), .expected = expected};
+  ReadLoadState state{.catalog = catalog, .plan = plan, .pool = *pool, .targets = targets, .expected = expected};
   const std::uint32_t workers = cpu_workers(options);
   QLOAD_ASSIGN_OR_RETURN(TaskGraph graph, build_read_graph(state, {.reads_in_flight = options.reads_in_flight,
                                                                    .cpu_workers = workers,
+                                                                   .copy_lanes = options.copy_lanes,
                                                                    .compute_digests = options.compute_digests}));
+  // h2d tasks wait for their copies on a thread of their own: no CPU worker sits idle behind one.
+  std::size_t threads = workers;
+  for (const auto& t : targets) threads += t->on_host() ? 0 : options.copy_lanes;
   QLOAD_ASSIGN_OR_RETURN(
       const ExecutionStats stats,
       execute(graph, reader.get(),
-              {.cpu_threads = workers, .trace = options.trace, .on_task_done = progress_reporter(options, plan)}));
+              {.cpu_threads = threads, .trace = options.trace, .on_task_done = progress_reporter(options, plan)}));
   for (io::FileId id = 0; id < reader->file_count(); ++id) QLOAD_TRY(reader->file(id).check_unchanged());
 
   Model::Parts parts;
-  parts.tensors = describe_tensors(catalog, plan, {arena.data()}, /*writable=*/true);
-  parts.arenas.push_back(std::move(arena));
+  std::vector<const std::byte*> bases;
+  for (const auto& t : targets) bases.push_back(t->base());
+  parts.tensors = describe_tensors(catalog, plan, bases, /*writable=*/true);
+  for (const auto& t : targets) t->release_into(parts.arenas, parts.device_arenas);
   LoadReport& report = parts.report;
   report.engine = std::string(reader->engine());
   report.io = reader->stats();

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "qload/runtime/cuda_memory.hpp"
 #include "qload/runtime/host_buffer.hpp"
 
 namespace qload::scheduler {
@@ -13,6 +14,8 @@ namespace qload::scheduler {
 namespace detail {
 struct PoolState {
   HostBuffer memory;
+  // Declared after `memory`: unregistered before the memory is unmapped.
+  cuda::HostRegistration pinned;
   std::uint64_t slot_bytes = 0;
   std::size_t slot_count = 0;
   mutable std::mutex mutex;
@@ -128,6 +131,16 @@ void StagingPool::reset_peak() noexcept {
 bool StagingPool::contains(const std::byte* p) const noexcept {
   const std::byte* base = state_->memory.data();
   return p >= base && p < base + state_->memory.size();
+}
+
+Status StagingPool::pin() {
+  if (state_->pinned.registered()) return {};
+  QLOAD_ASSIGN_OR_RETURN(state_->pinned, cuda::HostRegistration::register_memory(state_->memory.span()));
+  return {};
+}
+
+bool StagingPool::pinned() const noexcept {
+  return state_->pinned.registered();
 }
 
 }  // namespace qload::scheduler

@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -13,6 +14,7 @@
 #include "progress_bar.hpp"
 #include "qload/formats/safetensors_writer.hpp"
 #include "qload/io/reader.hpp"
+#include "qload/runtime/device.hpp"
 #include "qload/runtime/trace.hpp"
 #include "qload/runtime/units.hpp"
 #include "qload/scheduler/load.hpp"
@@ -31,9 +33,17 @@ std::uint64_t peak_rss_bytes() {
 // defaults; a flag given on the command line that contradicts it is an error).
 struct LoadRequest {
   std::string source;
-  std::string device = "cpu";
+  std::string devices = "cpu";  // as given, for reports
   scheduler::LoadOptions options;
 };
+
+// "bf16" / "f16" / "f32" (also the safetensors spellings BF16, F16, F32).
+Result<DType> parse_dtype_policy(std::string_view text) {
+  if (text == "bf16" || text == "BF16") return DType::kBF16;
+  if (text == "f16" || text == "F16") return DType::kF16;
+  if (text == "f32" || text == "F32") return DType::kF32;
+  return fail(Errc::kInvalidArgument, fmt::format("--dtype {}: expected bf16, f16 or f32", text));
+}
 
 Status apply_recipe_io(const scripts::RecipeIo& io, scheduler::LoadOptions& o) {
   if (io.engine) {
@@ -58,23 +68,27 @@ Status apply_recipe_io(const scripts::RecipeIo& io, scheduler::LoadOptions& o) {
 Result<LoadRequest> build_request(const LoadArgs& args) {
   LoadRequest req;
   req.source = args.path;
-  std::string device = args.device;
+  std::string devices = args.device;
   if (args.path.ends_with(".lua")) {
     QLOAD_ASSIGN_OR_RETURN(const scripts::Recipe recipe, scripts::load_recipe(args.path));
     req.source = recipe.source;
-    if (recipe.devices.size() != 1)
-      return fail(
-          Error(Errc::kUnsupported, "loading to several devices arrives with the GPU path").with_file(args.path));
-    if (!device.empty() && device != recipe.devices.front())
+    std::string recipe_devices;
+    for (const std::string& d : recipe.devices) recipe_devices += (recipe_devices.empty() ? "" : ",") + d;
+    if (!devices.empty() && devices != recipe_devices)
       return fail(Error(Errc::kInvalidArgument,
-                        fmt::format("--device {} contradicts the recipe's device {}", device, recipe.devices.front()))
+                        fmt::format("--device {} contradicts the recipe's devices {}", devices, recipe_devices))
                       .with_file(args.path));
-    device = recipe.devices.front();
+    devices = recipe_devices;
     QLOAD_TRY(apply_recipe_io(recipe.io, req.options));
   }
-  req.device = device.empty() ? "cpu" : device;
-  if (req.device != "cpu")
-    return fail(Errc::kUnsupported, fmt::format("device '{}': this version of qload loads to cpu only", req.device));
+  req.devices = devices.empty() ? "cpu" : devices;
+  QLOAD_ASSIGN_OR_RETURN(req.options.plan.devices, parse_device_list(req.devices));
+  if (!args.placement.empty()) {
+    QLOAD_ASSIGN_OR_RETURN(req.options.plan.placement, scheduler::parse_placement(args.placement));
+  }
+  if (!args.dtype.empty()) {
+    QLOAD_ASSIGN_OR_RETURN(req.options.plan.dtype, parse_dtype_policy(args.dtype));
+  }
   if (args.mmap) req.options.plan.mode = scheduler::LoadMode::kMmap;
   if (args.no_digests) req.options.compute_digests = false;
   QLOAD_TRY(req.options.apply_environment(std::getenv));
@@ -82,17 +96,29 @@ Result<LoadRequest> build_request(const LoadArgs& args) {
   return req;
 }
 
-Status dump(const scheduler::Model& model, const std::string& dir, const std::string& device) {
+// One safetensors file per device, DIR/<device>.safetensors; GPU tensors are copied back a
+// writer chunk at a time, so a dump holds no more than one chunk of host memory for them.
+Status dump(const scheduler::Model& model, const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return fail(Error(Errc::kIo, "create directory: " + ec.message()).with_file(dir));
-  std::vector<formats::WriterTensor> tensors;
-  for (const scheduler::DeviceTensor& t : model.tensors()) tensors.push_back({t.name, t.dtype, t.shape, t.bytes(), {}});
-  return formats::write_safetensors((std::filesystem::path(dir) / (device + ".safetensors")).string(), tensors,
-                                    {.metadata = {{"written_by", "qload load --dump"}}});
+  std::map<std::string, std::vector<formats::WriterTensor>> by_device;
+  for (const scheduler::DeviceTensor& t : model.tensors()) {
+    formats::WriterTensor w{t.name, t.dtype, t.shape, t.bytes(), {}};
+    if (!t.host) {
+      w.fill = [&model, &t](std::uint64_t offset, std::span<std::byte> out) {
+        return model.copy_to_host(t, offset, out);
+      };
+    }
+    by_device[t.device].push_back(std::move(w));
+  }
+  for (auto& [device, tensors] : by_device)
+    QLOAD_TRY(formats::write_safetensors((std::filesystem::path(dir) / (device + ".safetensors")).string(), tensors,
+                                         {.metadata = {{"written_by", "qload load --dump"}}}));
+  return {};
 }
 
-nlohmann::json report_json(const scheduler::LoadReport& r, const std::string& device, std::uint64_t rss) {
+nlohmann::json report_json(const scheduler::LoadReport& r, const std::string& devices, std::uint64_t rss) {
   nlohmann::json stages = nlohmann::json::array();
   for (const auto& s : r.stages)
     stages.push_back({{"stage", s.lane},
@@ -101,7 +127,9 @@ nlohmann::json report_json(const scheduler::LoadReport& r, const std::string& de
                       {"busy_seconds", s.busy_seconds},
                       {"task_seconds", s.task_seconds}});
   return {{"schema", "qload.load/1"},
-          {"device", device},
+          {"device", devices},
+          {"placed_bytes", r.placed_bytes},
+          {"converted_tensors", r.converted_tensors},
           {"mode", std::string(scheduler::load_mode_name(r.mode))},
           {"engine", r.engine},
           {"tensors", r.tensors},
@@ -132,18 +160,18 @@ int run_load(const LoadArgs& args) {
   if (!args.trace.empty())
     if (Status s = trace.write(args.trace); !s) return report(s.error());
   if (!args.dump.empty())
-    if (Status s = dump(*model, args.dump, req->device); !s) return report(s.error());
+    if (Status s = dump(*model, args.dump); !s) return report(s.error());
 
   const scheduler::LoadReport& r = model->report();
   const std::uint64_t rss = peak_rss_bytes();
   if (args.json) {
-    fmt::print("{}\n", report_json(r, req->device, rss).dump(2));
+    fmt::print("{}\n", report_json(r, req->devices, rss).dump(2));
   } else {
     fmt::print("{}", r.summary());
     fmt::print("peak RSS {}\n", format_bytes(rss));
     // The stable line operators grep for.
     fmt::print("qload: loaded {} ({} tensors) in {:.2f} s ({:.2f} GB/s) to {}; peak RSS {}\n",
-               format_bytes(r.tensor_bytes), r.tensors, r.seconds, r.gb_per_s, req->device, format_bytes(rss));
+               format_bytes(r.tensor_bytes), r.tensors, r.seconds, r.gb_per_s, req->devices, format_bytes(rss));
   }
   return 0;
 }

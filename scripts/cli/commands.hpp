@@ -43,8 +43,10 @@ struct SynthArgs {
 int run_synth(const SynthArgs& args);
 
 struct LoadArgs {
-  std::string path;    // checkpoint or recipe (.lua)
-  std::string device;  // empty: the recipe's, else cpu
+  std::string path;       // checkpoint or recipe (.lua)
+  std::string device;     // comma-separated devices; empty: the recipe's, else cpu
+  std::string placement;  // empty: round-robin
+  std::string dtype;      // empty: keep stored dtypes
   bool json = false;
   bool mmap = false;
   bool no_digests = false;  // skip the per-tensor XXH3-64 (saves a pass of hashing CPU)

@@ -44,7 +44,10 @@ int main(int argc, char** argv) {
   auto* load = app.add_subcommand("load", "Load a checkpoint (or run a recipe) and report how it went");
   load->add_option("path", load_args.path, "Checkpoint (directory, .safetensors, index json) or recipe (.lua)")
       ->required();
-  load->add_option("--device", load_args.device, "Destination device (cpu)");
+  load->add_option("--device,--devices", load_args.device,
+                   "Destination device(s), comma-separated: cpu, cpu:N, cuda:N (default cpu, or the recipe's)");
+  load->add_option("--placement", load_args.placement, "With several devices: round-robin (default) or by-layer");
+  load->add_option("--dtype", load_args.dtype, "Convert floating tensors (f16/bf16/f32) to bf16, f16 or f32 on load");
   load->add_flag("--json", load_args.json, "One JSON object on stdout instead of the summary");
   load->add_flag("--mmap", load_args.mmap, "Zero-copy: tensors point into read-only file mappings");
   load->add_flag("--no-digests", load_args.no_digests,

@@ -41,6 +41,36 @@ check nodigest "$dir/m" --no-digests  # digests off: the same bytes still land
 check recipe "$dir/recipe.lua"
 grep -q '"engine": "pread"' "$dir/recipe.json"  # the recipe's io settings were applied
 
+# Several devices: every tensor lands in exactly one DIR/<device>.safetensors, bytes intact.
+"$qload" load "$dir/m" --devices cpu,cpu:1,cpu:2 --placement by-layer --json --dump "$dir/multi" > "$dir/multi.json"
+"$qload" hash --json "$dir/multi/cpu.safetensors" "$dir/multi/cpu:1.safetensors" "$dir/multi/cpu:2.safetensors" > "$dir/multi.hash.json"
+python3 - "$dir" <<'PY'
+import json, sys
+d = sys.argv[1]
+source = {t["name"]: t["xxh3_64"] for t in json.load(open(f"{d}/source.json"))["tensors"]}
+tensors = json.load(open(f"{d}/multi.hash.json"))["tensors"]
+assert sorted(t["name"] for t in tensors) == sorted(source), "a tensor is missing or duplicated across devices"
+assert {t["name"]: t["xxh3_64"] for t in tensors} == source
+assert json.load(open(f"{d}/multi.json"))["device"] == "cpu,cpu:1,cpu:2"
+print("multi-device ok")
+PY
+
+# Dtype conversion on load, round trip: bf16 -> f32 (exact) -> bf16 gives the source bytes back.
+"$qload" load "$dir/m" --dtype f32 --json --dump "$dir/f32" > "$dir/f32.json"
+"$qload" inspect --json "$dir/f32/cpu.safetensors" | python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+dtypes = {t["dtype"] for t in r["tensors"]}
+assert dtypes == {"F32"}, dtypes'
+"$qload" load "$dir/f32/cpu.safetensors" --dtype bf16 --dump "$dir/back" > /dev/null
+"$qload" hash --json "$dir/back/cpu.safetensors" | python3 -c '
+import json, sys
+source = {t["name"]: t["xxh3_64"] for t in json.load(open(sys.argv[1]))["tensors"]}
+back = {t["name"]: t["xxh3_64"] for t in json.load(sys.stdin)["tensors"]}
+assert back == source, "bf16 -> f32 -> bf16 changed bytes"
+print("dtype round trip ok")' "$dir/source.json"
+grep -q '"converted_tensors": 30' "$dir/f32.json"
+
 # Errors: one line naming the file, sysexits codes.
 printf 'garbage' > "$dir/bad.safetensors"
 set +e
@@ -51,7 +81,11 @@ set -e
 set +e
 out=$("$qload" load "$dir/m" --device cuda:0 2>&1); rc=$?
 set -e
-[ "$rc" -eq 69 ] || { echo "cuda device exited $rc: $out"; exit 1; }
+[ "$rc" -eq 69 ] && [[ "$out" == *"cuda:0"* ]] || { echo "cuda device exited $rc: $out"; exit 1; }
+set +e
+out=$("$qload" load "$dir/m" --dtype int4 2>&1); rc=$?
+set -e
+[ "$rc" -eq 64 ] || { echo "bad --dtype exited $rc: $out"; exit 1; }
 printf 'return qload.recipe { sorce = "m" }\n' > "$dir/typo.lua"
 set +e
 out=$("$qload" load "$dir/typo.lua" 2>&1); rc=$?

@@ -236,6 +236,12 @@ TEST_CASE("plan: overflowing offsets, oversized arenas and inconsistent tensors 
     auto catalog = one_file_catalog(1000, {});
     CHECK(make_plan(catalog, {.tensor_alignment = 48}).error().code() == Errc::kInvalidArgument);
     CHECK(make_plan(catalog, {.chunk_bytes = 0}).error().code() == Errc::kInvalidArgument);
-    CHECK(make_plan(catalog, {.device = "cuda:0"}).error().code() == Errc::kUnsupported);
+    CHECK(make_plan(catalog, {.devices = {}}).error().code() == Errc::kInvalidArgument);
+    const Device cpu1{.kind = Device::Kind::kCpu, .index = 1};
+    CHECK(make_plan(catalog, {.devices = {cpu1, cpu1}}).error().code() == Errc::kInvalidArgument);
+    const Device gpu{.kind = Device::Kind::kCuda, .index = 0};
+    CHECK(make_plan(catalog, {.mode = LoadMode::kMmap, .devices = {gpu}}).error().code() == Errc::kUnsupported);
+    CHECK(make_plan(catalog, {.mode = LoadMode::kMmap, .dtype = DType::kF16}).error().code() == Errc::kInvalidArgument);
+    CHECK(make_plan(catalog, {.dtype = DType::kI8}).error().code() == Errc::kInvalidArgument);
   }
 }

@@ -34,6 +34,10 @@ struct LoadOptions {
   // per hardware thread.
   std::uint32_t reads_in_flight = 8;
   std::uint32_t cpu_workers = 0;
+  // Copy lanes per GPU: h2d deliveries in flight to one device, each with its own stream and
+  // event (and a conversion scratch buffer when the load converts there). Two keep a copy
+  // engine busy while the previous chunk's event is being waited for.
+  std::uint32_t copy_lanes = 2;
   // Compute each tensor's XXH3-64 as its bytes pass (reported per tensor). Needed for
   // expected digests; turning it off saves the hashing CPU time.
   bool compute_digests = true;

@@ -1,9 +1,9 @@
 // A loaded model: every tensor by name, the memory it lives in, and the load report.
 //
-// Model owns the host arenas (read mode) or the file mappings (mmap mode) its tensors point
-// into; destroying it (or release()) frees them, so a DeviceTensor's pointer is valid exactly
-// as long as its Model. Move-only. Thread-safety: const methods may be called from any
-// number of threads at once.
+// Model owns the arenas (read mode: host memory, or GPU memory for cuda devices) or the file
+// mappings (mmap mode) its tensors point into; destroying it (or release()) frees them, so a DeviceTensor's pointer is
+// valid exactly as long as its Model. Move-only. Thread-safety: const methods may be called from any number of threads
+// at once.
 #pragma once
 
 #include <cstddef>
@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "qload/io/reader.hpp"
+#include "qload/runtime/cuda_memory.hpp"
 #include "qload/runtime/dtype.hpp"
 #include "qload/runtime/error.hpp"
 #include "qload/runtime/host_buffer.hpp"
@@ -26,17 +27,22 @@ namespace qload::scheduler {
 
 struct DeviceTensor {
   std::string name;
-  std::string device;               // "cpu"
+  std::string device;               // "cpu", "cpu:1", "cuda:0"...
   const std::byte* data = nullptr;  // first byte; never dereference when nbytes == 0 (may be null)
   bool writable = false;            // false in mmap mode: the pages are mapped read-only
-  DType dtype = DType::kU8;
+  bool host = true;                 // false: `data` is a device pointer (use Model::copy_to_host)
+  DType dtype = DType::kU8;         // as placed (after any dtype conversion on load)
   Shape shape;
   std::vector<std::int64_t> strides;  // in elements, row-major (empty for a scalar)
-  std::uint64_t nbytes = 0;
+  std::uint64_t nbytes = 0;           // as placed
 
-  // The bytes, writable: null unless `writable`.
-  std::byte* mutable_data() const noexcept { return writable ? const_cast<std::byte*>(data) : nullptr; }
-  std::span<const std::byte> bytes() const noexcept { return {data, static_cast<std::size_t>(nbytes)}; }
+  // The bytes, writable: null unless `writable` and in host memory.
+  std::byte* mutable_data() const noexcept { return writable && host ? const_cast<std::byte*>(data) : nullptr; }
+  // The bytes in host memory; empty for a tensor in GPU memory.
+  std::span<const std::byte> bytes() const noexcept {
+    if (!host) return {};
+    return {data, static_cast<std::size_t>(nbytes)};
+  }
 };
 
 struct TensorDigest {
@@ -48,12 +54,14 @@ struct LoadReport {
   LoadMode mode = LoadMode::kRead;
   std::string engine;  // "io_uring", "pread" or "mmap"
   std::uint64_t tensors = 0;
-  std::uint64_t tensor_bytes = 0;    // bytes of tensor data delivered
+  std::uint64_t tensor_bytes = 0;  // bytes of tensor data as stored in the files
+  std::uint64_t placed_bytes = 0;  // bytes of tensor data delivered (after dtype conversion)
+  std::uint64_t converted_tensors = 0;
   std::uint64_t read_bytes = 0;      // bytes read from files (tensors, small gaps, alignment)
   std::uint64_t chunks = 0;          // read requests
   std::uint64_t direct_tensors = 0;  // tensors read straight into the arena
   double seconds = 0;                // the whole load: open, allocate, read, verify, place, check
-  double gb_per_s = 0;               // tensor_bytes / seconds / 1e9
+  double gb_per_s = 0;               // tensor_bytes / seconds / 1e9 (stored bytes: what was read)
   std::uint64_t staging_budget_bytes = 0;
   std::uint64_t peak_staging_bytes = 0;  // most staging bytes leased at once during this load
   std::vector<StageStats> stages;        // busy seconds per stage ("read", "verify", "place")
@@ -69,6 +77,7 @@ class Model {
  public:
   struct Parts {
     std::vector<HostBuffer> arenas;
+    std::vector<cuda::DeviceBuffer> device_arenas;
     std::vector<MappedRegion> mappings;
     std::vector<DeviceTensor> tensors;  // catalog order
     LoadReport report;
@@ -87,8 +96,11 @@ class Model {
   // Like find, but kNotFound naming the tensor.
   Result<const DeviceTensor*> get(std::string_view name) const;
   const LoadReport& report() const noexcept { return parts_.report; }
+  // Copies bytes [offset, offset + out.size()) of a tensor (host or GPU memory) into `out`:
+  // how --dump and tests read GPU tensors back. kInvalidArgument past the tensor's end.
+  Status copy_to_host(const DeviceTensor& tensor, std::uint64_t offset, std::span<std::byte> out) const;
 
-  // Frees the arenas and mappings now; every pointer into them becomes invalid.
+  // Frees the arenas (host and GPU) and mappings now; every pointer into them becomes invalid.
   void release() noexcept;
 
  private:

@@ -1,11 +1,15 @@
 // The plan: what goes where, decided before any byte is read.
 //
-// Read mode: every tensor gets an aligned offset in one host arena per device (only "cpu"
-// today), sized up front, and the file bytes are cut into read chunks that coalesce
+// Read mode: every tensor goes to one device (a simple placement when there are several) and
+// gets an aligned offset in that device's arena (host memory for cpu devices, GPU memory for
+// cuda:N), sized up front, in the tensor's placed dtype (a dtype policy converts floating
+// tensors on load). The file bytes are cut into read chunks that coalesce
 // neighbouring tensors in file order into reads of up to chunk_bytes. A tensor that fits in a
 // chunk is never split (its digest is one hash, its chunk independent of the others); a larger
 // one spans several chunks. Tensors of at least direct_min_bytes skip staging and are read
-// straight into their arena slot (see docs/scheduler.md for when that pays).
+// straight into their arena slot (see docs/scheduler.md for when that pays); only on the host
+// and without conversion. A converted tensor is only ever split at element boundaries, so each
+// piece converts on its own.
 //
 // Mmap mode: every file with tensor bytes gets one read-only mapping covering exactly the
 // validated tensor bytes (its start rounded down to a page), and tensors point into it.
@@ -14,10 +18,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "qload/formats/catalog.hpp"
+#include "qload/runtime/device.hpp"
+#include "qload/runtime/dtype.hpp"
 #include "qload/runtime/error.hpp"
 
 namespace qload::scheduler {
@@ -28,9 +35,27 @@ enum class LoadMode : std::uint8_t {
 };
 std::string_view load_mode_name(LoadMode mode) noexcept;
 
+// Which device a tensor goes to when a load has several.
+enum class Placement : std::uint8_t {
+  kRoundRobin,  // the i-th tensor in file order to devices[i % n]
+  // Whole decoder layers per device, in order: the tensor named "...layers.<L>..." (also
+  // "h.<L>", "blocks.<L>", "layer.<L>") to devices[L * n / layer_count]; layer-less tensors
+  // whose name contains "embed" to the first device, every other layer-less one (final
+  // norm, lm_head) to the last: where a pipeline's first and last stages need them.
+  kByLayer,
+};
+std::string_view placement_name(Placement placement) noexcept;
+// "round-robin" or "by-layer"; kInvalidArgument otherwise.
+Result<Placement> parse_placement(std::string_view text);
+
 struct PlanOptions {
   LoadMode mode = LoadMode::kRead;
-  std::string device = "cpu";            // the destination device (only "cpu" for now)
+  // Destinations, one arena each (no duplicates). mmap mode: exactly one cpu device.
+  std::vector<Device> devices = {Device{}};
+  Placement placement = Placement::kRoundRobin;
+  // Dtype policy: floating tensors stored as F16, BF16 or F32 are converted to this dtype
+  // (F16, BF16 or F32) as they are placed; other dtypes stay as stored. Read mode only.
+  std::optional<DType> dtype;
   std::uint64_t tensor_alignment = 256;  // each tensor's arena offset is a multiple (power of two)
   // Largest coalesced read; must fit a staging slot. 16 MiB: see StagingOptions.
   std::uint64_t chunk_bytes = std::uint64_t{16} << 20;
@@ -59,11 +84,13 @@ inline constexpr std::uint32_t kNoRegion = 0xffffffffu;
 struct TensorPlacement {
   std::uint32_t region = 0;
   std::uint64_t offset = 0;
-  bool direct = false;  // read mode: read straight into the arena, not through staging
+  bool direct = false;       // read mode: read straight into the arena, not through staging
+  DType dtype = DType::kU8;  // as placed (the stored dtype unless the dtype policy converts it)
+  std::uint64_t bytes = 0;   // as placed
 };
 
 struct ArenaPlan {
-  std::string device;
+  Device device;
   std::uint64_t bytes = 0;      // exact: the end of the last tensor placed in it
   std::uint64_t alignment = 0;  // the arena's own start alignment (>= tensor_alignment)
 };
@@ -93,17 +120,19 @@ struct ReadChunk {
 
 struct Plan {
   LoadMode mode = LoadMode::kRead;
-  std::vector<ArenaPlan> arenas;             // read mode: one per device
+  std::vector<ArenaPlan> arenas;             // read mode: one per device, in PlanOptions::devices order
   std::vector<MappingPlan> mappings;         // mmap mode: one per file holding tensor bytes
   std::vector<TensorPlacement> tensors;      // parallel to catalog.tensors
   std::vector<ReadChunk> chunks;             // read mode, in file order
-  std::uint64_t tensor_bytes = 0;            // sum of tensor sizes
+  std::uint64_t tensor_bytes = 0;            // sum of tensor sizes as stored
+  std::uint64_t placed_bytes = 0;            // sum of tensor sizes as placed (after conversion)
+  std::uint32_t converted_tensors = 0;       // tensors whose dtype the policy changes
   std::uint64_t read_bytes = 0;              // sum of chunk sizes (tensors + gaps + alignment)
   std::uint64_t max_staged_chunk_bytes = 0;  // largest chunk that goes through staging
   std::uint32_t direct_tensors = 0;
 };
 
-// Plans loading `catalog`. Errors: kInvalidArgument (options), kUnsupported (device),
+// Plans loading `catalog`. Errors: kInvalidArgument (options), kUnsupported (mmap to a GPU),
 // kOverflow (offset + size, arena size), kOutOfMemory (arena over max_arena_bytes), kTruncated (a tensor past its
 // file's validated end), kCorrupt (bytes inconsistent with dtype x shape, unknown file index); each names the tensor
 // and file.

@@ -5,7 +5,8 @@
 // 4 KiB pages runs at ~0.27 GB/s on these machines, huge pages ~2 GB/s) and registered once
 // with a Reader (io_uring fixed buffers), so no read ever pins or allocates memory. A slot is
 // leased as a move-only StagingLease and goes back to the pool when the lease is destroyed.
-// A later GPU issue pins the same block with cudaHostRegister; today it is plain memory.
+// A load to a GPU pins the same block once with cudaHostRegister (pin()), so copy engines DMA
+// straight from the slots; the pin lasts as long as the pool, so a borrowed pool pins once.
 //
 // Instrumented: bytes leased now and the peak since creation (or reset_peak), so tests and
 // load reports can prove the budget was never exceeded.
@@ -96,6 +97,10 @@ class StagingPool {
   std::uint64_t leased_bytes() const noexcept;       // slots out now x slot_bytes
   std::uint64_t peak_leased_bytes() const noexcept;  // most ever leased at once
   void reset_peak() noexcept;                        // peak := leased now
+  // Page-locks the pool's memory for CUDA copies (cudaHostRegister, once; later calls do
+  // nothing). kUnsupported without CUDA or a GPU. Must not be called while leases are out.
+  Status pin();
+  bool pinned() const noexcept;
   // True when `p` points into the pool's memory (for tests and assertions).
   bool contains(const std::byte* p) const noexcept;
 

@@ -1,0 +1,52 @@
+// Where a plan's arena lives and how placed bytes get there: host memory (memcpy, or a CPU
+// conversion) or one GPU's memory (copies from pinned staging on copy lanes, conversion by a
+// kernel). The read graph is the same for both; only these bodies differ.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "qload/runtime/cuda_memory.hpp"
+#include "qload/runtime/dtype.hpp"
+#include "qload/runtime/error.hpp"
+#include "qload/runtime/host_buffer.hpp"
+#include "qload/scheduler/plan.hpp"
+
+namespace qload::scheduler::detail {
+
+// One slice of one tensor to deliver: its stored bytes (host memory, e.g. a staging slot) and
+// where they go. `stored` holds whole elements whenever from != to.
+struct Delivery {
+  std::span<const std::byte> stored;
+  std::uint64_t arena_offset = 0;  // of the slice's first placed byte
+  DType from = DType::kU8;
+  DType to = DType::kU8;
+};
+
+class ArenaTarget {
+ public:
+  virtual ~ArenaTarget() = default;
+  // The arena's first byte: a host pointer, or a device pointer when !on_host().
+  virtual std::byte* base() const noexcept = 0;
+  virtual bool on_host() const noexcept = 0;
+  // Puts every delivery in place and returns once it is there (for a GPU: the copies and
+  // kernels have completed), so the caller may reuse `stored` at once. Safe to call from
+  // several threads at once (a GPU target serves at most lane_count() calls concurrently;
+  // the executor's copy-lane budget guarantees it).
+  virtual Status deliver(std::span<const Delivery> deliveries) = 0;
+  // Moves the arena's memory out (into the Model) once the load has succeeded.
+  virtual void release_into(std::vector<HostBuffer>& host, std::vector<cuda::DeviceBuffer>& device) = 0;
+};
+
+// A host arena of plan.bytes (zero-filled, huge pages).
+Result<std::unique_ptr<ArenaTarget>> make_host_target(const ArenaPlan& plan);
+
+// A GPU arena of plan.bytes on plan.device, with `lanes` copy lanes (a stream and an event
+// each, plus a scratch buffer of `scratch_bytes` when conversions run there). kUnsupported
+// when CUDA or the device is missing, kOutOfMemory naming the device and bytes.
+Result<std::unique_ptr<ArenaTarget>> make_cuda_target(const ArenaPlan& plan, std::uint32_t lanes,
+                                                      std::uint64_t scratch_bytes);
+
+}  // namespace qload::scheduler::detail

@@ -1,0 +1,130 @@
+// A GPU arena: one cudaMalloc for the whole plan arena, and copy lanes that move staged bytes
+// over PCIe in their stored size; a conversion runs as a kernel on the GPU after the copy.
+//
+// Compiled in every build: the CUDA wrappers below it return kUnsupported without CUDA, so
+// make_cuda_target fails cleanly and nothing here needs an #ifdef.
+#include <mutex>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "arena_target.hpp"
+#include "qload/formats/convert.hpp"
+#include "qload/formats/convert_cuda.hpp"
+#include "qload/runtime/cuda.hpp"
+
+namespace qload::scheduler::detail {
+namespace {
+
+// Kernels read their input at natural alignment; each converted slice starts its scratch
+// space on this boundary.
+constexpr std::uint64_t kScratchAlignment = 16;
+
+struct Lane {
+  cuda::Stream stream;
+  cuda::Event event;  // recorded after a delivery's last copy or kernel
+  cuda::DeviceBuffer scratch;
+};
+
+class CudaTarget final : public ArenaTarget {
+ public:
+  CudaTarget(Device device, cuda::DeviceBuffer arena, std::vector<Lane> lanes)
+      : device_(device), arena_(std::move(arena)), lanes_(std::move(lanes)) {
+    for (std::uint32_t i = 0; i < lanes_.size(); ++i) free_.push_back(i);
+  }
+  std::byte* base() const noexcept override { return arena_.data(); }
+  bool on_host() const noexcept override { return false; }
+
+  Status deliver(std::span<const Delivery> deliveries) override {
+    const std::optional<std::uint32_t> index = take_lane();
+    if (!index) return fail(Errc::kInternal, fmt::format("{}: more deliveries than copy lanes", device_.to_string()));
+    Lane& lane = lanes_[*index];
+    Status status = enqueue(lane, deliveries);
+    if (status) status = lane.event.record(lane.stream);
+    if (status) status = lane.event.synchronize();
+    // Whatever failed, nothing may still be reading the staging slot once we return.
+    if (!status) (void)lane.stream.synchronize();
+    give_back(*index);
+    if (!status) return fail(std::move(status).error().with_note(fmt::format("delivering to {}", device_.to_string())));
+    return {};
+  }
+
+  void release_into(std::vector<HostBuffer>&, std::vector<cuda::DeviceBuffer>& device) override {
+    lanes_.clear();
+    device.push_back(std::move(arena_));
+  }
+
+ private:
+  Status enqueue(Lane& lane, std::span<const Delivery> deliveries) {
+    std::uint64_t scratch_used = 0;
+    for (const Delivery& d : deliveries) {
+      std::byte* out = arena_.data() + d.arena_offset;
+      if (d.from == d.to) {
+        QLOAD_TRY(cuda::copy_to_device_async(out, d.stored.data(), d.stored.size(), lane.stream));
+        continue;
+      }
+      const std::uint64_t at = (scratch_used + kScratchAlignment - 1) / kScratchAlignment * kScratchAlignment;
+      if (at + d.stored.size() > lane.scratch.size())
+        return fail(Errc::kInternal, fmt::format("{}: conversion scratch of {} bytes is too small", device_.to_string(),
+                                                 lane.scratch.size()));
+      std::byte* staged = lane.scratch.data() + at;
+      QLOAD_TRY(cuda::copy_to_device_async(staged, d.stored.data(), d.stored.size(), lane.stream));
+      const std::uint64_t count = d.stored.size() / dtype_info(d.from).block_bytes;
+      QLOAD_TRY(formats::convert_on_device(staged, d.from, out, d.to, count, lane.stream));
+      scratch_used = at + d.stored.size();
+    }
+    return {};
+  }
+
+  std::optional<std::uint32_t> take_lane() {
+    std::lock_guard lock(mutex_);
+    if (free_.empty()) return std::nullopt;
+    const std::uint32_t i = free_.back();
+    free_.pop_back();
+    return i;
+  }
+  void give_back(std::uint32_t i) {
+    std::lock_guard lock(mutex_);
+    free_.push_back(i);
+  }
+
+  Device device_;
+  cuda::DeviceBuffer arena_;
+  std::vector<Lane> lanes_;
+  std::mutex mutex_;
+  std::vector<std::uint32_t> free_;  // lanes not delivering now
+};
+
+// kUnsupported naming the device when this machine cannot serve it.
+Status check_device(const Device& device) {
+  const CudaInfo info = probe_cuda();
+  if (!info.compiled)
+    return fail(Errc::kUnsupported, fmt::format("{}: this qload was built without CUDA", device.to_string()));
+  if (info.devices.empty())
+    return fail(Errc::kUnsupported, fmt::format("{}: {}", device.to_string(), info.unavailable_reason));
+  if (static_cast<std::size_t>(device.index) >= info.devices.size())
+    return fail(Errc::kUnsupported,
+                fmt::format("{}: this machine has {} CUDA device(s)", device.to_string(), info.devices.size()));
+  return {};
+}
+
+}  // namespace
+
+Result<std::unique_ptr<ArenaTarget>> make_cuda_target(const ArenaPlan& plan, std::uint32_t lanes,
+                                                      std::uint64_t scratch_bytes) {
+  QLOAD_TRY(check_device(plan.device));
+  const int device = plan.device.index;
+  QLOAD_ASSIGN_OR_RETURN(cuda::DeviceBuffer arena,
+                         cuda::DeviceBuffer::allocate(device, static_cast<std::size_t>(plan.bytes)));
+  std::vector<Lane> made;
+  for (std::uint32_t i = 0; i < lanes; ++i) {
+    Lane lane;
+    QLOAD_ASSIGN_OR_RETURN(lane.stream, cuda::Stream::create(device));
+    QLOAD_ASSIGN_OR_RETURN(lane.event, cuda::Event::create(device));
+    QLOAD_ASSIGN_OR_RETURN(lane.scratch, cuda::DeviceBuffer::allocate(device, static_cast<std::size_t>(scratch_bytes)));
+    made.push_back(std::move(lane));
+  }
+  return std::unique_ptr<ArenaTarget>(std::make_unique<CudaTarget>(plan.device, std::move(arena), std::move(made)));
+}
+
+}  // namespace qload::scheduler::detail

@@ -1,0 +1,48 @@
+// The host arena: deliveries are memcpy, or a CPU conversion straight from staging.
+#include <algorithm>
+#include <cstring>
+
+#include "arena_target.hpp"
+#include "qload/formats/convert.hpp"
+
+namespace qload::scheduler::detail {
+namespace {
+
+constexpr std::uint64_t kHugePage = std::uint64_t{2} << 20;
+
+class HostTarget final : public ArenaTarget {
+ public:
+  explicit HostTarget(HostBuffer arena) : arena_(std::move(arena)) {}
+  std::byte* base() const noexcept override { return arena_.data(); }
+  bool on_host() const noexcept override { return true; }
+
+  Status deliver(std::span<const Delivery> deliveries) override {
+    for (const Delivery& d : deliveries) {
+      std::byte* out = arena_.data() + d.arena_offset;
+      if (d.from == d.to) {
+        std::memcpy(out, d.stored.data(), d.stored.size());
+        continue;
+      }
+      const std::uint64_t out_bytes = formats::converted_bytes(d.stored.size(), d.from, d.to);
+      QLOAD_TRY(formats::convert(d.stored, d.from, std::span(out, static_cast<std::size_t>(out_bytes)), d.to));
+    }
+    return {};
+  }
+
+  void release_into(std::vector<HostBuffer>& host, std::vector<cuda::DeviceBuffer>&) override {
+    host.push_back(std::move(arena_));
+  }
+
+ private:
+  HostBuffer arena_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<ArenaTarget>> make_host_target(const ArenaPlan& plan) {
+  QLOAD_ASSIGN_OR_RETURN(HostBuffer arena, HostBuffer::allocate(static_cast<std::size_t>(plan.bytes),
+                                                                std::max(plan.alignment, kHugePage)));
+  return std::unique_ptr<ArenaTarget>(std::make_unique<HostTarget>(std::move(arena)));
+}
+
+}  // namespace qload::scheduler::detail
