@@ -1,8 +1,9 @@
 // The arithmetic of every float conversion, shared by convert.cpp (host) and convert.cu
 // (device) so that CPU and GPU results are bit-identical by construction: both compile these
 // very functions. Plain C++17 (nvcc compiles the .cu side with its own dialect) on unsigned
-// integers only, so nothing depends on a floating-point unit's rounding mode, flush-to-zero
-// or denormals-are-zero settings, or on how a compiler contracts float expressions.
+// integers (one exact int -> float conversion aside, see f16_to_f32), so nothing depends on a
+// floating-point unit's rounding mode, flush-to-zero or denormals-are-zero settings, or on
+// how a compiler contracts float expressions.
 //
 // Written without branches (every case computed, one selected) because convert()'s loops
 // must vectorise, and a warp must not diverge on a subnormal.
@@ -42,29 +43,27 @@ QLOAD_CONVERT_HD std::uint32_t bf16_to_f32(std::uint16_t h) {
   return select((x & 0x7fffffffu) > 0x7f800000u, x | 0x00400000u, x);
 }
 
-// f32 -> f16. f16 has 5 exponent bits (bias 15) and 10 mantissa bits; an f32 exponent e
-// (bias 127) maps to e - 112.
+// f32 -> f16. f16 has 5 exponent bits (bias 15) and 10 mantissa bits. One rounding serves
+// normal and subnormal results: the 24-bit significand (implicit bit included) is shifted
+// right by s with round to nearest even, where s = 13 for a normal result and 126 - e
+// (e the f32 exponent field) for a subnormal one, then the exponent is added back on top:
+// (e - 113) << 10, because the kept implicit bit already counts as one exponent step. A
+// rounding carry into bit 11 bumps the exponent, which is the right answer, also from the
+// largest subnormal into the smallest normal. s is clamped to 25: from there the value is
+// under half of the smallest subnormal and rounds to 0 (an exact half rounds to the even 0),
+// and it covers f32 subnormals (e = 0, given the implicit bit harmlessly).
 QLOAD_CONVERT_HD std::uint16_t f32_to_f16(std::uint32_t x) {
   const std::uint32_t sign = (x >> 16) & 0x8000u;
   const std::uint32_t a = x & 0x7fffffffu;
 
-  // Normal results (a >= 2^-14): rebias, then round the 13 dropped bits to nearest even;
-  // a carry out of the mantissa bumps the exponent, which is the right answer.
-  const std::uint32_t normal = ((a - (112u << 23)) + 0x0fffu + ((a >> 13) & 1u)) >> 13;
-
-  // Subnormal results (a < 2^-14): the f16 value is round(significand * 2^-s) with the full
-  // 24-bit significand and s = 126 - e >= 14, rounded like the normal case but with a
-  // per-element shift (one instruction on AVX2 and on the GPU). A shift of 25 or more leaves
-  // less than half of the smallest subnormal (even an exact half rounds to the even 0), so
-  // s is clamped to 25, which also keeps it in range for the lanes where this result is not
-  // used (unsigned wrap-around sends them to the clamp too). An f32 subnormal (e = 0)
-  // always lands there, so giving it the implicit bit is harmless.
-  const std::uint32_t exponent = a >> 23;
+  const std::int32_t exponent = static_cast<std::int32_t>(a >> 23);
+  const std::int32_t wanted_shift = 126 - exponent;
+  const auto shift = static_cast<std::uint32_t>(wanted_shift < 13 ? 13 : (wanted_shift > 25 ? 25 : wanted_shift));
+  const auto exponent_bits = static_cast<std::uint32_t>((exponent > 113 ? exponent : 113) - 113) << 10;
   const std::uint32_t significand = (a & 0x007fffffu) | 0x00800000u;
-  const std::uint32_t shift_raw = 126u - exponent;
-  const std::uint32_t shift = shift_raw < 25u ? shift_raw : 25u;
-  const std::uint32_t half_minus_one = ((1u << shift) >> 1) - 1u;
-  const std::uint32_t subnormal = (significand + half_minus_one + ((significand >> shift) & 1u)) >> shift;
+  const std::uint32_t half_minus_one = (1u << (shift - 1)) - 1u;
+  const std::uint32_t finite =
+      ((significand + half_minus_one + ((significand >> shift) & 1u)) >> shift) + exponent_bits;
 
   // 65520 = largest finite (65504) + half its ulp: a tie, and 65504's mantissa is odd, so
   // from there on everything rounds to Inf. Inf itself takes this path too.
@@ -72,17 +71,29 @@ QLOAD_CONVERT_HD std::uint16_t f32_to_f16(std::uint32_t x) {
   // NaN: quiet bit (bit 9) set, the payload's top 9 bits kept below it.
   const std::uint32_t nan = 0x7e00u | ((a >> 13) & 0x01ffu);
 
-  std::uint32_t result = select(a < 0x38800000u, subnormal, normal);
-  result = select(a >= 0x477ff000u, inf, result);
+  std::uint32_t result = select(a >= 0x477ff000u, inf, finite);
   result = select(a > 0x7f800000u, nan, result);
   return static_cast<std::uint16_t>(sign | result);
 }
 
-// f16 -> f32: exact. A subnormal f16 (m * 2^-24, 0 < m < 1024) becomes a normal f32: m is
-// shifted left until its leading bit reaches bit 10 (k steps, 1 <= k <= 10), giving
-// 1.f * 2^(-14 - k). The shift count is found by a branch-free binary search of fixed shifts
-// (8, 4, 2, 1, 1) rather than a count-leading-zeros, which has no vector form before
-// AVX-512.
+// f16 -> f32: exact. A subnormal f16 is m * 2^-24 with 0 < m < 1024, a normal f32 whose
+// exponent depends on m's leading bit. That bit is found by converting m to float: the one
+// non-integer step in this file, and an exact one (every integer below 2^24 is a float), so
+// no rounding mode, flush-to-zero or denormals-are-zero setting can change it, host or
+// device. It vectorises on every x86-64 (cvtdq2ps), where a count-leading-zeros has no
+// vector form before AVX-512 and a branch-free shift search was 3x slower. The float's bits
+// are then scaled by 2^-24 by subtracting 24 from the exponent field.
+QLOAD_CONVERT_HD std::uint32_t exact_float_bits(std::uint32_t small_integer) {
+  const float value = static_cast<float>(static_cast<std::int32_t>(small_integer));
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(value);
+#else
+  std::uint32_t out;
+  __builtin_memcpy(&out, &value, sizeof out);
+  return out;
+#endif
+}
+
 QLOAD_CONVERT_HD std::uint32_t f16_to_f32(std::uint16_t h) {
   const std::uint32_t x = h;
   const std::uint32_t sign = (x & 0x8000u) << 16;
@@ -90,27 +101,8 @@ QLOAD_CONVERT_HD std::uint32_t f16_to_f32(std::uint16_t h) {
   const std::uint32_t mantissa = x & 0x03ffu;
 
   const std::uint32_t normal = ((exponent + 112u) << 23) | (mantissa << 13);
-
-  std::uint32_t v = mantissa;
-  std::uint32_t k = 0;
-  bool c = v < (0x400u >> 8);
-  v = select(c, v << 8, v);
-  k += select(c, 8u, 0u);
-  c = v < (0x400u >> 4);
-  v = select(c, v << 4, v);
-  k += select(c, 4u, 0u);
-  c = v < (0x400u >> 2);
-  v = select(c, v << 2, v);
-  k += select(c, 2u, 0u);
-  c = v < (0x400u >> 1);
-  v = select(c, v << 1, v);
-  k += select(c, 1u, 0u);
-  c = v < 0x400u;
-  v = select(c, v << 1, v);
-  k += select(c, 1u, 0u);
-  // For mantissa == 0 (a zero) this is garbage, replaced by 0 below.
-  const std::uint32_t subnormal = select(mantissa == 0u, 0u, ((113u - k) << 23) | ((v & 0x03ffu) << 13));
-
+  // For mantissa == 0 (a zero) the subtraction wraps; the select puts 0 there instead.
+  const std::uint32_t subnormal = select(mantissa == 0u, 0u, exact_float_bits(mantissa) - (24u << 23));
   // Inf keeps a zero mantissa; NaN keeps its whole payload and gets the quiet bit.
   const std::uint32_t special = 0x7f800000u | (mantissa << 13) | select(mantissa != 0u, 0x00400000u, 0u);
 

@@ -1,6 +1,8 @@
 // The public load entry points: option checks, then the read or mmap path.
 #include "qload/scheduler/load.hpp"
 
+#include <algorithm>
+#include <map>
 #include <thread>
 
 #include <fmt/format.h>
@@ -33,6 +35,8 @@ Result<Model> load(const formats::Catalog& catalog, const Plan& plan, const Load
     return fail(Errc::kInvalidArgument, fmt::format("the plan has {} tensors, the catalog {}: made for another catalog",
                                                     plan.tensors.size(), catalog.tensors.size()));
   QLOAD_ASSIGN_OR_RETURN(const detail::ExpectedDigests expected, detail::expected_digests(catalog, options));
+  if (!plan.quant_warning.empty())
+    options.log.warn("quantized weights are not described (loaded as stored tensors): " + plan.quant_warning);
   if (plan.mode == LoadMode::kMmap) return detail::load_mmap(catalog, plan, options, expected, begin);
   return detail::load_read(catalog, plan, options, expected, begin);
 }
@@ -60,21 +64,54 @@ std::vector<DeviceTensor> describe_tensors(const formats::Catalog& catalog, cons
                                            const std::vector<const std::byte*>& regions, bool writable) {
   std::vector<DeviceTensor> out;
   out.reserve(catalog.tensors.size());
+  const bool mmap = plan.mode == LoadMode::kMmap;
+  auto device_of = [&](std::uint32_t region) {
+    return mmap ? Device{} : plan.arenas[region].device;  // mmap regions are file mappings (host)
+  };
   for (std::size_t i = 0; i < catalog.tensors.size(); ++i) {
     const formats::TensorEntry& t = catalog.tensors[i];
     const TensorPlacement& p = plan.tensors[i];
-    // mmap regions are file mappings (always host); read-mode regions are the plan's arenas.
-    const bool host = plan.mode == LoadMode::kMmap || plan.arenas[p.region].device.is_cpu();
-    out.push_back(
-        DeviceTensor{.name = t.name,
-                     .device = plan.mode == LoadMode::kMmap ? "cpu" : plan.arenas[p.region].device.to_string(),
-                     .data = p.region == kNoRegion ? nullptr : regions[p.region] + p.offset,
-                     .writable = writable,
-                     .host = host,
-                     .dtype = p.dtype,
-                     .shape = t.shape,
-                     .strides = t.shape.contiguous_strides(),
-                     .nbytes = p.bytes});
+    if (!mmap && plan.arenas[p.region].scratch) continue;  // a decode input, not part of the model
+    const Device device = device_of(p.region);
+    out.push_back(DeviceTensor{.name = t.name,
+                               .device = device.to_string(),
+                               .data = p.region == kNoRegion ? nullptr : regions[p.region] + p.offset,
+                               .writable = writable,
+                               .host = device.is_cpu(),
+                               .dtype = p.dtype,
+                               .shape = t.shape,
+                               .strides = t.shape.contiguous_strides(),
+                               .nbytes = p.bytes});
+  }
+  for (const DecodeJob& job : plan.decodes)
+    for (const DecodeOutput& o : job.outputs) {
+      const Device device = device_of(o.region);
+      out.push_back(DeviceTensor{.name = o.name,
+                                 .device = device.to_string(),
+                                 .data = regions[o.region] + o.offset,
+                                 .writable = writable,
+                                 .host = device.is_cpu(),
+                                 .dtype = o.dtype,
+                                 .shape = o.shape,
+                                 .strides = o.shape.contiguous_strides(),
+                                 .nbytes = o.bytes});
+    }
+  return out;
+}
+
+std::vector<QuantizedWeight> describe_quantized(const formats::Catalog& catalog, const Plan& plan,
+                                                const std::vector<DeviceTensor>& tensors) {
+  std::vector<QuantizedWeight> out;
+  // Dequantized weights replace their parts; nothing detected, nothing to describe.
+  const bool dequantized =
+      std::ranges::any_of(plan.decodes, [](const DecodeJob& job) { return job.kind == DecodeJob::Kind::kDequantize; });
+  if (!plan.quant || dequantized) return out;
+  std::map<std::string_view, std::uint32_t> index;
+  for (std::uint32_t i = 0; i < tensors.size(); ++i) index.emplace(tensors[i].name, i);
+  for (const formats::LogicalTensor& lt : plan.quant->logical) {
+    QuantizedWeight w{.name = lt.name, .params = lt.params, .rows = lt.rows, .cols = lt.cols};
+    for (const auto& [role, part] : lt.parts) w.parts.emplace_back(role, index.at(catalog.tensors[part].name));
+    out.push_back(std::move(w));
   }
   return out;
 }
@@ -83,6 +120,12 @@ void fill_report(LoadReport& report, const formats::Catalog& catalog, const Plan
                  const std::vector<std::uint64_t>& digests, const ExecutionStats& stats, LoadClock::time_point begin) {
   report.mode = plan.mode;
   report.tensors = catalog.tensors.size();
+  if (plan.scratch_region != kNoRegion) {  // decode inputs are not in the model; their outputs are
+    report.tensors = 0;
+    for (const TensorPlacement& p : plan.tensors) report.tensors += p.region == plan.scratch_region ? 0 : 1;
+    for (const DecodeJob& job : plan.decodes) report.tensors += job.outputs.size();
+  }
+  report.decoded_tensors = plan.decodes.size();
   report.tensor_bytes = plan.tensor_bytes;
   report.placed_bytes = plan.placed_bytes;
   report.converted_tensors = plan.converted_tensors;

@@ -25,6 +25,10 @@ std::vector<DeviceTensor> describe_tensors(const formats::Catalog& catalog, cons
                                            const std::vector<const std::byte*>& regions, bool writable);
 
 // Fills the report fields every mode shares (counts, timing, digests, stage stats).
+// The kept quantized weights of plan.quant, their parts located in `tensors`.
+std::vector<QuantizedWeight> describe_quantized(const formats::Catalog& catalog, const Plan& plan,
+                                                const std::vector<DeviceTensor>& tensors);
+
 void fill_report(LoadReport& report, const formats::Catalog& catalog, const Plan& plan,
                  const std::vector<std::uint64_t>& digests, const ExecutionStats& stats, LoadClock::time_point begin);
 

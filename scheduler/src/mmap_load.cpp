@@ -62,6 +62,7 @@ Result<Model> load_mmap(const formats::Catalog& catalog, const Plan& plan, const
   for (const io::InputFile& file : files) QLOAD_TRY(file.check_unchanged());
 
   parts.tensors = describe_tensors(catalog, plan, regions, /*writable=*/false);
+  parts.quantized = describe_quantized(catalog, plan, parts.tensors);
   parts.report.engine = "mmap";
   fill_report(parts.report, catalog, plan, options.compute_digests ? digests : std::vector<std::uint64_t>{}, stats,
               begin);

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "chunker.hpp"
+#include "decode_plan.hpp"
 #include "placement.hpp"
 #include "qload/formats/convert.hpp"
 #include "qload/io/reader.hpp"
@@ -74,57 +75,113 @@ bool is_float_policy_dtype(DType d) {
   return d == DType::kF16 || d == DType::kBF16 || d == DType::kF32;
 }
 
-// The dtype a tensor is placed in: the policy's for floating tensors it can convert.
-DType placed_dtype(const formats::TensorEntry& t, const PlanOptions& options) {
-  if (options.dtype && is_float_policy_dtype(t.dtype)) return *options.dtype;
+// The dtype a tensor is placed in: the policy's for floating tensors it can convert, except
+// parts of quantized weights.
+DType placed_dtype(const formats::TensorEntry& t, const PlanOptions& options, bool quantized_part) {
+  if (options.dtype && is_float_policy_dtype(t.dtype) && !quantized_part) return *options.dtype;
   return t.dtype;
 }
 
-// Arena layout: each tensor at the next multiple of the alignment in its device's arena, in
-// file order, so reads and copies walk the arenas forwards. Each arena is exactly as long as
-// its last tensor's end.
+// Who goes where, besides the device placement: tensors read into scratch (decode inputs)
+// and tensors that must keep their stored dtype (quantized parts).
+struct TensorRoles {
+  std::vector<bool> to_scratch;
+  std::vector<bool> quantized_part;
+};
+
+// Bumps `cursor` to the next aligned offset for `bytes`, or kOverflow naming the arena.
+Result<std::uint64_t> take(std::uint64_t& cursor, std::uint64_t bytes, std::uint64_t alignment,
+                           const std::string& arena) {
+  auto offset = align_up(cursor, alignment);
+  auto end = offset ? checked_add(*offset, bytes) : offset;
+  if (!end) return fail(Errc::kOverflow, fmt::format("the {} arena would exceed 2^64 bytes", arena));
+  cursor = *end;
+  return *offset;
+}
+
+// Arena layout: each tensor at the next multiple of the alignment in its device's arena (or
+// the scratch arena), in file order, so reads and copies walk the arenas forwards; decode
+// outputs follow on the device of their first input. Each arena is exactly as long as its
+// last tensor's end.
 Status place_in_arenas(const formats::Catalog& catalog, const std::vector<std::uint32_t>& order,
-                       const PlanOptions& options, Plan& plan) {
+                       const PlanOptions& options, const TensorRoles& roles, Plan& plan) {
   const auto device_count = static_cast<std::uint32_t>(options.devices.size());
   const std::vector<std::uint32_t> device_of = detail::assign_devices(catalog, order, options.placement, device_count);
-  std::vector<std::uint64_t> cursor(device_count, 0);
+  std::vector<std::uint64_t> cursor(device_count + 1, 0);  // the last one: scratch
+  const std::uint32_t scratch = device_count;
+  bool any_scratch = false;
   for (const std::uint32_t i : order) {
     const formats::TensorEntry& t = catalog.tensors[i];
-    const std::uint32_t d = device_of[i];
-    const DType dtype = placed_dtype(t, options);
+    const std::uint32_t d = roles.to_scratch[i] ? scratch : device_of[i];
+    any_scratch = any_scratch || d == scratch;
+    const DType dtype = d == scratch ? t.dtype : placed_dtype(t, options, roles.quantized_part[i]);
     // At most twice the stored bytes (f16 -> f32); a tensor's stored bytes are < 2^63 in any
     // file that passed validation, so this cannot overflow.
     const std::uint64_t bytes = dtype == t.dtype ? t.nbytes : formats::converted_bytes(t.nbytes, t.dtype, dtype);
-    auto offset = align_up(cursor[d], options.tensor_alignment);
-    auto end = offset ? checked_add(*offset, bytes) : offset;
-    if (!end)
-      return fail(tensor_error(catalog, t, Errc::kOverflow,
-                               fmt::format("the {} arena would exceed 2^64 bytes", options.devices[d].to_string())));
-    const bool direct = options.devices[d].is_cpu() && dtype == t.dtype && options.direct_min_bytes > 0 &&
-                        t.nbytes >= options.direct_min_bytes;
+    const std::string arena = d == scratch ? "scratch" : options.devices[d].to_string();
+    auto offset = take(cursor[d], bytes, options.tensor_alignment, arena);
+    if (!offset) return fail(tensor_error(catalog, t, Errc::kOverflow, offset.error().message()));
+    const bool host = d == scratch || options.devices[d].is_cpu();
+    const bool direct =
+        host && dtype == t.dtype && options.direct_min_bytes > 0 && t.nbytes >= options.direct_min_bytes;
     plan.tensors[i] = TensorPlacement{.region = d, .offset = *offset, .direct = direct, .dtype = dtype, .bytes = bytes};
     plan.direct_tensors += direct ? 1 : 0;
     plan.converted_tensors += dtype != t.dtype ? 1 : 0;
+    if (d == scratch) continue;  // not part of the model
     auto placed = checked_add(plan.placed_bytes, bytes);
     if (!placed) return fail(tensor_error(catalog, t, Errc::kOverflow, "total placed bytes exceed 2^64"));
     plan.placed_bytes = *placed;
-    cursor[d] = *end;
+  }
+  for (DecodeJob& job : plan.decodes) {
+    const std::uint32_t d = device_of[job.inputs.front()];
+    for (DecodeOutput& out : job.outputs) {
+      QLOAD_ASSIGN_OR_RETURN(out.offset,
+                             take(cursor[d], out.bytes, options.tensor_alignment, options.devices[d].to_string()));
+      out.region = d;
+      QLOAD_ASSIGN_OR_RETURN(plan.placed_bytes, checked_add(plan.placed_bytes, out.bytes));
+    }
   }
   std::uint64_t host_bytes = 0;
-  for (std::uint32_t d = 0; d < device_count; ++d) {
-    const std::string name = options.devices[d].to_string();
+  const std::uint64_t arena_alignment = std::max<std::uint64_t>(options.tensor_alignment, 4096);
+  for (std::uint32_t d = 0; d <= device_count; ++d) {
+    if (d == scratch && !any_scratch) break;
+    const bool is_scratch = d == scratch;
+    const Device device = is_scratch ? Device{} : options.devices[d];
+    const std::string name = is_scratch ? "scratch" : device.to_string();
     if (options.max_arena_bytes != 0 && cursor[d] > options.max_arena_bytes)
       return fail(Errc::kOutOfMemory, fmt::format("the {} arena needs {} bytes, over its budget of {} bytes", name,
                                                   cursor[d], options.max_arena_bytes));
-    if (options.devices[d].is_cpu()) host_bytes += cursor[d];
-    plan.arenas.push_back(ArenaPlan{.device = options.devices[d],
-                                    .bytes = cursor[d],
-                                    .alignment = std::max<std::uint64_t>(options.tensor_alignment, 4096)});
+    if (device.is_cpu()) host_bytes += cursor[d];
+    plan.arenas.push_back(
+        ArenaPlan{.scratch = is_scratch, .device = device, .bytes = cursor[d], .alignment = arena_alignment});
   }
+  if (any_scratch) plan.scratch_region = scratch;
   if (options.max_arena_bytes == 0 && host_bytes > physical_memory_bytes())
     return fail(Errc::kOutOfMemory, fmt::format("the host arenas need {} bytes, more than the {} bytes of memory",
                                                 host_bytes, physical_memory_bytes()));
   return {};
+}
+
+// Detects quantization (fatal only when a policy depends on it), and lists the decode jobs.
+Result<TensorRoles> plan_quantization(const formats::Catalog& catalog, const PlanOptions& options, Plan& plan) {
+  TensorRoles roles{.to_scratch = std::vector<bool>(catalog.tensors.size(), false),
+                    .quantized_part = std::vector<bool>(catalog.tensors.size(), false)};
+  auto detected = formats::detect_quantization(catalog);
+  if (!options.dtype && !options.dequantize && !options.quantize) {
+    // Nothing depends on it: a scheme qload cannot describe still loads as raw tensors.
+    if (detected)
+      plan.quant = std::move(*detected);
+    else
+      plan.quant_warning = detected.error().to_string();
+    return roles;
+  }
+  if (!detected) return fail(std::move(detected).error());
+  plan.quant = std::move(*detected);
+  roles.quantized_part = detail::quantized_parts(catalog, *plan.quant);
+  QLOAD_ASSIGN_OR_RETURN(plan.decodes, detail::plan_decode_jobs(catalog, *plan.quant, options));
+  for (const DecodeJob& job : plan.decodes)
+    for (const std::uint32_t i : job.inputs) roles.to_scratch[i] = true;
+  return roles;
 }
 
 // One mapping per file: from the page holding its first tensor byte to its last tensor byte.
@@ -191,8 +248,12 @@ Status PlanOptions::validate() const {
         return fail(Errc::kInvalidArgument, fmt::format("device {} is listed twice", devices[i].to_string()));
   if (mode == LoadMode::kMmap && (devices.size() != 1 || !devices.front().is_cpu()))
     return fail(Errc::kUnsupported, "mmap mode maps files for one cpu device only");
-  if (mode == LoadMode::kMmap && dtype)
-    return fail(Errc::kInvalidArgument, "mmap mode cannot convert dtypes (the tensors are the file's bytes)");
+  if (mode == LoadMode::kMmap && (dtype || dequantize || quantize))
+    return fail(Errc::kInvalidArgument,
+                "mmap mode cannot convert, dequantize or quantize (the tensors are the file's bytes)");
+  if (dequantize && !is_float_policy_dtype(*dequantize))
+    return fail(Errc::kInvalidArgument,
+                fmt::format("dequantize to {}: only F16, BF16 and F32", dtype_name(*dequantize)));
   if (dtype && !is_float_policy_dtype(*dtype))
     return fail(Errc::kInvalidArgument,
                 fmt::format("dtype policy {}: only F16, BF16 and F32 are conversion targets", dtype_name(*dtype)));
@@ -222,11 +283,13 @@ Result<Plan> make_plan(const formats::Catalog& catalog, const PlanOptions& optio
   }
   const std::vector<std::uint32_t> order = file_order(catalog);
   if (options.mode == LoadMode::kMmap) {
+    QLOAD_TRY(plan_quantization(catalog, options, plan));  // describes kept quantized weights
     plan_mappings(catalog, order, plan);
     plan.placed_bytes = plan.tensor_bytes;
     return plan;
   }
-  QLOAD_TRY(place_in_arenas(catalog, order, options, plan));
+  QLOAD_ASSIGN_OR_RETURN(const TensorRoles roles, plan_quantization(catalog, options, plan));
+  QLOAD_TRY(place_in_arenas(catalog, order, options, roles, plan));
   plan.chunks = detail::make_chunks(catalog, order, plan.tensors, options);
   for (const ReadChunk& c : plan.chunks) {
     plan.read_bytes += c.bytes;  // at most tensor_bytes plus one gap and alignment per chunk

@@ -1,5 +1,7 @@
 #include "read_graph.hpp"
 
+#include "decode_graph.hpp"
+
 #include <cstring>
 #include <optional>
 
@@ -99,26 +101,29 @@ struct DeliveryIds {
 
 // The staged chunk's consumers besides verify: one `place` for its host pieces, one `h2d` per
 // GPU it feeds.
-void add_deliveries(TaskGraph& g, ReadLoadState& s, std::uint32_t i, const DeliveryIds& ids, const std::string& name,
-                    std::int64_t priority) {
+// Returns the place task, if any (after it, the chunk's host-bound pieces are in place).
+std::optional<TaskId> add_deliveries(TaskGraph& g, ReadLoadState& s, std::uint32_t i, const DeliveryIds& ids,
+                                     const std::string& name, std::int64_t priority) {
   std::vector<std::uint64_t> bytes(s.targets.size(), 0);
   for (const ChunkPiece& p : s.plan.chunks[i].pieces) bytes[s.plan.tensors[p.tensor].region] += p.bytes;
   auto add = [&](TaskSpec spec) {
     const TaskId task = g.add(std::move(spec));
     g.depends_on(task, ids.read);
     g.add_hold_user(ids.slot, task);
+    return task;
   };
+  std::optional<TaskId> place;
   std::uint64_t host_bytes = 0;
   for (std::size_t r = 0; r < bytes.size(); ++r) host_bytes += s.targets[r]->on_host() ? bytes[r] : 0;
   if (host_bytes > 0)
-    add({.lane = "place",
-         .name = name,
-         .priority = priority,
-         .bytes = host_bytes,
-         .work = CpuWork{[&s, i] {
-           return deliver_chunk(s, i, [&s](std::uint32_t r) { return s.targets[r]->on_host(); });
-         }},
-         .claims = {{ids.workers, 1}}});
+    place = add({.lane = "place",
+                 .name = name,
+                 .priority = priority,
+                 .bytes = host_bytes,
+                 .work = CpuWork{[&s, i] {
+                   return deliver_chunk(s, i, [&s](std::uint32_t r) { return s.targets[r]->on_host(); });
+                 }},
+                 .claims = {{ids.workers, 1}}});
   for (std::uint32_t r = 0; r < bytes.size(); ++r) {
     if (s.targets[r]->on_host() || bytes[r] == 0) continue;
     add({.lane = "h2d",
@@ -128,6 +133,7 @@ void add_deliveries(TaskGraph& g, ReadLoadState& s, std::uint32_t i, const Deliv
          .work = CpuWork{[&s, i, r] { return deliver_chunk(s, i, [r](std::uint32_t region) { return region == r; }); }},
          .claims = {{*ids.lanes[r], 1}}});
   }
+  return place;
 }
 
 }  // namespace
@@ -150,7 +156,8 @@ Result<TaskGraph> build_read_graph(ReadLoadState& s, const ReadBudgets& budgets)
   for (std::size_t r = 0; r < s.targets.size(); ++r)
     if (!s.targets[r]->on_host())
       lanes[r] = g.add_resource(s.plan.arenas[r].device.to_string() + " copy lanes", budgets.copy_lanes);
-  std::vector<TaskId> last_verify(s.catalog.tensors.size());  // of each tensor's latest piece
+  std::vector<TaskId> last_verify(s.catalog.tensors.size());         // of each tensor's latest piece
+  std::vector<std::vector<TaskId>> ready(s.catalog.tensors.size());  // tasks that put host-bound bytes in place
   for (std::uint32_t i = 0; i < chunks.size(); ++i) {
     const ReadChunk& c = chunks[i];
     const std::string name = chunk_name(s, i);
@@ -164,10 +171,14 @@ Result<TaskGraph> build_read_graph(ReadLoadState& s, const ReadBudgets& budgets)
                                .work = IoWork{[&s, i] { return prepare_read(s, i); }},
                                .claims = {{reads, 1}}});
     std::optional<HoldId> slot;
+    std::optional<TaskId> landed = read;  // direct chunks are in place once read
     if (!c.direct) {
       slot = g.add_hold(read, {staging, s.pool.slot_bytes()}, [&s, i] { s.leases[i].reset(); });
-      add_deliveries(g, s, i, {.read = read, .slot = *slot, .workers = workers, .lanes = lanes}, name, priority);
+      landed =
+          add_deliveries(g, s, i, {.read = read, .slot = *slot, .workers = workers, .lanes = lanes}, name, priority);
     }
+    if (landed)
+      for (const ChunkPiece& p : c.pieces) ready[p.tensor].push_back(*landed);
     if (!budgets.compute_digests) continue;
     const TaskId verify = g.add({.lane = "verify",
                                  .name = name,
@@ -181,6 +192,7 @@ Result<TaskGraph> build_read_graph(ReadLoadState& s, const ReadBudgets& budgets)
     last_verify[c.pieces.back().tensor] = verify;
     if (slot) g.add_hold_user(*slot, verify);
   }
+  add_decode_tasks(g, s, ready, workers, lanes);
   return g;
 }
 

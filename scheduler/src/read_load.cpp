@@ -131,7 +131,9 @@ Result<Model> load_read(const formats::Catalog& catalog, const Plan& plan, const
   std::vector<const std::byte*> bases;
   for (const auto& t : targets) bases.push_back(t->base());
   parts.tensors = describe_tensors(catalog, plan, bases, /*writable=*/true);
-  for (const auto& t : targets) t->release_into(parts.arenas, parts.device_arenas);
+  parts.quantized = describe_quantized(catalog, plan, parts.tensors);
+  for (std::size_t r = 0; r < targets.size(); ++r)
+    if (!plan.arenas[r].scratch) targets[r]->release_into(parts.arenas, parts.device_arenas);
   LoadReport& report = parts.report;
   report.engine = std::string(reader->engine());
   report.io = reader->stats();

@@ -5,6 +5,7 @@
 
 #include "commands.hpp"
 #include "qload/formats/driver.hpp"
+#include "qload/formats/quant.hpp"
 #include "qload/runtime/units.hpp"
 
 namespace qload::cli {
@@ -16,7 +17,26 @@ json shape_json(const Shape& shape) {
   return json(std::vector<std::uint64_t>(shape.dims().begin(), shape.dims().end()));
 }
 
-json to_json(const formats::Catalog& c) {
+// The detected scheme of each quantized weight; null when there is none. A detection error
+// is reported, not hidden: inspect exists to say what is wrong with a checkpoint.
+json quant_json(const formats::QuantizedCatalog& q, const formats::Catalog& c) {
+  if (q.method.empty()) return nullptr;
+  json logical = json::array();
+  for (const formats::LogicalTensor& lt : q.logical) {
+    json parts = json::object();
+    for (const auto& [role, index] : lt.parts) parts[role] = c.tensors[index].name;
+    logical.push_back({{"name", lt.name},
+                       {"scheme", std::string(formats::quant_scheme_name(lt.params.scheme))},
+                       {"bits", lt.params.bits},
+                       {"group_size", lt.params.group_size},
+                       {"sym", lt.params.sym},
+                       {"shape", {lt.rows, lt.cols}},
+                       {"parts", parts}});
+  }
+  return {{"method", q.method}, {"config_source", q.config_source}, {"logical_tensors", logical}};
+}
+
+json to_json(const formats::Catalog& c, const formats::QuantizedCatalog& q) {
   json files = json::array();
   for (const auto& f : c.files)
     files.push_back({{"path", f.path}, {"bytes", f.size}, {"data_offset", f.data_offset}, {"metadata", f.metadata}});
@@ -37,10 +57,11 @@ json to_json(const formats::Catalog& c) {
           {"tensor_count", c.tensors.size()},
           {"total_bytes", c.total_tensor_bytes()},
           {"has_config", !c.config_json.empty()},
-          {"quantization_config", quant}};
+          {"quantization_config", quant},
+          {"quantization", quant_json(q, c)}};
 }
 
-void print_text(const formats::Catalog& c) {
+void print_text(const formats::Catalog& c, const formats::QuantizedCatalog& q) {
   fmt::print("format: {}\nsource: {}\n", c.format, escape_for_terminal(c.source));
   fmt::print("files: {}\n", c.files.size());
   for (std::size_t i = 0; i < c.files.size(); ++i)
@@ -57,6 +78,12 @@ void print_text(const formats::Catalog& c) {
       fmt::print("metadata: {} = {}\n", escape_for_terminal(k), escape_for_terminal(v));
   fmt::print("quantization: {}\n",
              c.quantization_config.empty() ? "none declared" : escape_for_terminal(c.quantization_config));
+  if (q.method.empty()) return;
+  fmt::print("quantized weights: {} ({}, from {})\n", q.logical.size(), q.method, q.config_source);
+  for (const formats::LogicalTensor& lt : q.logical)
+    fmt::print("  {:<48} {:<10} {}-bit group {} {} [{}, {}] in {} parts\n", escape_for_terminal(lt.name),
+               formats::quant_scheme_name(lt.params.scheme), lt.params.bits, lt.params.group_size,
+               lt.params.sym ? "sym" : "asym", lt.rows, lt.cols, lt.parts.size());
 }
 
 }  // namespace
@@ -64,10 +91,12 @@ void print_text(const formats::Catalog& c) {
 int run_inspect(const InspectArgs& args) {
   auto catalog = formats::open_catalog(args.path);
   if (!catalog) return report(catalog.error());
+  auto quant = formats::detect_quantization(*catalog);
+  if (!quant) return report(quant.error());
   if (args.json)
-    fmt::print("{}\n", to_json(*catalog).dump(2, ' ', false, json::error_handler_t::replace));
+    fmt::print("{}\n", to_json(*catalog, *quant).dump(2, ' ', false, json::error_handler_t::replace));
   else
-    print_text(*catalog);
+    print_text(*catalog, *quant);
   return 0;
 }
 

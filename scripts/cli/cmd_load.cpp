@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "load_request.hpp"
 #include "progress_bar.hpp"
 #include "qload/formats/safetensors_writer.hpp"
 #include "qload/io/reader.hpp"
@@ -29,20 +30,12 @@ std::uint64_t peak_rss_bytes() {
   return static_cast<std::uint64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
 }
 
-// What to load and how, from the command line or a recipe (a recipe's settings are the
-// defaults; a flag given on the command line that contradicts it is an error).
-struct LoadRequest {
-  std::string source;
-  std::string devices = "cpu";  // as given, for reports
-  scheduler::LoadOptions options;
-};
-
 // "bf16" / "f16" / "f32" (also the safetensors spellings BF16, F16, F32).
-Result<DType> parse_dtype_policy(std::string_view text) {
+Result<DType> parse_float_dtype(std::string_view flag, std::string_view text) {
   if (text == "bf16" || text == "BF16") return DType::kBF16;
   if (text == "f16" || text == "F16") return DType::kF16;
   if (text == "f32" || text == "F32") return DType::kF32;
-  return fail(Errc::kInvalidArgument, fmt::format("--dtype {}: expected bf16, f16 or f32", text));
+  return fail(Errc::kInvalidArgument, fmt::format("{} {}: expected bf16, f16 or f32", flag, text));
 }
 
 Status apply_recipe_io(const scripts::RecipeIo& io, scheduler::LoadOptions& o) {
@@ -64,6 +57,8 @@ Status apply_recipe_io(const scripts::RecipeIo& io, scheduler::LoadOptions& o) {
   if (io.staging_bytes) o.staging.total_bytes = *io.staging_bytes;
   return {};
 }
+
+}  // namespace
 
 Result<LoadRequest> build_request(const LoadArgs& args) {
   LoadRequest req;
@@ -87,7 +82,13 @@ Result<LoadRequest> build_request(const LoadArgs& args) {
     QLOAD_ASSIGN_OR_RETURN(req.options.plan.placement, scheduler::parse_placement(args.placement));
   }
   if (!args.dtype.empty()) {
-    QLOAD_ASSIGN_OR_RETURN(req.options.plan.dtype, parse_dtype_policy(args.dtype));
+    QLOAD_ASSIGN_OR_RETURN(req.options.plan.dtype, parse_float_dtype("--dtype", args.dtype));
+  }
+  if (!args.dequantize.empty()) {
+    QLOAD_ASSIGN_OR_RETURN(req.options.plan.dequantize, parse_float_dtype("--dequantize", args.dequantize));
+  }
+  if (!args.quantize.empty()) {
+    QLOAD_ASSIGN_OR_RETURN(req.options.plan.quantize, formats::parse_quantize_target(args.quantize));
   }
   if (args.mmap) req.options.plan.mode = scheduler::LoadMode::kMmap;
   if (args.no_digests) req.options.compute_digests = false;
@@ -98,6 +99,8 @@ Result<LoadRequest> build_request(const LoadArgs& args) {
 
 // One safetensors file per device, DIR/<device>.safetensors; GPU tensors are copied back a
 // writer chunk at a time, so a dump holds no more than one chunk of host memory for them.
+namespace {
+
 Status dump(const scheduler::Model& model, const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
@@ -130,6 +133,7 @@ nlohmann::json report_json(const scheduler::LoadReport& r, const std::string& de
           {"device", devices},
           {"placed_bytes", r.placed_bytes},
           {"converted_tensors", r.converted_tensors},
+          {"decoded_tensors", r.decoded_tensors},
           {"mode", std::string(scheduler::load_mode_name(r.mode))},
           {"engine", r.engine},
           {"tensors", r.tensors},

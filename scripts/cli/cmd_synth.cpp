@@ -1,4 +1,5 @@
-// `qload synth OUT [...]`: writes a deterministic llama-shaped checkpoint.
+// `qload synth OUT [...] [--quant NAME]`: writes a deterministic llama-shaped checkpoint, its
+// linear weights optionally quantized (synth.hpp lists the schemes).
 #include <fmt/format.h>
 
 #include "commands.hpp"
@@ -19,8 +20,8 @@ int run_synth(const SynthArgs& args) {
     return report(Error(Errc::kInvalidArgument, fmt::format("--dtype {} is not one of bf16, f16, f32", args.dtype)));
   auto result = scripts::synthesize(args.out, o);
   if (!result) return report(result.error());
-  fmt::print("wrote {} tensors, {} in {} file(s) to {}\n", result->tensors, format_bytes(result->bytes), result->files,
-             escape_for_terminal(args.out));
+  fmt::print("wrote {} tensors, {} in {} file(s) to {}{}\n", result->tensors, format_bytes(result->bytes),
+             result->files, escape_for_terminal(args.out), o.quant.empty() ? "" : " (quantized: " + o.quant + ")");
   return 0;
 }
 

@@ -43,10 +43,12 @@ struct SynthArgs {
 int run_synth(const SynthArgs& args);
 
 struct LoadArgs {
-  std::string path;       // checkpoint or recipe (.lua)
-  std::string device;     // comma-separated devices; empty: the recipe's, else cpu
-  std::string placement;  // empty: round-robin
-  std::string dtype;      // empty: keep stored dtypes
+  std::string path;        // checkpoint or recipe (.lua)
+  std::string device;      // comma-separated devices; empty: the recipe's, else cpu
+  std::string placement;   // empty: round-robin
+  std::string dtype;       // empty: keep stored dtypes
+  std::string dequantize;  // empty: keep quantized weights packed
+  std::string quantize;    // empty: no quantize on load
   bool json = false;
   bool mmap = false;
   bool no_digests = false;  // skip the per-tensor XXH3-64 (saves a pass of hashing CPU)
@@ -54,6 +56,15 @@ struct LoadArgs {
   std::string dump;
 };
 int run_load(const LoadArgs& args);
+
+struct ConvertArgs {
+  std::string source;
+  std::string out;
+  std::string dtype;
+  std::string dequantize;
+  std::string quantize;
+};
+int run_convert(const ConvertArgs& args);
 
 struct HashArgs {
   std::vector<std::string> paths;

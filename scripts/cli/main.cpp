@@ -3,6 +3,9 @@
 
 #include <cstdio>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "commands.hpp"
 
 int main(int argc, char** argv) {
@@ -39,6 +42,9 @@ int main(int argc, char** argv) {
   synth->add_option("--shards", so.shards, "Number of safetensors files")->capture_default_str();
   synth->add_option("--dtype", synth_args.dtype, "bf16, f16 or f32")->capture_default_str();
   synth->add_option("--seed", so.seed, "Seed of the deterministic values")->capture_default_str();
+  synth->add_option(
+      "--quant", so.quant,
+      fmt::format("Write the linear weights quantized: {}", fmt::join(qload::scripts::kSynthQuantNames, ", ")));
 
   qload::cli::LoadArgs load_args;
   auto* load = app.add_subcommand("load", "Load a checkpoint (or run a recipe) and report how it went");
@@ -48,12 +54,26 @@ int main(int argc, char** argv) {
                    "Destination device(s), comma-separated: cpu, cpu:N, cuda:N (default cpu, or the recipe's)");
   load->add_option("--placement", load_args.placement, "With several devices: round-robin (default) or by-layer");
   load->add_option("--dtype", load_args.dtype, "Convert floating tensors (f16/bf16/f32) to bf16, f16 or f32 on load");
+  load->add_option("--dequantize", load_args.dequantize, "Dequantize quantized weights to bf16, f16 or f32");
+  load->add_option("--quantize", load_args.quantize,
+                   "Quantize linear weights on load: fp8[:per-tensor|per-channel|block] or int8");
   load->add_flag("--json", load_args.json, "One JSON object on stdout instead of the summary");
   load->add_flag("--mmap", load_args.mmap, "Zero-copy: tensors point into read-only file mappings");
   load->add_flag("--no-digests", load_args.no_digests,
                  "Skip the per-tensor XXH3-64 digests (less CPU; nothing to check bytes against)");
   load->add_option("--trace", load_args.trace, "Write a Chrome trace (Perfetto) of the load to this file");
   load->add_option("--dump", load_args.dump, "Write what was loaded to DIR/<device>.safetensors");
+
+  qload::cli::ConvertArgs convert_args;
+  auto* convert = app.add_subcommand(
+      "convert", "Load with --dequantize / --quantize / --dtype and write the result as a safetensors checkpoint");
+  convert->add_option("source", convert_args.source, "Checkpoint: directory, .safetensors file or index json")
+      ->required();
+  convert->add_option("out", convert_args.out, "Output directory (model.safetensors, config.json)")->required();
+  convert->add_option("--dtype", convert_args.dtype, "Convert floating tensors to bf16, f16 or f32");
+  convert->add_option("--dequantize", convert_args.dequantize, "Dequantize quantized weights to bf16, f16 or f32");
+  convert->add_option("--quantize", convert_args.quantize,
+                      "Quantize linear weights: fp8[:per-tensor|per-channel|block] or int8");
 
   qload::cli::HashArgs hash_args;
   auto* hash = app.add_subcommand(
@@ -73,6 +93,7 @@ int main(int argc, char** argv) {
   if (*selftest) return qload::cli::run_selftest(selftest_args);
   if (*hash) return qload::cli::run_hash(hash_args);
   if (*inspect) return qload::cli::run_inspect(inspect_args);
+  if (*convert) return qload::cli::run_convert(convert_args);
   if (*synth) return qload::cli::run_synth(synth_args);
   if (*load) return qload::cli::run_load(load_args);
   std::fputs(app.help().c_str(), stdout);

@@ -11,9 +11,12 @@
 
 #include "qload/formats/safetensors_writer.hpp"
 #include "qload/runtime/shape.hpp"
+#include "synth_quant.hpp"
 
 namespace qload::scripts {
 namespace {
+
+using detail::mix;
 
 struct SynthTensor {
   std::string name;
@@ -38,14 +41,6 @@ std::vector<SynthTensor> llama_tensors(const SynthOptions& o) {
   out.push_back({"model.norm.weight", Shape{h}});
   out.push_back({"lm_head.weight", Shape{o.vocab, h}});
   return out;
-}
-
-// splitmix64 of a counter: random access to a deterministic sequence.
-std::uint64_t mix(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
 }
 
 // A finite float of magnitude in [2^-7, 2^-1) with random sign and mantissa, built directly as
@@ -74,7 +69,7 @@ formats::TensorFill filler(DType dtype, std::uint64_t stream) {
 }
 
 std::string config_json(const SynthOptions& o) {
-  const nlohmann::json config = {
+  nlohmann::json config = {
       {"architectures", {"LlamaForCausalLM"}},
       {"model_type", "llama"},
       {"hidden_size", o.hidden},
@@ -91,6 +86,7 @@ std::string config_json(const SynthOptions& o) {
                                                : "float32"},
       {"qload_synth", {{"seed", o.seed}}},
   };
+  if (!o.quant.empty()) config["quantization_config"] = detail::quantization_config(o);
   return config.dump(2) + "\n";
 }
 
@@ -108,6 +104,26 @@ Status write_text(const std::filesystem::path& path, const std::string& text) {
   return {};
 }
 
+// Every stored tensor in file order: the llama tensors, each quantized linear weight replaced by
+// its parts. A tensor's values depend on its index in llama_tensors, so with and without
+// quantization the unquantized weights are the same.
+Result<std::vector<formats::WriterTensor>> stored_tensors(const SynthOptions& o) {
+  const std::vector<SynthTensor> tensors = llama_tensors(o);
+  std::vector<formats::WriterTensor> all;
+  for (std::size_t t = 0; t < tensors.size(); ++t) {
+    const std::uint64_t stream = mix(o.seed) ^ t;
+    if (o.quant.empty() || !detail::is_quantized_linear(tensors[t].name)) {
+      all.push_back({tensors[t].name, o.dtype, tensors[t].shape, {}, filler(o.dtype, stream)});
+      continue;
+    }
+    QLOAD_ASSIGN_OR_RETURN(
+        std::vector<formats::WriterTensor> parts,
+        detail::quantized_parts(o, tensors[t].name, tensors[t].shape, stream, filler(o.dtype, stream)));
+    for (formats::WriterTensor& part : parts) all.push_back(std::move(part));
+  }
+  return all;
+}
+
 }  // namespace
 
 Status validate(const SynthOptions& o) {
@@ -120,7 +136,7 @@ Status validate(const SynthOptions& o) {
                                                     o.hidden, o.heads, o.kv_heads));
   if (o.shards > 2 * o.layers + 2)
     return fail(Errc::kInvalidArgument, fmt::format("{} shards is more than the model has tensors to fill", o.shards));
-  return {};
+  return detail::validate_quant(o);
 }
 
 Result<SynthReport> synthesize(const std::string& out, const SynthOptions& o) {
@@ -129,16 +145,16 @@ Result<SynthReport> synthesize(const std::string& out, const SynthOptions& o) {
   std::filesystem::create_directories(out, ec);
   if (ec) return fail(Error(Errc::kIo, "create directory: " + ec.message()).with_file(out));
 
-  const std::vector<SynthTensor> tensors = llama_tensors(o);
-  std::vector<formats::WriterTensor> all;
+  QLOAD_ASSIGN_OR_RETURN(const std::vector<formats::WriterTensor> all, stored_tensors(o));
+  std::vector<std::uint64_t> sizes;
   std::uint64_t total = 0;
-  for (std::size_t t = 0; t < tensors.size(); ++t) {
-    QLOAD_ASSIGN_OR_RETURN(const std::uint64_t bytes, tensors[t].shape.nbytes(o.dtype));
+  for (const formats::WriterTensor& t : all) {
+    QLOAD_ASSIGN_OR_RETURN(const std::uint64_t bytes, t.shape.nbytes(t.dtype));
+    sizes.push_back(bytes);
     total += bytes;
-    all.push_back({tensors[t].name, o.dtype, tensors[t].shape, {}, filler(o.dtype, mix(o.seed) ^ t)});
   }
   // Shards split the tensors in order at (roughly) equal byte counts, as HF exports do.
-  SynthReport report{tensors.size(), total, o.shards};
+  SynthReport report{all.size(), total, o.shards};
   nlohmann::json weight_map = nlohmann::json::object();
   std::size_t next = 0;
   std::uint64_t written = 0;
@@ -148,7 +164,7 @@ Result<SynthReport> synthesize(const std::string& out, const SynthOptions& o) {
     const std::uint64_t target = total * (s + 1) / o.shards;
     const std::size_t begin = next;
     while (next < all.size() && (next == begin || written < target) && all.size() - next > o.shards - s - 1) {
-      written += *all[next].shape.nbytes(o.dtype);
+      written += sizes[next];
       weight_map[all[next].name] = name;
       ++next;
     }

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "qload/formats/quant.hpp"
 #include "qload/io/reader.hpp"
 #include "qload/runtime/cuda_memory.hpp"
 #include "qload/runtime/dtype.hpp"
@@ -45,6 +46,17 @@ struct DeviceTensor {
   }
 };
 
+// A quantized weight kept packed (no dequantize policy): what a server hands to its own
+// kernels. Its parts are ordinary tensors of the model, placed byte for byte and aligned.
+struct QuantizedWeight {
+  std::string name;  // "<prefix>.weight" (not itself a tensor of the model)
+  formats::QuantParams params;
+  std::uint64_t rows = 0;  // N
+  std::uint64_t cols = 0;  // K
+  // role ("qweight", "scales", "weight_scale_inv", ...) -> index into Model::tensors()
+  std::vector<std::pair<std::string, std::uint32_t>> parts;
+};
+
 struct TensorDigest {
   std::string name;
   std::uint64_t xxh3_64 = 0;  // of the tensor's stored bytes (equals `xxhsum -H3` of them)
@@ -57,11 +69,12 @@ struct LoadReport {
   std::uint64_t tensor_bytes = 0;  // bytes of tensor data as stored in the files
   std::uint64_t placed_bytes = 0;  // bytes of tensor data delivered (after dtype conversion)
   std::uint64_t converted_tensors = 0;
-  std::uint64_t read_bytes = 0;      // bytes read from files (tensors, small gaps, alignment)
-  std::uint64_t chunks = 0;          // read requests
-  std::uint64_t direct_tensors = 0;  // tensors read straight into the arena
-  double seconds = 0;                // the whole load: open, allocate, read, verify, place, check
-  double gb_per_s = 0;               // tensor_bytes / seconds / 1e9 (stored bytes: what was read)
+  std::uint64_t decoded_tensors = 0;  // weights dequantized or quantized on load
+  std::uint64_t read_bytes = 0;       // bytes read from files (tensors, small gaps, alignment)
+  std::uint64_t chunks = 0;           // read requests
+  std::uint64_t direct_tensors = 0;   // tensors read straight into the arena
+  double seconds = 0;                 // the whole load: open, allocate, read, verify, place, check
+  double gb_per_s = 0;                // tensor_bytes / seconds / 1e9 (stored bytes: what was read)
   std::uint64_t staging_budget_bytes = 0;
   std::uint64_t peak_staging_bytes = 0;  // most staging bytes leased at once during this load
   std::vector<StageStats> stages;        // busy seconds per stage ("read", "verify", "place")
@@ -79,7 +92,8 @@ class Model {
     std::vector<HostBuffer> arenas;
     std::vector<cuda::DeviceBuffer> device_arenas;
     std::vector<MappedRegion> mappings;
-    std::vector<DeviceTensor> tensors;  // catalog order
+    std::vector<DeviceTensor> tensors;  // catalog order, then tensors produced by decoding
+    std::vector<QuantizedWeight> quantized;
     LoadReport report;
   };
 
@@ -88,7 +102,8 @@ class Model {
   Model(Model&&) noexcept = default;
   Model& operator=(Model&&) noexcept = default;
 
-  // Every tensor, in catalog (file) order.
+  // Every tensor: stored ones in catalog (file) order, then those decoding produced (a
+  // dequantized weight, a quantized weight and its scale).
   std::span<const DeviceTensor> tensors() const noexcept { return parts_.tensors; }
   std::size_t size() const noexcept { return parts_.tensors.size(); }
   // The tensor called `name`, or null. O(log n).
@@ -96,6 +111,9 @@ class Model {
   // Like find, but kNotFound naming the tensor.
   Result<const DeviceTensor*> get(std::string_view name) const;
   const LoadReport& report() const noexcept { return parts_.report; }
+  // Quantized weights kept packed, with their parts; empty for an unquantized checkpoint or
+  // when the load dequantized them.
+  std::span<const QuantizedWeight> quantized() const noexcept { return parts_.quantized; }
   // Copies bytes [offset, offset + out.size()) of a tensor (host or GPU memory) into `out`:
   // how --dump and tests read GPU tensors back. kInvalidArgument past the tensor's end.
   Status copy_to_host(const DeviceTensor& tensor, std::uint64_t offset, std::span<std::byte> out) const;

@@ -23,6 +23,8 @@
 #include <vector>
 
 #include "qload/formats/catalog.hpp"
+#include "qload/formats/quant.hpp"
+#include "qload/formats/quant_codec.hpp"
 #include "qload/runtime/device.hpp"
 #include "qload/runtime/dtype.hpp"
 #include "qload/runtime/error.hpp"
@@ -54,8 +56,16 @@ struct PlanOptions {
   std::vector<Device> devices = {Device{}};
   Placement placement = Placement::kRoundRobin;
   // Dtype policy: floating tensors stored as F16, BF16 or F32 are converted to this dtype
-  // (F16, BF16 or F32) as they are placed; other dtypes stay as stored. Read mode only.
+  // (F16, BF16 or F32) as they are placed; other dtypes stay as stored. Parts of quantized
+  // weights (scales, ...) are never converted. Read mode only.
   std::optional<DType> dtype;
+  // Quantized weights (formats::detect_quantization) are dequantized to this dtype (F32, BF16
+  // or F16) on load; unset: kept as their packed parts, byte for byte. Read mode only.
+  std::optional<DType> dequantize;
+  // Unquantized linear weights (2-D F16/BF16/F32 tensors named "*.weight" whose name has no
+  // "embed", "norm" or "lm_head") are quantized on load to this target; the scale lands in
+  // "<prefix>.weight_scale" ("weight_scale_inv" for 128x128 blocks). Read mode only.
+  std::optional<formats::QuantizeTarget> quantize;
   std::uint64_t tensor_alignment = 256;  // each tensor's arena offset is a multiple (power of two)
   // Largest coalesced read; must fit a staging slot. 16 MiB: see StagingOptions.
   std::uint64_t chunk_bytes = std::uint64_t{16} << 20;
@@ -90,6 +100,9 @@ struct TensorPlacement {
 };
 
 struct ArenaPlan {
+  // Scratch: a host arena holding the inputs of decode jobs (packed parts, weights to
+  // quantize) for the duration of the load; never part of the Model.
+  bool scratch = false;
   Device device;
   std::uint64_t bytes = 0;      // exact: the end of the last tensor placed in it
   std::uint64_t alignment = 0;  // the arena's own start alignment (>= tensor_alignment)
@@ -118,12 +131,38 @@ struct ReadChunk {
   std::vector<ChunkPiece> pieces;  // in file order
 };
 
+// A tensor a decode job produces: where it lands (like TensorPlacement) and what it is.
+struct DecodeOutput {
+  std::string name;
+  DType dtype = DType::kF32;
+  Shape shape;
+  std::uint32_t region = 0;
+  std::uint64_t offset = 0;
+  std::uint64_t bytes = 0;
+};
+
+// Work done on whole tensors once their bytes are in the scratch arena: dequantize one
+// logical tensor (rows split over several tasks), or quantize one weight into weight + scale.
+struct DecodeJob {
+  enum class Kind : std::uint8_t { kDequantize, kQuantize };
+  Kind kind = Kind::kDequantize;
+  std::uint32_t logical = 0;  // kDequantize: index into Plan::quant->logical
+  std::uint32_t input = 0;    // kQuantize: the catalog tensor quantized
+  formats::QuantizeTarget target = formats::QuantizeTarget::kFp8Tensor;
+  std::vector<std::uint32_t> inputs;  // catalog tensors read into scratch for this job
+  std::vector<DecodeOutput> outputs;  // dequantize: the weight; quantize: weight, scale
+};
+
 struct Plan {
   LoadMode mode = LoadMode::kRead;
-  std::vector<ArenaPlan> arenas;             // read mode: one per device, in PlanOptions::devices order
-  std::vector<MappingPlan> mappings;         // mmap mode: one per file holding tensor bytes
-  std::vector<TensorPlacement> tensors;      // parallel to catalog.tensors
-  std::vector<ReadChunk> chunks;             // read mode, in file order
+  std::vector<ArenaPlan> arenas;                   // read mode: one per device, in PlanOptions::devices order
+  std::vector<MappingPlan> mappings;               // mmap mode: one per file holding tensor bytes
+  std::vector<TensorPlacement> tensors;            // parallel to catalog.tensors
+  std::vector<ReadChunk> chunks;                   // read mode, in file order
+  std::optional<formats::QuantizedCatalog> quant;  // the detected scheme (none if detection failed)
+  std::string quant_warning;                       // why detection failed when no policy needed it (the load goes on)
+  std::vector<DecodeJob> decodes;
+  std::uint32_t scratch_region = kNoRegion;  // index of the scratch arena in `arenas`, if any
   std::uint64_t tensor_bytes = 0;            // sum of tensor sizes as stored
   std::uint64_t placed_bytes = 0;            // sum of tensor sizes as placed (after conversion)
   std::uint32_t converted_tensors = 0;       // tensors whose dtype the policy changes

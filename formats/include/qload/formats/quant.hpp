@@ -1,0 +1,101 @@
+// Quantized checkpoints: which scheme a checkpoint uses, and which stored tensors make up each
+// quantized weight (a "logical tensor"), checked against each other before any data is read.
+//
+// detect_quantization() reads the scheme from config.json's quantization_config, else from
+// quantize_config.json (AutoGPTQ), quant_config.json (AutoAWQ) or hf_quant_config.json
+// (ModelOpt) in the model directory, and cross-checks it with the tensor-name suffixes. Every
+// part's dtype and shape is checked against bits, group size, K and N; a mismatch is
+// kCorrupt naming the tensor, the expected and the found shape. docs/formats.md lists what is
+// supported and every decision taken where producers disagree. Byte-level facts:
+// ../shared/formats.md (sources cited there).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "qload/formats/catalog.hpp"
+#include "qload/runtime/dtype.hpp"
+#include "qload/runtime/error.hpp"
+
+namespace qload::formats {
+
+enum class QuantScheme : std::uint8_t {
+  // GPTQ v1/v2 (AutoGPTQ, GPTQModel): qweight I32 [K*b/32, N] packed along K (LSB-first
+  // bitstream), qzeros I32 [groups, ceil(N*b/32)] packed along N, scales F16/BF16/F32
+  // [groups, N], optional g_idx I32 [K]. W[n,k] = scales[g,n] * (q[k,n] - z[g,n]), g = g_idx[k]
+  // (or k / group). v1 stores z - 1 (decoded per field: (stored + 1) & (2^b - 1)).
+  kGptq,
+  // AWQ GEMM: qweight I32 [K, N/8] packed along N in the order [0,2,4,6,1,3,5,7]; qzeros I32
+  // [K/G, N/8] same order; scales [K/G, N]. W[n,k] = (q - z) * s with g = k / G.
+  kAwqGemm,
+  // AWQ GEMV: qweight I32 [N, K/8] packed along K in natural order; qzeros I32 [N, Wz];
+  // scales [N, 8*Wz] (Wz = ceil(groups / 8) rounded up to 1/2/4 for G >= 128 / 64 / 32).
+  kAwqGemv,
+  // FP8: weight F8_E4M3 or F8_E5M2 [N, K] times a scale: per tensor (weight_scale [] or [1]),
+  // per row (weight_scale [N, 1] or [N]), or per block (weight_scale_inv or weight_scale
+  // [ceil(N/bn), ceil(K/bk)], DeepSeek-V3 and compressed-tensors float-quantized).
+  kFp8,
+  // compressed-tensors pack-quantized: weight_packed I32 [N, ceil(K*b/32)] (offset binary,
+  // LSB-first), weight_scale [N, groups], weight_zero_point I32 [ceil(N*b/32), groups]
+  // (packed along N, asym only), weight_shape [2] = (N, K), weight_g_idx I32 [K] (optional).
+  kCtPacked,
+  // compressed-tensors int-quantized / naive-quantized: weight I8 [N, K], weight_scale
+  // [N, groups] / [N, 1] / [1], weight_zero_point (asym, same shape), weight_g_idx optional.
+  kCtInt,
+};
+std::string_view quant_scheme_name(QuantScheme scheme) noexcept;
+
+// How FP8 and compressed-tensors scales broadcast over the [N, K] weight.
+enum class ScaleLayout : std::uint8_t { kTensor, kRow, kGroup, kBlock };
+
+struct QuantParams {
+  QuantScheme scheme = QuantScheme::kGptq;
+  std::uint32_t bits = 4;          // 2, 3, 4, 8 (GPTQ, compressed-tensors), 4 (AWQ), 8 (FP8, int8)
+  std::uint64_t group_size = 0;    // columns of K per group (a config's -1 is stored as K)
+  bool sym = true;                 // symmetric: no stored zero points (compressed-tensors), or z = 2^(b-1) (GPTQ)
+  std::uint32_t gptq_version = 2;  // 1: stored zeros are z - 1 (checkpoint_format "gptq" or missing)
+  ScaleLayout scale_layout = ScaleLayout::kGroup;
+  std::uint32_t block_rows = 0;      // kBlock: bn
+  std::uint32_t block_cols = 0;      // kBlock: bk
+  DType weight_dtype = DType::kI32;  // F8_E4M3 / F8_E5M2 (FP8), I8 (kCtInt), I32 (packed)
+  DType scale_dtype = DType::kF16;
+  // compressed-tensors packing of widths other than 1/2/4/8: a dense bitstream (true, newer
+  // writers) or 32/b values per word with the high bits unused (false, before mid 2026).
+  bool dense_bitstream = true;
+};
+
+// One quantized weight and the stored tensors (parts) it is made of.
+struct LogicalTensor {
+  std::string name;  // the dequantized weight's name: "<prefix>.weight"
+  QuantParams params;
+  std::uint64_t rows = 0;  // N, out features
+  std::uint64_t cols = 0;  // K, in features
+  // role -> index into Catalog::tensors. Roles: qweight, qzeros, scales, g_idx (GPTQ/AWQ);
+  // weight, weight_scale, weight_scale_inv, input_scale (FP8); weight_packed, weight_scale,
+  // weight_zero_point, weight_shape, weight_g_idx (compressed-tensors); weight (kCtInt).
+  std::vector<std::pair<std::string, std::uint32_t>> parts;
+
+  std::optional<std::uint32_t> part(std::string_view role) const;
+};
+
+struct QuantizedCatalog {
+  std::string method;         // "gptq", "awq", "fp8", "fbgemm_fp8", "modelopt", "compressed-tensors"; empty: none
+  std::string config_source;  // the file the scheme came from ("config.json", "quantize_config.json", ...)
+  std::vector<LogicalTensor> logical;  // sorted by name
+  // Catalog tensors that belong to no logical tensor (embeddings, norms, biases, ignored
+  // modules): loaded as they are.
+  std::vector<std::uint32_t> plain;
+};
+
+// Detects the scheme and groups the parts. A checkpoint with no quantization config and no
+// quantized parts gives method "" and every tensor plain. Errors (kCorrupt unless noted):
+// a part whose dtype or shape contradicts the config (names tensor, expected and found), a
+// missing required part, a contradictory config (e.g. config.json says gptq, the tensors are
+// AWQ), kUnsupported for a scheme or option qload does not decode (named).
+Result<QuantizedCatalog> detect_quantization(const Catalog& catalog);
+
+}  // namespace qload::formats

@@ -1,0 +1,107 @@
+// dequantize_rows: f32 decode by scheme (decoders.hpp), then the float conversion codec for
+// bf16 / f16 output. Large row ranges are decoded a slab at a time so the f32 temporary stays
+// small and cache-resident.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "decoders.hpp"
+#include "qload/formats/convert.hpp"
+
+namespace qload::formats {
+namespace detail {
+
+Result<const PartBytes*> find_part(const LogicalTensor& tensor, std::span<const PartBytes> parts,
+                                   std::string_view role) {
+  for (const PartBytes& p : parts)
+    if (p.role == role) return &p;
+  return fail(Error(Errc::kCorrupt, fmt::format("quantized weight has no '{}' part", role)).with_tensor(tensor.name));
+}
+
+float load_scale(const PartBytes& part, std::uint64_t index) noexcept {
+  const std::byte* p = part.bytes.data();
+  switch (part.dtype) {
+    case DType::kF32: {
+      float v;
+      std::memcpy(&v, p + index * 4, 4);
+      return v;
+    }
+    case DType::kF16: {
+      std::uint16_t h;
+      std::memcpy(&h, p + index * 2, 2);
+      const std::uint32_t bits = f16_to_f32_bits(h);
+      float v;
+      std::memcpy(&v, &bits, 4);
+      return v;
+    }
+    case DType::kBF16: {
+      std::uint16_t h;
+      std::memcpy(&h, p + index * 2, 2);
+      const std::uint32_t bits = bf16_to_f32_bits(h);
+      float v;
+      std::memcpy(&v, &bits, 4);
+      return v;
+    }
+    default: return 0.0f;
+  }
+}
+
+}  // namespace detail
+
+namespace {
+
+Status decode_f32(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t begin, std::uint64_t end,
+                  std::span<float> out) {
+  switch (t.params.scheme) {
+    case QuantScheme::kGptq: return detail::dequantize_gptq(t, parts, begin, end, out);
+    case QuantScheme::kAwqGemm:
+    case QuantScheme::kAwqGemv: return detail::dequantize_awq(t, parts, begin, end, out);
+    case QuantScheme::kFp8: return detail::dequantize_fp8(t, parts, begin, end, out);
+    case QuantScheme::kCtPacked: return detail::dequantize_ct_packed(t, parts, begin, end, out);
+    case QuantScheme::kCtInt: return detail::dequantize_ct_int(t, parts, begin, end, out);
+  }
+  return fail(Errc::kInternal, "unknown quantization scheme");
+}
+
+constexpr std::uint64_t kSlabFloats = std::uint64_t{1} << 16;  // 256 KiB of f32 per conversion step
+
+}  // namespace
+
+Status dequantize_rows(const LogicalTensor& tensor, std::span<const PartBytes> parts, std::uint64_t row_begin,
+                       std::uint64_t row_end, DType out_dtype, std::span<std::byte> out) {
+  if (row_begin > row_end || row_end > tensor.rows)
+    return fail(Error(Errc::kInvalidArgument,
+                      fmt::format("rows [{}, {}) outside the weight's {}", row_begin, row_end, tensor.rows))
+                    .with_tensor(tensor.name));
+  if (out_dtype != DType::kF32 && out_dtype != DType::kBF16 && out_dtype != DType::kF16)
+    return fail(Errc::kInvalidArgument, fmt::format("dequantize to {}: only F32, BF16, F16", dtype_name(out_dtype)));
+  const std::uint64_t elem = dtype_info(out_dtype).block_bytes;
+  const std::uint64_t cols = tensor.cols;
+  if (out.size() != (row_end - row_begin) * cols * elem)
+    return fail(Error(Errc::kInvalidArgument, fmt::format("output of {} bytes for {} rows of {} {}", out.size(),
+                                                          row_end - row_begin, cols, dtype_name(out_dtype)))
+                    .with_tensor(tensor.name));
+  if (out_dtype == DType::kF32 && reinterpret_cast<std::uintptr_t>(out.data()) % alignof(float) == 0) {
+    auto* f = reinterpret_cast<float*>(out.data());
+    return decode_f32(tensor, parts, row_begin, row_end,
+                      std::span(f, static_cast<std::size_t>((row_end - row_begin) * cols)));
+  }
+  const std::uint64_t slab_rows = std::max<std::uint64_t>(1, kSlabFloats / std::max<std::uint64_t>(cols, 1));
+  std::vector<float> tmp;
+  for (std::uint64_t r = row_begin; r < row_end; r += slab_rows) {
+    const std::uint64_t n = std::min(slab_rows, row_end - r);
+    tmp.resize(static_cast<std::size_t>(n * cols));
+    QLOAD_TRY(decode_f32(tensor, parts, r, r + n, tmp));
+    const auto in = std::as_bytes(std::span(tmp));
+    QLOAD_TRY(convert(
+        in, DType::kF32,
+        out.subspan(static_cast<std::size_t>((r - row_begin) * cols * elem), static_cast<std::size_t>(n * cols * elem)),
+        out_dtype));
+  }
+  return {};
+}
+
+}  // namespace qload::formats

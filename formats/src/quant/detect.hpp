@@ -1,0 +1,112 @@
+// Internals of detect_quantization (quant.hpp): the quantization config as a list of rules
+// (detect_config.cpp, detect_ct_config.cpp), module-name patterns (detect_match.cpp), and the
+// per-scheme part checks that turn one module's tensors into a LogicalTensor (detect_parts.cpp).
+// docs/formats.md "Quantized checkpoints" lists every decision taken here.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <regex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "qload/formats/catalog.hpp"
+#include "qload/formats/quant.hpp"
+#include "qload/runtime/error.hpp"
+
+namespace qload::formats::detail {
+
+// Side config files are small; anything larger is refused (kUnsupported, naming the file).
+inline constexpr std::uint64_t kMaxQuantConfigBytes = 1u << 20;
+// Bounds on what a config may list, and on names matched against a regular expression
+// (std::regex recurses per character).
+inline constexpr std::size_t kMaxPatterns = 4096;
+inline constexpr std::size_t kMaxPatternBytes = 1024;
+inline constexpr std::size_t kMaxRegexSubjectBytes = 4096;
+
+// One entry of a list naming modules (an exclusion list or compressed-tensors targets).
+struct ModulePattern {
+  enum class Kind : std::uint8_t {
+    // transformers / AutoAWQ modules_to_not_convert, ModelOpt exclude_modules: the entry is a
+    // substring of the module name; an entry with '*' or '?' is a glob over the whole name
+    // ('*' also crosses dots; no bracket classes).
+    kSubstringOrGlob,
+    // compressed-tensors targets and ignore: "re:<regex>" (Python re.match, anchored at the
+    // start), a class name (CamelCase, no '.': matches every module, qload cannot see classes),
+    // or an exact module name.
+    kCtTarget,
+    // GPTQModel dynamic "-:<regex>" keys (Python re.match).
+    kRegex,
+  };
+  Kind kind = Kind::kSubstringOrGlob;
+  std::string text;                         // as written in the config
+  std::shared_ptr<const std::regex> regex;  // kRegex, and kCtTarget "re:" entries
+};
+
+// How specifically a pattern matched (compressed-tensors resolves overlapping targets by this).
+enum class MatchRank : std::uint8_t { kNone, kClass, kRegex, kExact };
+
+// Compiles `text` (kUnsupported naming `path` and `key` for a regex std::regex cannot take).
+Result<ModulePattern> make_pattern(ModulePattern::Kind kind, std::string text, const std::string& path,
+                                   std::string_view key);
+// How `pattern` matches `module` (kUnsupported for a regex subject over kMaxRegexSubjectBytes or
+// a regex that exhausts std::regex).
+Result<MatchRank> match_module(const ModulePattern& pattern, std::string_view module);
+
+// Which stored parts a rule expects.
+enum class PartKind : std::uint8_t { kGptq, kAwqGemm, kAwqGemv, kFp8, kCtPacked, kCtInt, kDense };
+
+// One way of quantizing: the whole checkpoint (GPTQ, AWQ, FP8) or one compressed-tensors
+// config group. Group-size dependent fields are resolved per tensor, once K is known.
+struct Rule {
+  std::string label;  // for messages: "gptq", "compressed-tensors group 'group_0' (pack-quantized)"
+  PartKind kind = PartKind::kDense;
+  std::uint32_t bits = 4;
+  std::int64_t group_size = 0;  // as configured: -1 = all of K, 0 = none
+  bool sym = true;
+  std::uint32_t gptq_version = 1;
+  bool g_idx_required = false;  // GPTQ desc_act, compressed-tensors actorder "group"
+  // FP8 / compressed-tensors: the scale layouts accepted, tried in order against the scale's shape.
+  std::vector<ScaleLayout> layouts;
+  std::uint32_t block_rows = 0;
+  std::uint32_t block_cols = 0;
+  std::optional<DType> fp8_dtype;      // the config's "fmt", when given
+  bool scale_inv_allowed = false;      // FP8 block scales may be named weight_scale_inv
+  bool compressed_tensors = false;     // scale shapes as compressed-tensors writes them ([1], [N, 1])
+  std::vector<ModulePattern> targets;  // compressed-tensors: modules this group covers
+};
+
+struct QuantConfig {
+  std::string method;       // QuantizedCatalog::method
+  std::string source;       // file name the config came from, "config.json", ... or "tensor names"
+  std::string path;         // full path, for errors
+  std::vector<Rule> rules;  // empty: nothing is quantized (compressed-tensors "dense", ModelOpt kv-cache only)
+  std::string exclude_key;  // "modules_to_not_convert", "ignore", ... (messages)
+  std::vector<ModulePattern> exclude;
+};
+
+// The quantization config, from config.json's quantization_config or a side file in the model
+// directory (directory and index sources only); nullopt when there is none.
+Result<std::optional<QuantConfig>> read_quant_config(const Catalog& catalog);
+
+// One module's tensors with a suffix qload knows ("qweight", "weight_scale", ...).
+struct ModuleTensors {
+  std::string module;                                       // the name before the suffix
+  std::map<std::string, std::uint32_t, std::less<>> parts;  // suffix -> index into Catalog::tensors
+  std::optional<std::uint32_t> find(std::string_view suffix) const {
+    const auto it = parts.find(suffix);
+    return it == parts.end() ? std::nullopt : std::optional<std::uint32_t>(it->second);
+  }
+};
+
+// Checks one module's parts against `rule` (every dtype and shape) and builds its logical tensor.
+Result<LogicalTensor> build_logical(const Catalog& catalog, const ModuleTensors& module, const Rule& rule);
+
+// The suffixes `kind` may carry; any other known quantized suffix contradicts the config.
+bool part_allowed(PartKind kind, std::string_view suffix);
+
+}  // namespace qload::formats::detail

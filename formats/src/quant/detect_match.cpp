@@ -1,0 +1,113 @@
+// Module-name patterns of quantization configs. Each producer matches differently (detect.hpp
+// ModulePattern::Kind); regular expressions follow Python's re.match (anchored at the start
+// only) through std::regex's ECMAScript grammar, which covers the patterns producers write
+// (".*", "$", character classes, alternation); back-references are refused.
+#include <cctype>
+
+#include <fmt/format.h>
+
+#include "detect.hpp"
+#include "located_error.hpp"
+
+namespace qload::formats::detail {
+namespace {
+
+bool is_class_name(std::string_view text) {
+  return !text.empty() && std::isupper(static_cast<unsigned char>(text.front())) != 0 &&
+         text.find('.') == std::string_view::npos;
+}
+
+bool has_glob(std::string_view text) {
+  return text.find_first_of("*?") != std::string_view::npos;
+}
+
+// fnmatch without brackets, iteratively: '*' any run (dots included), '?' one byte. O(n * m)
+// at worst, where glibc's recursive fnmatch is exponential in the number of stars.
+bool glob_matches(std::string_view pattern, std::string_view text) {
+  std::size_t p = 0;
+  std::size_t t = 0;
+  std::size_t star = std::string_view::npos;
+  std::size_t resume = 0;
+  while (t < text.size()) {
+    if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == text[t])) {
+      ++p;
+      ++t;
+    } else if (p < pattern.size() && pattern[p] == '*') {
+      star = p++;
+      resume = t;
+    } else if (star != std::string_view::npos) {
+      p = star + 1;
+      t = ++resume;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
+}
+
+Result<bool> regex_matches(const ModulePattern& pattern, std::string_view module) {
+  if (module.size() > kMaxRegexSubjectBytes)
+    return fail(Error(Errc::kUnsupported, fmt::format("module name of {} bytes is too long to match against {}",
+                                                      module.size(), quote_name(pattern.text)))
+                    .with_tensor(std::string(module.substr(0, 200))));
+  try {
+    return std::regex_search(module.begin(), module.end(), *pattern.regex, std::regex_constants::match_continuous);
+  } catch (const std::regex_error& ex) {  // error_complexity / error_stack on pathological input
+    return fail(Errc::kUnsupported,
+                fmt::format("matching {} against {}: {}", quote_name(module), quote_name(pattern.text), ex.what()));
+  }
+}
+
+}  // namespace
+
+Result<ModulePattern> make_pattern(ModulePattern::Kind kind, std::string text, const std::string& path,
+                                   std::string_view key) {
+  if (text.size() > kMaxPatternBytes || text.find('\0') != std::string::npos)
+    return fail(located(
+        Errc::kUnsupported,
+        fmt::format("{} entry {} is longer than {} bytes or has a NUL byte", key, quote_name(text), kMaxPatternBytes),
+        path));
+  ModulePattern pattern{.kind = kind, .text = std::move(text), .regex = nullptr};
+  const bool ct_regex = kind == ModulePattern::Kind::kCtTarget && pattern.text.starts_with("re:");
+  if (kind == ModulePattern::Kind::kRegex || ct_regex) {
+    const std::string_view expr = std::string_view(pattern.text).substr(ct_regex ? 3 : 0);
+    try {
+      // __polynomial (libstdc++): the breadth-first executor, polynomial in time and space
+      // whatever the pattern, since configs come with untrusted checkpoints.
+      pattern.regex = std::make_shared<const std::regex>(expr.begin(), expr.end(),
+                                                         std::regex::ECMAScript | std::regex_constants::__polynomial);
+    } catch (const std::regex_error& ex) {
+      return fail(located(Errc::kUnsupported,
+                          fmt::format("{} entry {} is not a regular expression qload can use: {}", key,
+                                      quote_name(pattern.text), ex.what()),
+                          path));
+    }
+  }
+  return pattern;
+}
+
+Result<MatchRank> match_module(const ModulePattern& pattern, std::string_view module) {
+  switch (pattern.kind) {
+    case ModulePattern::Kind::kSubstringOrGlob: {
+      if (!has_glob(pattern.text))
+        return module.find(pattern.text) != std::string_view::npos ? MatchRank::kExact : MatchRank::kNone;
+      return glob_matches(pattern.text, module) ? MatchRank::kRegex : MatchRank::kNone;
+    }
+    case ModulePattern::Kind::kRegex: {
+      QLOAD_ASSIGN_OR_RETURN(const bool hit, regex_matches(pattern, module));
+      return hit ? MatchRank::kRegex : MatchRank::kNone;
+    }
+    case ModulePattern::Kind::kCtTarget: {
+      if (pattern.regex) {
+        QLOAD_ASSIGN_OR_RETURN(const bool hit, regex_matches(pattern, module));
+        return hit ? MatchRank::kRegex : MatchRank::kNone;
+      }
+      if (pattern.text == module) return MatchRank::kExact;
+      return is_class_name(pattern.text) ? MatchRank::kClass : MatchRank::kNone;
+    }
+  }
+  return MatchRank::kNone;
+}
+
+}  // namespace qload::formats::detail

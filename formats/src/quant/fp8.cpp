@@ -1,0 +1,187 @@
+// FP8 codecs and the FP8 decoder (quant.hpp QuantScheme::kFp8). W[n,k] = f32(code) * scale,
+// one f32 multiply, with the scale broadcast per tensor, row, block or group (ScaleLayout).
+// "weight_scale_inv" (DeepSeek-V3 naming) is multiplied too: it is the inverse of the
+// quantization scale (../shared/formats.md 3.2).
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cstdint>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "decoders.hpp"
+#include "fp8_bits.hpp"
+
+namespace qload::formats {
+
+float fp8_e4m3_to_f32(std::uint8_t code) noexcept {
+  return std::bit_cast<float>(bits::e4m3_to_f32(code));
+}
+float fp8_e5m2_to_f32(std::uint8_t code) noexcept {
+  return std::bit_cast<float>(bits::e5m2_to_f32(code));
+}
+std::uint8_t f32_to_fp8_e4m3(float value) noexcept {
+  return bits::f32_to_e4m3(std::bit_cast<std::uint32_t>(value));
+}
+
+namespace {
+
+using Table = std::array<float, 256>;
+
+const Table& decode_table(DType dtype) {
+  static const Table e4m3 = [] {
+    Table t{};
+    for (unsigned c = 0; c < 256; ++c) t[c] = fp8_e4m3_to_f32(static_cast<std::uint8_t>(c));
+    return t;
+  }();
+  static const Table e5m2 = [] {
+    Table t{};
+    for (unsigned c = 0; c < 256; ++c) t[c] = fp8_e5m2_to_f32(static_cast<std::uint8_t>(c));
+    return t;
+  }();
+  return dtype == DType::kF8_E5M2 ? e5m2 : e4m3;
+}
+
+// How the scale tensor covers the [N, K] weight: weight row n, column k uses scale element
+// (n / rows_per_scale) * scale_cols + k / cols_per_scale.
+struct ScaleGrid {
+  std::uint64_t rows_per_scale = 1;
+  std::uint64_t cols_per_scale = 1;
+  std::uint64_t scale_cols = 1;
+};
+
+std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) {
+  return a / b + (a % b != 0 ? 1 : 0);
+}
+
+Error shape_error(const LogicalTensor& t, const PartBytes& p, std::string_view expected, std::string_view why) {
+  return Error(Errc::kCorrupt, fmt::format("FP8 part '{}' has shape {}, expected {} ({} of a [{}, {}] weight)", p.role,
+                                           p.shape.to_string(), expected, why, t.rows, t.cols))
+      .with_tensor(t.name);
+}
+
+Status check_bytes(const LogicalTensor& t, const PartBytes& p, std::uint64_t numel) {
+  QLOAD_ASSIGN_OR_RETURN(const std::uint64_t expected, checked_mul(numel, dtype_info(p.dtype).block_bytes));
+  if (p.bytes.size() != expected)
+    return fail(Error(Errc::kCorrupt, fmt::format("FP8 part '{}' ({} {}) holds {} bytes, expected {}", p.role,
+                                                  dtype_name(p.dtype), p.shape.to_string(), p.bytes.size(), expected))
+                    .with_tensor(t.name));
+  return {};
+}
+
+Status check_weight(const LogicalTensor& t, const PartBytes& w) {
+  if (w.dtype != DType::kF8_E4M3 && w.dtype != DType::kF8_E5M2)
+    return fail(Error(Errc::kCorrupt, fmt::format("FP8 part '{}' has dtype {}, expected F8_E4M3 or F8_E5M2", w.role,
+                                                  dtype_name(w.dtype)))
+                    .with_tensor(t.name));
+  const DType declared = t.params.weight_dtype;
+  if ((declared == DType::kF8_E4M3 || declared == DType::kF8_E5M2) && declared != w.dtype)
+    return fail(Error(Errc::kCorrupt, fmt::format("FP8 part '{}' has dtype {}, the quantization config says {}", w.role,
+                                                  dtype_name(w.dtype), dtype_name(declared)))
+                    .with_tensor(t.name));
+  if (w.shape != Shape{t.rows, t.cols}) return fail(shape_error(t, w, Shape{t.rows, t.cols}.to_string(), "the weight"));
+  QLOAD_ASSIGN_OR_RETURN(const std::uint64_t numel, w.shape.numel());  // kOverflow for a hostile shape
+  return check_bytes(t, w, numel);
+}
+
+Result<ScaleGrid> check_scale(const LogicalTensor& t, const PartBytes& s) {
+  if (s.dtype != DType::kF32 && s.dtype != DType::kBF16 && s.dtype != DType::kF16)
+    return fail(Error(Errc::kCorrupt,
+                      fmt::format("FP8 part '{}' has dtype {}, expected F32, BF16 or F16", s.role, dtype_name(s.dtype)))
+                    .with_tensor(t.name));
+  const std::uint64_t n = t.rows;
+  const std::uint64_t k = t.cols;
+  const QuantParams& p = t.params;
+  ScaleGrid grid;
+  std::uint64_t numel = 1;
+  switch (p.scale_layout) {
+    case ScaleLayout::kTensor:
+      if (s.shape != Shape{} && s.shape != Shape{1}) return fail(shape_error(t, s, "[] or [1]", "per-tensor scale"));
+      grid = {std::max<std::uint64_t>(n, 1), std::max<std::uint64_t>(k, 1), 1};
+      break;
+    case ScaleLayout::kRow:
+      if (s.shape != Shape{n, 1} && s.shape != Shape{n})
+        return fail(shape_error(t, s, fmt::format("[{}, 1] or [{}]", n, n), "per-row scale"));
+      grid = {1, std::max<std::uint64_t>(k, 1), 1};
+      numel = n;
+      break;
+    case ScaleLayout::kBlock: {
+      if (p.block_rows == 0 || p.block_cols == 0)
+        return fail(
+            Error(Errc::kInvalidArgument, fmt::format("FP8 block scale with a {}x{} block", p.block_rows, p.block_cols))
+                .with_tensor(t.name));
+      const Shape expected{ceil_div(n, p.block_rows), ceil_div(k, p.block_cols)};
+      if (s.shape != expected)
+        return fail(
+            shape_error(t, s, expected.to_string(), fmt::format("{}x{} block scale", p.block_rows, p.block_cols)));
+      grid = {p.block_rows, p.block_cols, expected[1]};
+      numel = expected[0] * expected[1];
+      break;
+    }
+    case ScaleLayout::kGroup: {
+      if (p.group_size == 0)
+        return fail(Error(Errc::kInvalidArgument, "FP8 group scale with group size 0").with_tensor(t.name));
+      const Shape expected{n, ceil_div(k, p.group_size)};
+      if (s.shape != expected)
+        return fail(shape_error(t, s, expected.to_string(), fmt::format("group-{} scale", p.group_size)));
+      grid = {1, p.group_size, expected[1]};
+      numel = expected[0] * expected[1];
+      break;
+    }
+  }
+  QLOAD_TRY(check_bytes(t, s, numel));
+  return grid;
+}
+
+// Segments at least this long are decoded through a table of code * scale (the same f32
+// products, computed once per segment), shorter ones multiply per element.
+constexpr std::uint64_t kScaledTableMin = 1024;
+
+void decode_segment(const std::uint8_t* w, float* out, std::uint64_t count, const Table& table, float scale) {
+  if (count >= kScaledTableMin) {
+    Table scaled;
+    for (unsigned c = 0; c < 256; ++c) scaled[c] = table[c] * scale;
+    for (std::uint64_t i = 0; i < count; ++i) out[i] = scaled[w[i]];
+    return;
+  }
+  for (std::uint64_t i = 0; i < count; ++i) out[i] = table[w[i]] * scale;
+}
+
+}  // namespace
+
+namespace detail {
+
+Status dequantize_fp8(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t row_begin,
+                      std::uint64_t row_end, std::span<float> out) {
+  QLOAD_ASSIGN_OR_RETURN(const PartBytes* weight, find_part(t, parts, "weight"));
+  const PartBytes* scale = nullptr;
+  for (const PartBytes& p : parts)
+    if (p.role == "weight_scale_inv") scale = &p;
+  if (scale == nullptr) {
+    QLOAD_ASSIGN_OR_RETURN(scale, find_part(t, parts, "weight_scale"));
+  }
+  QLOAD_TRY(check_weight(t, *weight));
+  QLOAD_ASSIGN_OR_RETURN(const ScaleGrid grid, check_scale(t, *scale));
+  const std::uint64_t cols = t.cols;
+  if (row_begin > row_end || row_end > t.rows || out.size() != (row_end - row_begin) * cols)
+    return fail(Error(Errc::kInvalidArgument,
+                      fmt::format("rows [{}, {}) of {} into {} floats", row_begin, row_end, t.rows, out.size()))
+                    .with_tensor(t.name));
+
+  const Table& table = decode_table(weight->dtype);
+  const auto* codes = reinterpret_cast<const std::uint8_t*>(weight->bytes.data());
+  for (std::uint64_t n = row_begin; n < row_end; ++n) {
+    const std::uint8_t* w = codes + n * cols;
+    float* o = out.data() + (n - row_begin) * cols;
+    const std::uint64_t scale_row = (n / grid.rows_per_scale) * grid.scale_cols;
+    for (std::uint64_t k0 = 0, j = 0; k0 < cols; k0 += grid.cols_per_scale, ++j) {
+      const std::uint64_t count = std::min(grid.cols_per_scale, cols - k0);
+      decode_segment(w + k0, o + k0, count, table, load_scale(*scale, scale_row + j));
+    }
+  }
+  return {};
+}
+
+}  // namespace detail
+}  // namespace qload::formats

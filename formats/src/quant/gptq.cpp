@@ -1,0 +1,97 @@
+// GPTQ decoder (v1 and v2; 2, 3, 4 and 8 bits). qweight [K*b/32, N] holds column n as a
+// bitstream along K (the b words of 32-row chunk t are qweight[t*b .. t*b+b-1, n]); qzeros
+// [groups, ceil(N*b/32)] holds row g as a bitstream along N; scales [groups, N].
+//   W[n, k] = scales[g, n] * (q[k, n] - z[g, n]),  g = g_idx[k] or k / group_size
+// v1 stores z - 1: z = (stored + 1) & (2^b - 1) per field (the inference kernels' reading; see
+// ../shared/formats.md section 1 for GPTQModel's whole-word variant).
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "bitstream.hpp"
+
+namespace qload::formats::detail {
+namespace {
+
+struct GptqParts {
+  const PartBytes* qweight = nullptr;
+  const PartBytes* qzeros = nullptr;
+  const PartBytes* scales = nullptr;
+  std::uint64_t zeros_words = 0;  // words per qzeros row
+};
+
+// Zero points and scales of output row n, one entry per group.
+void load_row_params(const LogicalTensor& t, const GptqParts& p, const GroupMap& groups, std::uint64_t n,
+                     std::int32_t* z, float* s) {
+  const unsigned b = t.params.bits;
+  const std::uint32_t mask = field_mask(b);
+  const bool v1 = t.params.gptq_version == 1;
+  for (std::uint64_t g = 0; g < groups.count; ++g) {
+    const std::uint32_t stored = get_field(p.qzeros->bytes.data() + g * p.zeros_words * 4, 1, n, b);
+    z[g] = static_cast<std::int32_t>(v1 ? (stored + 1) & mask : stored);
+    s[g] = load_scale(*p.scales, g * t.rows + n);
+  }
+}
+
+// Row n of the output is column n of qweight: for each 32-row chunk of K, B words N apart.
+// Tiles of kTileRows output rows by kTileCols columns of K: the tile's words of one qweight row
+// are adjacent (one cache line for 16 int32), so each line is loaded once per tile rather than
+// once per output row; the unpacked codes (16 x 512 int32 = 32 KiB) stay in L1.
+constexpr std::uint64_t kTileRows = 16;
+constexpr std::uint64_t kTileCols = 512;
+
+template <unsigned B>
+void decode_rows(const LogicalTensor& t, const GptqParts& p, const GroupMap& groups, std::uint64_t row_begin,
+                 std::uint64_t row_end, float* out) {
+  const std::uint64_t n_cols = t.rows;
+  const std::uint64_t k = t.cols;
+  const std::byte* qw = p.qweight->bytes.data();
+  std::vector<std::int32_t> q(static_cast<std::size_t>(kTileRows * kTileCols));
+  std::vector<std::int32_t> z(static_cast<std::size_t>(kTileRows * groups.count));
+  std::vector<float> s(z.size());
+  std::uint32_t w[B];
+  for (std::uint64_t n0 = row_begin; n0 < row_end; n0 += kTileRows) {
+    const std::uint64_t rows = std::min(kTileRows, row_end - n0);
+    for (std::uint64_t j = 0; j < rows; ++j)
+      load_row_params(t, p, groups, n0 + j, z.data() + j * groups.count, s.data() + j * groups.count);
+    for (std::uint64_t k0 = 0; k0 < k; k0 += kTileCols) {
+      const std::uint64_t cols = std::min(kTileCols, k - k0);  // a multiple of 32
+      for (std::uint64_t c = 0; c < cols / 32; ++c) {
+        const std::uint64_t chunk = k0 / 32 + c;
+        for (std::uint64_t j = 0; j < rows; ++j) {
+          for (unsigned i = 0; i < B; ++i) w[i] = load_word(qw, (chunk * B + i) * n_cols + n0 + j);
+          unpack32<B>(w, q.data() + j * kTileCols + c * 32);
+        }
+      }
+      for (std::uint64_t j = 0; j < rows; ++j)
+        dequant_span(q.data() + j * kTileCols, k0, cols, groups, z.data() + j * groups.count,
+                     s.data() + j * groups.count, out + (n0 + j - row_begin) * k + k0);
+    }
+  }
+}
+
+}  // namespace
+
+Status dequantize_gptq(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t row_begin,
+                       std::uint64_t row_end, std::span<float> out) {
+  if (t.params.scheme != QuantScheme::kGptq) return fail(Errc::kInternal, "dequantize_gptq: wrong scheme");
+  QLOAD_ASSIGN_OR_RETURN(const PackedShapes shapes, packed_shapes(t));
+  GptqParts p;
+  QLOAD_ASSIGN_OR_RETURN(p.qweight, checked_part(t, parts, "qweight", kWordDtypes, shapes.weight));
+  QLOAD_ASSIGN_OR_RETURN(p.qzeros, checked_part(t, parts, "qzeros", kWordDtypes, shapes.zeros));
+  QLOAD_ASSIGN_OR_RETURN(p.scales, checked_part(t, parts, "scales", kScaleDtypes, shapes.scales));
+  QLOAD_ASSIGN_OR_RETURN(const PartBytes* g_idx, checked_optional_part(t, parts, "g_idx", kIndexDtypes, Shape{t.cols}));
+  QLOAD_TRY(check_output(t, row_begin, row_end, out.size()));
+  QLOAD_ASSIGN_OR_RETURN(const GroupMap groups, make_group_map(t, t.cols, t.params.group_size, g_idx));
+  p.zeros_words = shapes.zeros[1];
+  switch (t.params.bits) {
+    case 2: decode_rows<2>(t, p, groups, row_begin, row_end, out.data()); break;
+    case 3: decode_rows<3>(t, p, groups, row_begin, row_end, out.data()); break;
+    case 4: decode_rows<4>(t, p, groups, row_begin, row_end, out.data()); break;
+    case 8: decode_rows<8>(t, p, groups, row_begin, row_end, out.data()); break;
+    default: return fail(Errc::kInternal, "GPTQ bits not checked by packed_shapes");
+  }
+  return {};
+}
+
+}  // namespace qload::formats::detail

@@ -1,0 +1,101 @@
+#include "decode_graph.hpp"
+
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "qload/formats/quant_codec.hpp"
+
+namespace qload::scheduler::detail {
+namespace {
+
+// Output rows per dequantize task: about 8 MiB of output, so a large weight spreads over the
+// workers and a task stays long enough that its overhead does not count.
+constexpr std::uint64_t kDecodeTaskBytes = std::uint64_t{8} << 20;
+
+std::span<const std::byte> scratch_bytes(const ReadLoadState& s, std::uint32_t tensor) {
+  const std::byte* base = s.targets[s.plan.scratch_region]->base();
+  return {base + s.plan.tensors[tensor].offset, static_cast<std::size_t>(s.catalog.tensors[tensor].nbytes)};
+}
+
+std::vector<formats::PartBytes> part_bytes(const ReadLoadState& s, const formats::LogicalTensor& lt) {
+  std::vector<formats::PartBytes> parts;
+  for (const auto& [role, index] : lt.parts) {
+    const formats::TensorEntry& t = s.catalog.tensors[index];
+    parts.push_back({.role = role, .dtype = t.dtype, .shape = t.shape, .bytes = scratch_bytes(s, index)});
+  }
+  return parts;
+}
+
+// Writes through `fill` straight into a host arena, or into host memory then to the GPU.
+template <typename Fill>
+Status produce(ReadLoadState& s, const DecodeOutput& out, std::uint64_t offset, std::uint64_t bytes, Fill fill) {
+  ArenaTarget& target = *s.targets[out.region];
+  if (target.on_host()) return fill(std::span(target.base() + out.offset + offset, static_cast<std::size_t>(bytes)));
+  std::vector<std::byte> host(static_cast<std::size_t>(bytes));
+  QLOAD_TRY(fill(std::span(host)));
+  const Delivery d{.stored = host, .arena_offset = out.offset + offset, .from = out.dtype, .to = out.dtype};
+  return target.deliver(std::span(&d, 1));
+}
+
+Status dequantize_task(ReadLoadState& s, const DecodeJob& job, std::uint64_t row_begin, std::uint64_t row_end) {
+  const formats::LogicalTensor& lt = s.plan.quant->logical[job.logical];
+  const DecodeOutput& out = job.outputs.front();
+  const std::uint64_t row_bytes = lt.cols * dtype_info(out.dtype).block_bytes;
+  const std::vector<formats::PartBytes> parts = part_bytes(s, lt);
+  return produce(s, out, row_begin * row_bytes, (row_end - row_begin) * row_bytes, [&](std::span<std::byte> dst) {
+    return formats::dequantize_rows(lt, parts, row_begin, row_end, out.dtype, dst);
+  });
+}
+
+Status quantize_task(ReadLoadState& s, const DecodeJob& job) {
+  const formats::TensorEntry& t = s.catalog.tensors[job.input];
+  const DecodeOutput& weight = job.outputs[0];
+  const DecodeOutput& scale = job.outputs[1];
+  const std::span<const std::byte> in = scratch_bytes(s, job.input);
+  // Both outputs come from one pass; on a GPU both go through host memory first.
+  std::vector<std::byte> scale_host(static_cast<std::size_t>(scale.bytes));
+  QLOAD_TRY(produce(s, weight, 0, weight.bytes, [&](std::span<std::byte> dst) {
+    return formats::quantize(in, t.dtype, t.shape[0], t.shape[1], job.target, dst, scale_host);
+  }));
+  return produce(s, scale, 0, scale.bytes, [&](std::span<std::byte> dst) {
+    std::memcpy(dst.data(), scale_host.data(), dst.size());
+    return Status{};
+  });
+}
+
+}  // namespace
+
+void add_decode_tasks(TaskGraph& g, ReadLoadState& s, const std::vector<std::vector<TaskId>>& ready, ResourceId workers,
+                      const std::vector<std::optional<ResourceId>>& lanes) {
+  const auto priority = static_cast<std::int64_t>(s.plan.chunks.size());  // after the reads they wait for
+  for (const DecodeJob& job : s.plan.decodes) {
+    const DecodeOutput& out = job.outputs.front();
+    std::vector<Claim> claims = {{workers, 1}};
+    if (lanes[out.region]) claims.push_back({*lanes[out.region], 1});
+    auto add = [&](std::string name, std::uint64_t bytes, std::function<Status()> run) {
+      const TaskId task = g.add({.lane = "decode",
+                                 .name = std::move(name),
+                                 .priority = priority,
+                                 .bytes = bytes,
+                                 .work = CpuWork{std::move(run)},
+                                 .claims = claims});
+      for (const std::uint32_t input : job.inputs)
+        for (const TaskId dep : ready[input]) g.depends_on(task, dep);
+    };
+    if (job.kind == DecodeJob::Kind::kQuantize) {
+      add(fmt::format("quantize {}", out.name), out.bytes, [&s, &job] { return quantize_task(s, job); });
+      continue;
+    }
+    const formats::LogicalTensor& lt = s.plan.quant->logical[job.logical];
+    const std::uint64_t row_bytes = std::max<std::uint64_t>(1, lt.cols * dtype_info(out.dtype).block_bytes);
+    const std::uint64_t step = std::max<std::uint64_t>(1, kDecodeTaskBytes / row_bytes);
+    for (std::uint64_t r = 0; r < lt.rows; r += step) {
+      const std::uint64_t end = std::min(lt.rows, r + step);
+      add(fmt::format("dequantize {} rows {}..{}", out.name, r, end), (end - r) * row_bytes,
+          [&s, &job, r, end] { return dequantize_task(s, job, r, end); });
+    }
+  }
+}
+
+}  // namespace qload::scheduler::detail

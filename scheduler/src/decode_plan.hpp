@@ -1,0 +1,24 @@
+// Which decode jobs a load needs (PlanOptions::dequantize / quantize) and what they produce.
+// Placement (regions, offsets) is done afterwards by the arena layout in plan.cpp.
+#pragma once
+
+#include <vector>
+
+#include "qload/formats/catalog.hpp"
+#include "qload/formats/quant.hpp"
+#include "qload/scheduler/plan.hpp"
+
+namespace qload::scheduler::detail {
+
+// Whether quantize-on-load applies to this tensor (see PlanOptions::quantize).
+bool is_quantizable_weight(const formats::TensorEntry& t);
+
+// Jobs in a deterministic order: dequantize jobs by logical name, then quantize jobs in
+// catalog order. Outputs have name, dtype, shape and bytes; inputs list catalog indices.
+Result<std::vector<DecodeJob>> plan_decode_jobs(const formats::Catalog& catalog, const formats::QuantizedCatalog& quant,
+                                                const PlanOptions& options);
+
+// Per catalog tensor: true when it is a part of a quantized weight (never dtype-converted).
+std::vector<bool> quantized_parts(const formats::Catalog& catalog, const formats::QuantizedCatalog& quant);
+
+}  // namespace qload::scheduler::detail

@@ -1,0 +1,826 @@
+// detect_quantization (quant.hpp) on hand-built catalogs: every scheme and scale layout, the
+// config sources (config.json's quantization_config, side files in a scratch model directory),
+// and the rejections: wrong part dtypes and shapes, missing parts, unsupported options and
+// contradictory configs. Shapes follow ../shared/formats.md sections 1-4.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "formats_test_support.hpp"
+#include "qload/formats/quant.hpp"
+
+using namespace qload;
+using namespace qload::formats;
+using namespace qload::testing;
+
+namespace {
+
+struct T {
+  std::string name;
+  DType dtype;
+  Shape shape;
+};
+
+Catalog make_catalog(const std::vector<T>& tensors, std::string quantization_config = {}, std::string source = {}) {
+  Catalog c;
+  c.format = "safetensors";
+  c.source = std::move(source);
+  c.quantization_config = std::move(quantization_config);
+  std::uint64_t offset = 0;
+  for (const T& t : tensors)
+    c.tensors.push_back(TensorEntry{.name = t.name, .offset = offset++, .dtype = t.dtype, .shape = t.shape});
+  c.index_names();
+  return c;
+}
+
+std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) {
+  return (a + b - 1) / b;
+}
+
+// GPTQ parts of an [n, k] weight.
+void gptq(std::vector<T>& out, const std::string& p, std::uint64_t k, std::uint64_t n, std::uint64_t bits,
+          std::uint64_t group, bool g_idx = false) {
+  const std::uint64_t groups = ceil_div(k, group);
+  out.push_back({p + ".qweight", DType::kI32, Shape{k * bits / 32, n}});
+  out.push_back({p + ".qzeros", DType::kI32, Shape{groups, ceil_div(n * bits, 32)}});
+  out.push_back({p + ".scales", DType::kF16, Shape{groups, n}});
+  if (g_idx) out.push_back({p + ".g_idx", DType::kI32, Shape{k}});
+}
+
+void awq_gemm(std::vector<T>& out, const std::string& p, std::uint64_t k, std::uint64_t n, std::uint64_t group) {
+  out.push_back({p + ".qweight", DType::kI32, Shape{k, n / 8}});
+  out.push_back({p + ".qzeros", DType::kI32, Shape{k / group, n / 8}});
+  out.push_back({p + ".scales", DType::kF16, Shape{k / group, n}});
+}
+
+void awq_gemv(std::vector<T>& out, const std::string& p, std::uint64_t k, std::uint64_t n, std::uint64_t zero_words) {
+  out.push_back({p + ".qweight", DType::kI32, Shape{n, k / 8}});
+  out.push_back({p + ".qzeros", DType::kI32, Shape{n, zero_words}});
+  out.push_back({p + ".scales", DType::kF16, Shape{n, 8 * zero_words}});
+}
+
+// compressed-tensors pack-quantized, group strategy.
+void ct_packed(std::vector<T>& out, const std::string& p, std::uint64_t k, std::uint64_t n, std::uint64_t bits,
+               std::uint64_t group, bool asym = false) {
+  out.push_back({p + ".weight_packed", DType::kI32, Shape{n, ceil_div(k * bits, 32)}});
+  out.push_back({p + ".weight_scale", DType::kBF16, Shape{n, ceil_div(k, group)}});
+  out.push_back({p + ".weight_shape", DType::kI64, Shape{2}});
+  if (asym) out.push_back({p + ".weight_zero_point", DType::kI32, Shape{ceil_div(n * bits, 32), ceil_div(k, group)}});
+}
+
+// Replaces tensor `name`'s dtype and shape.
+std::vector<T> with(std::vector<T> tensors, const std::string& name, DType dtype, Shape shape) {
+  for (T& t : tensors)
+    if (t.name == name) t = T{name, dtype, std::move(shape)};
+  return tensors;
+}
+
+std::vector<T> without(std::vector<T> tensors, const std::string& name) {
+  std::erase_if(tensors, [&](const T& t) { return t.name == name; });
+  return tensors;
+}
+
+const LogicalTensor& only_logical(const QuantizedCatalog& q) {
+  REQUIRE(q.logical.size() == 1);
+  return q.logical.front();
+}
+
+std::string role_name(const Catalog& c, const LogicalTensor& t, std::string_view role) {
+  const auto index = t.part(role);
+  REQUIRE(index.has_value());
+  return c.tensors[*index].name;
+}
+
+const std::string kGptq = R"({"quant_method":"gptq","bits":4,"group_size":128,"desc_act":false,"sym":true})";
+
+}  // namespace
+
+TEST_CASE("scheme names and part lookup", "[quant][detect]") {
+  CHECK(quant_scheme_name(QuantScheme::kGptq) == "gptq");
+  CHECK(quant_scheme_name(QuantScheme::kAwqGemm) == "awq-gemm");
+  CHECK(quant_scheme_name(QuantScheme::kAwqGemv) == "awq-gemv");
+  CHECK(quant_scheme_name(QuantScheme::kFp8) == "fp8");
+  CHECK(quant_scheme_name(QuantScheme::kCtPacked) == "ct-pack-quantized");
+  CHECK(quant_scheme_name(QuantScheme::kCtInt) == "ct-int-quantized");
+  const LogicalTensor t{.name = "w", .parts = {{"qweight", 3}, {"scales", 7}}};
+  CHECK(t.part("scales") == 7u);
+  CHECK_FALSE(t.part("qzeros").has_value());
+}
+
+TEST_CASE("a checkpoint without config or quantized tensors is all plain", "[quant][detect]") {
+  const Catalog c = make_catalog({{"b.weight", DType::kBF16, Shape{4, 4}},
+                                  {"a.weight", DType::kF8_E4M3, Shape{4, 4}},  // FP8 without a scale: plain
+                                  {"a.scales", DType::kF32, Shape{4}}});       // "scales" alone is no evidence
+  const auto q = detect_quantization(c);
+  REQUIRE(q);
+  CHECK(q->method.empty());
+  CHECK(q->logical.empty());
+  CHECK(q->plain == std::vector<std::uint32_t>{0, 1, 2});
+}
+
+TEST_CASE("gptq from config.json: parts, K and N, v1 by default, bias and norms plain, sorted output",
+          "[quant][detect]") {
+  std::vector<T> ts{{"model.norm.weight", DType::kF16, Shape{4096}}};
+  gptq(ts, "model.layers.1.mlp.down_proj", 11008, 4096, 4, 128);
+  gptq(ts, "model.layers.0.self_attn.q_proj", 4096, 4096, 4, 128);
+  ts.push_back({"model.layers.0.self_attn.q_proj.bias", DType::kF16, Shape{4096}});
+  const Catalog c = make_catalog(ts, kGptq);
+  const auto q = detect_quantization(c);
+  REQUIRE(q);
+  CHECK(q->method == "gptq");
+  CHECK(q->config_source == "config.json");
+  REQUIRE(q->logical.size() == 2);
+  const LogicalTensor& a = q->logical[0];
+  CHECK(a.name == "model.layers.0.self_attn.q_proj.weight");
+  CHECK(q->logical[1].name == "model.layers.1.mlp.down_proj.weight");
+  CHECK(a.rows == 4096);
+  CHECK(a.cols == 4096);
+  CHECK(q->logical[1].rows == 4096);
+  CHECK(q->logical[1].cols == 11008);
+  CHECK(a.params.scheme == QuantScheme::kGptq);
+  CHECK(a.params.bits == 4);
+  CHECK(a.params.group_size == 128);
+  CHECK(a.params.gptq_version == 1);
+  CHECK(a.params.sym);
+  CHECK(a.params.weight_dtype == DType::kI32);
+  CHECK(a.params.scale_dtype == DType::kF16);
+  CHECK(role_name(c, a, "qweight") == "model.layers.0.self_attn.q_proj.qweight");
+  CHECK(role_name(c, a, "qzeros") == "model.layers.0.self_attn.q_proj.qzeros");
+  CHECK(role_name(c, a, "scales") == "model.layers.0.self_attn.q_proj.scales");
+  CHECK_FALSE(a.part("g_idx").has_value());
+  CHECK(q->plain == std::vector<std::uint32_t>{0, 7});  // the norm and the bias
+}
+
+TEST_CASE("gptq version: checkpoint_format / format select v1 or v2, others are unsupported", "[quant][detect]") {
+  std::vector<T> ts;
+  gptq(ts, "l", 256, 64, 4, 128);
+  const auto version_of = [&](const std::string& extra) {
+    const auto q =
+        detect_quantization(make_catalog(ts, R"({"quant_method":"gptq","bits":4,"group_size":128)" + extra + "}"));
+    REQUIRE(q);
+    return only_logical(*q).params.gptq_version;
+  };
+  CHECK(version_of("") == 1);
+  CHECK(version_of(R"(,"checkpoint_format":"gptq")") == 1);
+  CHECK(version_of(R"(,"checkpoint_format":"gptq_v2")") == 2);
+  CHECK(version_of(R"(,"format":"GPTQ_V2")") == 2);
+  CHECK(version_of(R"(,"format":"gptq_v2","checkpoint_format":"gptq_v2")") == 2);
+  check_error(detect_quantization(make_catalog(
+                  ts, R"({"quant_method":"gptq","bits":4,"checkpoint_format":"gptq","format":"gptq_v2"})")),
+              {.code = Errc::kCorrupt,
+               .message_has = "checkpoint_format is 'gptq' but quantization_config.format is 'gptq_v2'",
+               .file = "config.json"});
+  check_error(detect_quantization(make_catalog(ts, R"({"quant_method":"gptq","bits":4,"checkpoint_format":"marlin"})")),
+              {.code = Errc::kUnsupported, .message_has = "'marlin'"});
+  check_error(detect_quantization(make_catalog(ts, R"({"quant_method":"gptq","bits":4,"is_marlin_format":true})")),
+              {.code = Errc::kUnsupported, .message_has = "Marlin"});
+}
+
+TEST_CASE("gptq 2-, 3- and 8-bit shapes, group -1, bf16 scales; other widths unsupported", "[quant][detect]") {
+  for (const std::uint64_t bits : {2u, 3u, 8u}) {
+    std::vector<T> ts;
+    gptq(ts, "l", 256, 96, bits, 64);
+    const auto q = detect_quantization(
+        make_catalog(ts, R"({"quant_method":"gptq","bits":)" + std::to_string(bits) + R"(,"group_size":64})"));
+    REQUIRE(q);
+    CHECK(only_logical(*q).params.bits == bits);
+    CHECK(only_logical(*q).cols == 256);
+    CHECK(only_logical(*q).rows == 96);
+  }
+  std::vector<T> ts;
+  gptq(ts, "l", 512, 64, 4, 512);
+  ts = with(ts, "l.scales", DType::kBF16, Shape{1, 64});
+  const auto q = detect_quantization(make_catalog(ts, R"({"quant_method":"gptq","bits":4,"group_size":-1})"));
+  REQUIRE(q);
+  CHECK(only_logical(*q).params.group_size == 512);
+  CHECK(only_logical(*q).params.scale_dtype == DType::kBF16);
+  check_error(detect_quantization(make_catalog(ts, R"({"quant_method":"gptq","bits":5})")),
+              {.code = Errc::kUnsupported, .message_has = "5 bits"});
+  check_error(detect_quantization(make_catalog(ts, R"({"quant_method":"gptq","bits":4,"group_size":0})")),
+              {.code = Errc::kCorrupt, .message_has = "group_size is 0"});
+  check_error(detect_quantization(make_catalog(ts, R"({"quant_method":"gptq","bits":"4"})")),
+              {.code = Errc::kCorrupt, .message_has = "quantization_config.bits is string, expected an integer"});
+}
+
+TEST_CASE("gptq part with a wrong shape or dtype is kCorrupt naming it, expected and found", "[quant][detect]") {
+  std::vector<T> ts;
+  gptq(ts, "l", 4096, 4096, 4, 128);
+  const std::string cfg = kGptq;
+  check_error(
+      detect_quantization(make_catalog(with(ts, "l.qzeros", DType::kI32, Shape{16, 512}), cfg)),
+      {.code = Errc::kCorrupt, .message_has = "expected I32 [32, 512], found I32 [16, 512]", .tensor = "l.qzeros"});
+  check_error(detect_quantization(make_catalog(with(ts, "l.qzeros", DType::kI64, Shape{32, 512}), cfg)),
+              {.code = Errc::kCorrupt, .message_has = "found I64 [32, 512]", .tensor = "l.qzeros"});
+  check_error(detect_quantization(make_catalog(with(ts, "l.scales", DType::kF16, Shape{32, 4095}), cfg)),
+              {.code = Errc::kCorrupt,
+               .message_has = "expected F16, BF16 or F32 [32, 4096], found F16 [32, 4095]",
+               .tensor = "l.scales"});
+  check_error(detect_quantization(make_catalog(with(ts, "l.scales", DType::kI32, Shape{32, 4096}), cfg)),
+              {.code = Errc::kCorrupt, .message_has = "found I32 [32, 4096]", .tensor = "l.scales"});
+  check_error(detect_quantization(make_catalog(with(ts, "l.qweight", DType::kF16, Shape{512, 4096}), cfg)),
+              {.code = Errc::kCorrupt,
+               .message_has = "expected I32 [K*4/32, N], found F16 [512, 4096]",
+               .tensor = "l.qweight"});
+  check_error(detect_quantization(make_catalog(with(ts, "l.qweight", DType::kI32, Shape{512}), cfg)),
+              {.code = Errc::kCorrupt, .message_has = "found I32 [512]", .tensor = "l.qweight"});
+  std::vector<T> three;
+  gptq(three, "l", 256, 64, 3, 128);
+  check_error(detect_quantization(make_catalog(with(three, "l.qweight", DType::kI32, Shape{25, 64}),
+                                               R"({"quant_method":"gptq","bits":3})")),
+              {.code = Errc::kCorrupt, .message_has = "rows a multiple of 3", .tensor = "l.qweight"});
+}
+
+TEST_CASE("gptq missing parts, stray parts, g_idx with desc_act", "[quant][detect]") {
+  std::vector<T> ts;
+  gptq(ts, "l", 256, 64, 4, 128);
+  check_error(detect_quantization(make_catalog(without(ts, "l.scales"), kGptq)),
+              {.code = Errc::kCorrupt, .message_has = "has no part 'l.scales'", .tensor = "l.weight"});
+  check_error(detect_quantization(make_catalog(without(ts, "l.qweight"), kGptq)),
+              {.code = Errc::kCorrupt, .message_has = "has no 'l.qweight'", .tensor = "l.qzeros"});
+  const std::string act = R"({"quant_method":"gptq","bits":4,"group_size":128,"desc_act":true})";
+  check_error(detect_quantization(make_catalog(ts, act)),
+              {.code = Errc::kCorrupt, .message_has = "has no part 'l.g_idx'", .tensor = "l.weight"});
+  std::vector<T> with_idx;
+  gptq(with_idx, "l", 256, 64, 4, 128, true);
+  const auto q = detect_quantization(make_catalog(with_idx, act));
+  REQUIRE(q);
+  CHECK(only_logical(*q).part("g_idx").has_value());
+  check_error(detect_quantization(make_catalog(with(with_idx, "l.g_idx", DType::kI32, Shape{255}), kGptq)),
+              {.code = Errc::kCorrupt, .message_has = "expected I32 [256], found I32 [255]", .tensor = "l.g_idx"});
+}
+
+TEST_CASE("a config contradicted by the tensors is kCorrupt", "[quant][detect]") {
+  std::vector<T> ts;
+  gptq(ts, "a", 256, 64, 4, 128);
+  ct_packed(ts, "b", 256, 64, 4, 128);
+  check_error(
+      detect_quantization(make_catalog(ts, kGptq)),
+      {.code = Errc::kCorrupt, .message_has = "contradictory quantization config", .tensor = "b.weight_packed"});
+  std::vector<T> awq;
+  awq_gemm(awq, "a", 256, 64, 128);
+  awq.push_back({"a.g_idx", DType::kI32, Shape{256}});
+  check_error(detect_quantization(make_catalog(awq, R"({"quant_method":"awq","bits":4,"group_size":128})")),
+              {.code = Errc::kCorrupt, .message_has = "not a part of that scheme", .tensor = "a.g_idx"});
+  std::vector<T> fp8{{"a.weight", DType::kF8_E4M3, Shape{64, 64}}, {"a.weight_scale", DType::kF32, Shape{}}};
+  check_error(detect_quantization(make_catalog(fp8, kGptq)),
+              {.code = Errc::kCorrupt, .message_has = "contradictory", .tensor = "a.weight_scale"});
+}
+
+TEST_CASE("gptq from quantize_config.json in the model directory", "[quant][detect]") {
+  ScratchDir dir;
+  write_text(dir.file("quantize_config.json"),
+             R"({"bits":4,"group_size":128,"desc_act":false,"sym":false,"checkpoint_format":"gptq_v2"})");
+  std::vector<T> ts;
+  gptq(ts, "l", 256, 64, 4, 128);
+  SECTION("directory source") {
+    const auto q = detect_quantization(make_catalog(ts, {}, dir.path().string()));
+    REQUIRE(q);
+    CHECK(q->method == "gptq");
+    CHECK(q->config_source == "quantize_config.json");
+    CHECK(only_logical(*q).params.gptq_version == 2);
+    CHECK_FALSE(only_logical(*q).params.sym);
+  }
+  SECTION("index source: its directory") {
+    const auto q = detect_quantization(make_catalog(ts, {}, dir.file("model.safetensors.index.json")));
+    REQUIRE(q);
+    CHECK(q->config_source == "quantize_config.json");
+  }
+  SECTION("config.json's quantization_config wins over side files") {
+    const auto q = detect_quantization(make_catalog(ts, kGptq, dir.path().string()));
+    REQUIRE(q);
+    CHECK(q->config_source == "config.json");
+    CHECK(only_logical(*q).params.gptq_version == 1);
+  }
+  SECTION("a single file source reads nothing beside it") {
+    check_error(detect_quantization(make_catalog(ts, {}, dir.file("model.safetensors"))),
+                {.code = Errc::kCorrupt, .message_has = "no quantization config was found", .tensor = "l.qweight"});
+  }
+  SECTION("an invalid side file is kCorrupt naming it") {
+    write_text(dir.file("quantize_config.json"), R"({"bits":4,)");
+    check_error(detect_quantization(make_catalog(ts, {}, dir.path().string())),
+                {.code = Errc::kCorrupt, .message_has = "invalid JSON", .file = dir.file("quantize_config.json")});
+  }
+  SECTION("an oversized side file is refused naming it") {
+    write_text(dir.file("quantize_config.json"), std::string(2u << 20, ' '));
+    check_error(detect_quantization(make_catalog(ts, {}, dir.path().string())),
+                {.code = Errc::kUnsupported, .message_has = "at most", .file = dir.file("quantize_config.json")});
+  }
+  SECTION("side files that disagree") {
+    write_text(dir.file("quant_config.json"), R"({"w_bit":4,"q_group_size":128,"zero_point":true,"version":"GEMM"})");
+    check_error(
+        detect_quantization(make_catalog(ts, {}, dir.path().string())),
+        {.code = Errc::kCorrupt, .message_has = "quantize_config.json says gptq but quant_config.json says awq"});
+  }
+}
+
+TEST_CASE("gptqmodel dynamic: -: entries exclude modules, overrides are unsupported", "[quant][detect]") {
+  std::vector<T> ts{{"lm_head.weight", DType::kF16, Shape{64, 256}}};
+  gptq(ts, "model.layers.0.mlp", 256, 64, 4, 128);
+  const std::string skip = R"({"quant_method":"gptq","bits":4,"dynamic":{"-:lm_head":{}}})";
+  const auto q = detect_quantization(make_catalog(ts, skip));
+  REQUIRE(q);
+  CHECK(q->logical.size() == 1);
+  CHECK(q->plain == std::vector<std::uint32_t>{0});
+  check_error(
+      detect_quantization(make_catalog(ts, R"({"quant_method":"gptq","bits":4,"dynamic":{"-:.*layers\\.0\\.":{}}})")),
+      {.code = Errc::kCorrupt,
+       .message_has = "excluded from quantization by dynamic",
+       .tensor = "model.layers.0.mlp.qweight"});
+  check_error(
+      detect_quantization(make_catalog(ts, R"({"quant_method":"gptq","bits":4,"dynamic":{"+:.*mlp":{"bits":8}}})")),
+      {.code = Errc::kUnsupported, .message_has = "per-module overrides"});
+}
+
+TEST_CASE("awq gemm from config.json and quant_config.json; modules_to_not_convert", "[quant][detect]") {
+  std::vector<T> ts{{"visual.proj.weight", DType::kF16, Shape{64, 64}}};
+  awq_gemm(ts, "l", 4096, 4096, 128);
+  const std::string cfg =
+      R"({"quant_method":"awq","bits":4,"group_size":128,"version":"gemm","zero_point":true,"modules_to_not_convert":["visual"]})";
+  const auto q = detect_quantization(make_catalog(ts, cfg));
+  REQUIRE(q);
+  CHECK(q->method == "awq");
+  const LogicalTensor& t = only_logical(*q);
+  CHECK(t.params.scheme == QuantScheme::kAwqGemm);
+  CHECK(t.rows == 4096);
+  CHECK(t.cols == 4096);
+  CHECK(t.params.group_size == 128);
+  CHECK_FALSE(t.params.sym);
+  CHECK(q->plain == std::vector<std::uint32_t>{0});
+  check_error(
+      detect_quantization(make_catalog(with(ts, "l.qzeros", DType::kI32, Shape{32, 4096}), cfg)),
+      {.code = Errc::kCorrupt, .message_has = "expected I32 [32, 512], found I32 [32, 4096]", .tensor = "l.qzeros"});
+  check_error(detect_quantization(make_catalog(with(ts, "l.scales", DType::kF16, Shape{4096, 32}), cfg)),
+              {.code = Errc::kCorrupt, .message_has = "expected F16, BF16 or F32 [32, 4096]", .tensor = "l.scales"});
+  // A module the config excludes must not carry quantized parts.
+  const std::string exclude_l = R"({"quant_method":"awq","bits":4,"group_size":128,"modules_to_not_convert":["l"]})";
+  check_error(detect_quantization(make_catalog(ts, exclude_l)),
+              {.code = Errc::kCorrupt, .message_has = "modules_to_not_convert entry 'l'", .tensor = "l.qweight"});
+
+  ScratchDir dir;
+  write_text(dir.file("quant_config.json"), R"({"zero_point":true,"q_group_size":128,"w_bit":4,"version":"GEMM"})");
+  const auto side = detect_quantization(make_catalog(ts, {}, dir.path().string()));
+  REQUIRE(side);
+  CHECK(side->config_source == "quant_config.json");
+  CHECK(only_logical(*side).params.scheme == QuantScheme::kAwqGemm);
+}
+
+TEST_CASE("awq gemv: zero words per AutoAWQ calculate_zeros_width", "[quant][detect]") {
+  struct Case {
+    std::uint64_t k;
+    std::uint64_t group;
+    std::uint64_t words;
+  };
+  // groups / 8 rounded up, then up to a multiple of 1 (G >= 128), 2 (G 64) or 4 (G 32).
+  for (const Case& c : {Case{4096, 128, 4}, Case{1280, 128, 2}, Case{4096, 64, 8}, Case{768, 64, 2}, Case{4096, 32, 16},
+                        Case{640, 32, 4}, Case{256, 256, 1}}) {
+    INFO("K " << c.k << " group " << c.group);
+    std::vector<T> ts;
+    awq_gemv(ts, "l", c.k, 64, c.words);
+    const std::string cfg =
+        R"({"quant_method":"awq","bits":4,"version":"GEMV","group_size":)" + std::to_string(c.group) + "}";
+    const auto q = detect_quantization(make_catalog(ts, cfg));
+    REQUIRE(q);
+    CHECK(only_logical(*q).params.scheme == QuantScheme::kAwqGemv);
+    CHECK(only_logical(*q).cols == c.k);
+    CHECK(only_logical(*q).rows == 64);
+    std::vector<T> narrow;
+    awq_gemv(narrow, "l", c.k, 64, c.words + 1);
+    check_error(detect_quantization(make_catalog(narrow, cfg)), {.code = Errc::kCorrupt, .tensor = "l.qzeros"});
+  }
+}
+
+TEST_CASE("awq options qload does not decode are unsupported", "[quant][detect]") {
+  std::vector<T> ts;
+  awq_gemm(ts, "l", 256, 64, 128);
+  check_error(detect_quantization(make_catalog(ts, R"({"quant_method":"awq","bits":8})")),
+              {.code = Errc::kUnsupported, .message_has = "8 bits"});
+  check_error(detect_quantization(make_catalog(ts, R"({"quant_method":"awq","bits":4,"zero_point":false})")),
+              {.code = Errc::kUnsupported, .message_has = "zero_point false"});
+  check_error(detect_quantization(make_catalog(ts, R"({"quant_method":"awq","bits":4,"version":"gemv_fast"})")),
+              {.code = Errc::kUnsupported, .message_has = "'gemv_fast'"});
+  check_error(detect_quantization(make_catalog(ts, R"({"quant_method":"awq","version":"gemv","group_size":48})")),
+              {.code = Errc::kUnsupported, .message_has = "group size 48"});
+  check_error(detect_quantization(make_catalog(ts, R"({"quant_method":"bitsandbytes"})")),
+              {.code = Errc::kUnsupported, .message_has = "'bitsandbytes'"});
+  check_error(detect_quantization(make_catalog(ts, R"({"bits":4})")),
+              {.code = Errc::kCorrupt, .message_has = "no quant_method"});
+}
+
+TEST_CASE("fp8 block (DeepSeek-V3): weight_scale_inv per 128x128 block", "[quant][detect]") {
+  const std::vector<T> ts{{"l.weight", DType::kF8_E4M3, Shape{300, 200}},
+                          {"l.weight_scale_inv", DType::kF32, Shape{3, 2}},
+                          {"gate.weight", DType::kBF16, Shape{8, 200}},
+                          {"l.bias", DType::kBF16, Shape{300}}};
+  const std::string cfg =
+      R"({"quant_method":"fp8","fmt":"e4m3","activation_scheme":"dynamic","weight_block_size":[128,128]})";
+  const auto q = detect_quantization(make_catalog(ts, cfg));
+  REQUIRE(q);
+  const LogicalTensor& t = only_logical(*q);
+  CHECK(t.name == "l.weight");
+  CHECK(t.params.scheme == QuantScheme::kFp8);
+  CHECK(t.params.scale_layout == ScaleLayout::kBlock);
+  CHECK(t.params.block_rows == 128);
+  CHECK(t.params.block_cols == 128);
+  CHECK(t.params.weight_dtype == DType::kF8_E4M3);
+  CHECK(t.params.scale_dtype == DType::kF32);
+  CHECK(t.rows == 300);
+  CHECK(t.cols == 200);
+  CHECK(t.part("weight") == 0u);
+  CHECK(t.part("weight_scale_inv") == 1u);
+  CHECK(q->plain == std::vector<std::uint32_t>{2, 3});
+  check_error(detect_quantization(make_catalog(with(ts, "l.weight_scale_inv", DType::kF32, Shape{2, 2}), cfg)),
+              {.code = Errc::kCorrupt,
+               .message_has = "expected F16, BF16 or F32 [3, 2], found F32 [2, 2]",
+               .tensor = "l.weight_scale_inv"});
+  check_error(
+      detect_quantization(make_catalog(with(ts, "l.weight", DType::kBF16, Shape{300, 200}), cfg)),
+      {.code = Errc::kCorrupt, .message_has = "expected F8_E4M3 or F8_E5M2 [N, K], found BF16", .tensor = "l.weight"});
+  check_error(detect_quantization(make_catalog(with(ts, "l.weight", DType::kF8_E5M2, Shape{300, 200}), cfg)),
+              {.code = Errc::kCorrupt, .message_has = "expected F8_E4M3", .tensor = "l.weight"});
+  check_error(detect_quantization(make_catalog(without(ts, "l.weight_scale_inv"), cfg)),
+              {.code = Errc::kCorrupt, .message_has = "has no part 'l.weight_scale_inv'", .tensor = "l.weight"});
+  check_error(detect_quantization(make_catalog(ts, R"({"quant_method":"fp8","weight_block_size":[128]})")),
+              {.code = Errc::kCorrupt, .message_has = "weight_block_size"});
+}
+
+TEST_CASE("fp8 without a block size: per-tensor scale, or per-row inferred from the shape; input_scale is a part",
+          "[quant][detect]") {
+  const std::string cfg = R"({"quant_method":"fp8","activation_scheme":"static"})";
+  for (const Shape& scalar : {Shape{}, Shape{1}}) {
+    const std::vector<T> ts{{"attn.k_proj.weight", DType::kF8_E4M3, Shape{64, 32}},
+                            {"attn.k_proj.weight_scale", DType::kF32, scalar},
+                            {"attn.k_proj.input_scale", DType::kF32, Shape{}},
+                            {"attn.k_scale", DType::kF32, Shape{}}};
+    const auto q = detect_quantization(make_catalog(ts, cfg));
+    REQUIRE(q);
+    const LogicalTensor& t = only_logical(*q);
+    CHECK(t.params.scale_layout == ScaleLayout::kTensor);
+    CHECK(t.part("input_scale") == 2u);
+    CHECK(q->plain == std::vector<std::uint32_t>{3});  // k_scale stays plain
+  }
+  const std::vector<T> row{{"l.weight", DType::kF8_E4M3, Shape{64, 32}}, {"l.weight_scale", DType::kF32, Shape{64, 1}}};
+  const auto q = detect_quantization(make_catalog(row, cfg));
+  REQUIRE(q);
+  CHECK(only_logical(*q).params.scale_layout == ScaleLayout::kRow);
+  check_error(detect_quantization(make_catalog(with(row, "l.weight_scale", DType::kF32, Shape{1, 32}), cfg)),
+              {.code = Errc::kCorrupt,
+               .message_has = "expected F16, BF16 or F32 [] or [1] or [64, 1] or [64], found F32 [1, 32]",
+               .tensor = "l.weight_scale"});
+  check_error(detect_quantization(
+                  make_catalog(with(row, "l.weight_scale", DType::kF32, Shape{2, 2}), R"({"quant_method":"fp8"})")),
+              {.code = Errc::kCorrupt, .tensor = "l.weight_scale"});
+  const std::vector<T> bad_input{{"l.weight", DType::kF8_E4M3, Shape{64, 32}},
+                                 {"l.weight_scale", DType::kF32, Shape{}},
+                                 {"l.input_scale", DType::kF32, Shape{64}}};
+  check_error(detect_quantization(make_catalog(bad_input, cfg)), {.code = Errc::kCorrupt, .tensor = "l.input_scale"});
+  const std::vector<T> inv{{"l.weight", DType::kF8_E4M3, Shape{64, 32}},
+                           {"l.weight_scale_inv", DType::kF32, Shape{1, 1}}};
+  check_error(detect_quantization(make_catalog(inv, cfg)),
+              {.code = Errc::kCorrupt, .message_has = "no block size", .tensor = "l.weight_scale_inv"});
+  check_error(detect_quantization(make_catalog(row, R"({"quant_method":"fp8","fmt":"e5m2"})")),
+              {.code = Errc::kCorrupt, .message_has = "expected F8_E5M2", .tensor = "l.weight"});
+}
+
+TEST_CASE("fbgemm_fp8 is per row", "[quant][detect]") {
+  const std::vector<T> ts{{"l.weight", DType::kF8_E4M3, Shape{64, 32}}, {"l.weight_scale", DType::kF32, Shape{64, 1}}};
+  const std::string cfg = R"({"quant_method":"fbgemm_fp8","activation_scale_ub":1200.0})";
+  const auto q = detect_quantization(make_catalog(ts, cfg));
+  REQUIRE(q);
+  CHECK(q->method == "fbgemm_fp8");
+  CHECK(only_logical(*q).params.scale_layout == ScaleLayout::kRow);
+  check_error(detect_quantization(make_catalog(with(ts, "l.weight_scale", DType::kF32, Shape{1}), cfg)),
+              {.code = Errc::kCorrupt,
+               .message_has = "expected F16, BF16 or F32 [64, 1] or [64], found F32 [1]",
+               .tensor = "l.weight_scale"});
+}
+
+TEST_CASE("modelopt fp8 from hf_quant_config.json or config.json", "[quant][detect]") {
+  const std::vector<T> ts{{"l.weight", DType::kF8_E4M3, Shape{64, 32}},
+                          {"l.weight_scale", DType::kF32, Shape{}},
+                          {"l.input_scale", DType::kF32, Shape{}},
+                          {"lm_head.weight", DType::kBF16, Shape{100, 32}}};
+  ScratchDir dir;
+  write_text(
+      dir.file("hf_quant_config.json"),
+      R"({"producer":{"name":"modelopt","version":"0.19"},"quantization":{"quant_algo":"FP8","kv_cache_quant_algo":null,"exclude_modules":["lm_head"]}})");
+  const auto q = detect_quantization(make_catalog(ts, {}, dir.path().string()));
+  REQUIRE(q);
+  CHECK(q->method == "modelopt");
+  CHECK(q->config_source == "hf_quant_config.json");
+  CHECK(only_logical(*q).params.scale_layout == ScaleLayout::kTensor);
+  CHECK(only_logical(*q).parts.size() == 3);
+  CHECK(q->plain == std::vector<std::uint32_t>{3});
+
+  const std::vector<T> row{{"l.weight", DType::kF8_E4M3, Shape{64, 32}}, {"l.weight_scale", DType::kF32, Shape{64, 1}}};
+  const auto channel =
+      detect_quantization(make_catalog(row, R"({"quant_method":"modelopt","quant_algo":"FP8_PER_CHANNEL_PER_TOKEN"})"));
+  REQUIRE(channel);
+  CHECK(only_logical(*channel).params.scale_layout == ScaleLayout::kRow);
+  check_error(
+      detect_quantization(make_catalog(row, R"({"quant_method":"modelopt","quant_algo":"FP8"})")),
+      {.code = Errc::kCorrupt, .message_has = "expected F16, BF16 or F32 [] or [1]", .tensor = "l.weight_scale"});
+  check_error(detect_quantization(make_catalog(row, R"({"quant_method":"modelopt","quant_algo":"NVFP4"})")),
+              {.code = Errc::kUnsupported, .message_has = "'NVFP4'"});
+  // Only the KV cache quantized: the weights must be plain.
+  const auto kv = detect_quantization(
+      make_catalog({{"l.weight", DType::kBF16, Shape{4, 4}}}, R"({"quant_method":"modelopt","quant_algo":null})"));
+  REQUIRE(kv);
+  CHECK(kv->logical.empty());
+  check_error(detect_quantization(make_catalog(row, R"({"quant_method":"modelopt","quant_algo":null})")),
+              {.code = Errc::kCorrupt, .message_has = "quantizes no weights", .tensor = "l.weight_scale"});
+}
+
+namespace {
+
+std::string ct_config(const std::string& weights, const std::string& format, const std::string& extra = {}) {
+  return R"({"quant_method":"compressed-tensors","format":")" + format +
+         R"(","quantization_status":"compressed","config_groups":{"group_0":{"targets":["Linear"],"weights":)" +
+         weights + "}}" + extra + "}";
+}
+
+const std::string kW4A16 = R"({"num_bits":4,"type":"int","symmetric":true,"strategy":"group","group_size":128})";
+
+}  // namespace
+
+TEST_CASE("compressed-tensors pack-quantized: K from the packed width and the group count", "[quant][detect]") {
+  std::vector<T> ts{{"lm_head.weight", DType::kBF16, Shape{100, 4096}}};
+  ct_packed(ts, "l", 4096, 11008, 4, 128);
+  const std::string cfg = ct_config(kW4A16, "pack-quantized", R"(,"ignore":["lm_head"])");
+  const auto q = detect_quantization(make_catalog(ts, cfg));
+  REQUIRE(q);
+  CHECK(q->method == "compressed-tensors");
+  const LogicalTensor& t = only_logical(*q);
+  CHECK(t.params.scheme == QuantScheme::kCtPacked);
+  CHECK(t.rows == 11008);
+  CHECK(t.cols == 4096);
+  CHECK(t.params.bits == 4);
+  CHECK(t.params.group_size == 128);
+  CHECK(t.params.scale_layout == ScaleLayout::kGroup);
+  CHECK(t.params.sym);
+  CHECK(t.params.dense_bitstream);
+  CHECK(t.params.scale_dtype == DType::kBF16);
+  CHECK(t.part("weight_shape").has_value());
+  CHECK(q->plain == std::vector<std::uint32_t>{0});
+  // weight_shape may be I32 (older schema); a group count that fits no K is kCorrupt.
+  CHECK(detect_quantization(make_catalog(with(ts, "l.weight_shape", DType::kI32, Shape{2}), cfg)));
+  check_error(detect_quantization(make_catalog(with(ts, "l.weight_shape", DType::kI64, Shape{3}), cfg)),
+              {.code = Errc::kCorrupt, .message_has = "expected I64 or I32 [2]", .tensor = "l.weight_shape"});
+  check_error(
+      detect_quantization(make_catalog(with(ts, "l.weight_scale", DType::kBF16, Shape{11008, 31}), cfg)),
+      {.code = Errc::kCorrupt, .message_has = "expected F16, BF16 or F32 [11008, 32]", .tensor = "l.weight_scale"});
+  check_error(detect_quantization(make_catalog(with(ts, "l.weight_scale", DType::kBF16, Shape{11000, 32}), cfg)),
+              {.code = Errc::kCorrupt, .tensor = "l.weight_scale"});
+  check_error(detect_quantization(make_catalog(without(ts, "l.weight_shape"), cfg)),
+              {.code = Errc::kCorrupt, .message_has = "has no part 'l.weight_shape'", .tensor = "l.weight"});
+  // A group count below the packed width narrows K: 3-bit, K 100, group 50 -> 10 words hold up to 106.
+  std::vector<T> odd;
+  ct_packed(odd, "l", 100, 64, 3, 50);
+  const auto narrowed = detect_quantization(make_catalog(
+      odd, ct_config(R"({"num_bits":3,"type":"int","strategy":"group","group_size":50})", "pack-quantized")));
+  REQUIRE(narrowed);
+  CHECK(only_logical(*narrowed).cols == 100);
+}
+
+TEST_CASE("compressed-tensors pack-quantized asymmetric zero points, channel strategy and actorder",
+          "[quant][detect]") {
+  std::vector<T> ts;
+  ct_packed(ts, "l", 256, 64, 4, 128, true);
+  const std::string asym = ct_config(
+      R"({"num_bits":4,"type":"int","symmetric":false,"strategy":"group","group_size":128})", "pack-quantized");
+  const auto q = detect_quantization(make_catalog(ts, asym));
+  REQUIRE(q);
+  CHECK_FALSE(only_logical(*q).params.sym);
+  CHECK(only_logical(*q).part("weight_zero_point").has_value());
+  check_error(detect_quantization(make_catalog(with(ts, "l.weight_zero_point", DType::kI8, Shape{64, 2}), asym)),
+              {.code = Errc::kCorrupt,
+               .message_has = "expected I32 [8, 2], found I8 [64, 2]",
+               .tensor = "l.weight_zero_point"});
+  check_error(detect_quantization(make_catalog(without(ts, "l.weight_zero_point"), asym)),
+              {.code = Errc::kCorrupt, .message_has = "has no part 'l.weight_zero_point'"});
+  check_error(detect_quantization(make_catalog(ts, ct_config(kW4A16, "pack-quantized"))),
+              {.code = Errc::kCorrupt, .message_has = "symmetric", .tensor = "l.weight_zero_point"});
+
+  const std::vector<T> channel{{"l.weight_packed", DType::kI32, Shape{64, 32}},
+                               {"l.weight_scale", DType::kF16, Shape{64, 1}},
+                               {"l.weight_shape", DType::kI64, Shape{2}}};
+  const auto c = detect_quantization(
+      make_catalog(channel, ct_config(R"({"num_bits":4,"type":"int","strategy":"channel"})", "pack-quantized")));
+  REQUIRE(c);
+  CHECK(only_logical(*c).params.scale_layout == ScaleLayout::kRow);
+  CHECK(only_logical(*c).cols == 256);
+  CHECK(only_logical(*c).params.group_size == 256);
+
+  std::vector<T> ordered;
+  ct_packed(ordered, "l", 256, 64, 4, 128);
+  const std::string act = ct_config(
+      R"({"num_bits":4,"type":"int","strategy":"group","group_size":128,"actorder":"group"})", "pack-quantized");
+  check_error(detect_quantization(make_catalog(ordered, act)),
+              {.code = Errc::kCorrupt, .message_has = "has no part 'l.weight_g_idx'", .tensor = "l.weight"});
+  ordered.push_back({"l.weight_g_idx", DType::kI32, Shape{256}});
+  CHECK(detect_quantization(make_catalog(ordered, act)));
+  check_error(
+      detect_quantization(make_catalog(with(ordered, "l.weight_g_idx", DType::kI32, Shape{128}), act)),
+      {.code = Errc::kCorrupt, .message_has = "expected I32 [256], found I32 [128]", .tensor = "l.weight_g_idx"});
+}
+
+TEST_CASE("compressed-tensors int-quantized and float-quantized layouts", "[quant][detect]") {
+  const std::vector<T> w8{{"l.weight", DType::kI8, Shape{64, 256}},
+                          {"l.weight_scale", DType::kF32, Shape{64, 1}},
+                          {"l.input_scale", DType::kF32, Shape{1}}};
+  const auto q = detect_quantization(
+      make_catalog(w8, ct_config(R"({"num_bits":8,"type":"int","strategy":"channel"})", "int-quantized")));
+  REQUIRE(q);
+  CHECK(only_logical(*q).params.scheme == QuantScheme::kCtInt);
+  CHECK(only_logical(*q).params.scale_layout == ScaleLayout::kRow);
+  CHECK(only_logical(*q).params.weight_dtype == DType::kI8);
+  CHECK(only_logical(*q).part("input_scale").has_value());
+  check_error(detect_quantization(
+                  make_catalog(with(w8, "l.weight", DType::kI32, Shape{64, 256}),
+                               ct_config(R"({"num_bits":8,"type":"int","strategy":"channel"})", "int-quantized"))),
+              {.code = Errc::kCorrupt, .message_has = "expected I8 [N, K], found I32", .tensor = "l.weight"});
+
+  struct Case {
+    std::string weights;
+    Shape scale;
+    ScaleLayout layout;
+  };
+  for (const Case& c :
+       {Case{R"({"num_bits":8,"type":"float","strategy":"tensor"})", Shape{1}, ScaleLayout::kTensor},
+        Case{R"({"num_bits":8,"type":"float","strategy":"channel"})", Shape{300, 1}, ScaleLayout::kRow},
+        Case{R"({"num_bits":8,"type":"float","strategy":"group","group_size":64})", Shape{300, 4}, ScaleLayout::kGroup},
+        Case{R"({"num_bits":8,"type":"float","strategy":"block","block_structure":[128,128]})", Shape{3, 2},
+             ScaleLayout::kBlock}}) {
+    INFO(c.weights);
+    const std::vector<T> ts{{"l.weight", DType::kF8_E4M3, Shape{300, 200}}, {"l.weight_scale", DType::kBF16, c.scale}};
+    const auto f = detect_quantization(make_catalog(ts, ct_config(c.weights, "float-quantized")));
+    REQUIRE(f);
+    CHECK(only_logical(*f).params.scheme == QuantScheme::kFp8);
+    CHECK(only_logical(*f).params.scale_layout == c.layout);
+    CHECK(only_logical(*f).params.scale_dtype == DType::kBF16);
+    if (c.layout == ScaleLayout::kGroup) CHECK(only_logical(*f).params.group_size == 64);
+    if (c.layout == ScaleLayout::kBlock) CHECK(only_logical(*f).params.block_rows == 128);
+    const auto naive = detect_quantization(make_catalog(ts, ct_config(c.weights, "naive-quantized")));
+    REQUIRE(naive);
+    CHECK(only_logical(*naive).params.scheme == QuantScheme::kFp8);
+    check_error(detect_quantization(make_catalog(with(ts, "l.weight_scale", DType::kBF16, Shape{7, 7}),
+                                                 ct_config(c.weights, "float-quantized"))),
+                {.code = Errc::kCorrupt, .message_has = "found BF16 [7, 7]", .tensor = "l.weight_scale"});
+  }
+}
+
+TEST_CASE("compressed-tensors ignore, per-group formats and overlapping targets", "[quant][detect]") {
+  std::vector<T> ts{{"model.layers.0.mlp.gate.weight", DType::kBF16, Shape{8, 256}},
+                    {"model.layers.0.mlp.up_proj.weight", DType::kI8, Shape{64, 256}},
+                    {"model.layers.0.mlp.up_proj.weight_scale", DType::kF32, Shape{64, 1}}};
+  ct_packed(ts, "model.layers.0.self_attn.q_proj", 256, 64, 4, 128);
+  const std::string cfg = R"({"quant_method":"compressed-tensors","format":"mixed-precision",
+    "ignore":["lm_head","re:.*mlp.gate$"],
+    "config_groups":{
+      "attn":{"targets":["Linear"],"format":"pack-quantized","weights":)" +
+                          kW4A16 + R"(},
+      "mlp":{"targets":["re:.*mlp\\..*_proj$"],"format":"int-quantized","weights":{"num_bits":8,"type":"int","strategy":"channel"}}}})";
+  const auto q = detect_quantization(make_catalog(ts, cfg));
+  REQUIRE(q);
+  REQUIRE(q->logical.size() == 2);
+  CHECK(q->logical[0].name == "model.layers.0.mlp.up_proj.weight");
+  CHECK(q->logical[0].params.scheme == QuantScheme::kCtInt);
+  CHECK(q->logical[1].params.scheme == QuantScheme::kCtPacked);
+  CHECK(q->plain == std::vector<std::uint32_t>{0});
+  // An ignored module with quantized parts contradicts the config.
+  std::vector<T> ignored = ts;
+  ignored.push_back({"model.layers.0.mlp.gate.weight_scale", DType::kF32, Shape{8, 1}});
+  check_error(detect_quantization(make_catalog(ignored, cfg)), {.code = Errc::kCorrupt,
+                                                                .message_has = "ignore entry 're:.*mlp.gate$'",
+                                                                .tensor = "model.layers.0.mlp.gate.weight_scale"});
+  // Two class targets: the stored parts pick the group.
+  const std::string both = R"({"quant_method":"compressed-tensors","format":"mixed-precision","config_groups":{
+      "a":{"targets":["Linear"],"format":"pack-quantized","weights":)" +
+                           kW4A16 + R"(},
+      "b":{"targets":["Linear"],"format":"int-quantized","weights":{"num_bits":8,"type":"int","strategy":"channel"}}}})";
+  const auto split = detect_quantization(make_catalog(without(ts, "model.layers.0.mlp.gate.weight"), both));
+  REQUIRE(split);
+  CHECK(split->logical.size() == 2);
+}
+
+TEST_CASE("compressed-tensors formats and options qload does not decode", "[quant][detect]") {
+  const std::vector<T> ts{{"l.weight_packed", DType::kU8, Shape{64, 128}},
+                          {"l.weight_scale", DType::kF8_E4M3, Shape{64, 16}}};
+  check_error(detect_quantization(make_catalog(
+                  ts, ct_config(R"({"num_bits":4,"type":"float","strategy":"tensor_group","group_size":16})",
+                                "nvfp4-pack-quantized"))),
+              {.code = Errc::kUnsupported, .message_has = "strategy 'tensor_group'"});
+  check_error(detect_quantization(make_catalog(ts, ct_config(kW4A16, "nvfp4-pack-quantized"))),
+              {.code = Errc::kUnsupported, .message_has = "format 'nvfp4-pack-quantized'"});
+  check_error(detect_quantization(make_catalog(ts, ct_config(kW4A16, "marlin-24"))),
+              {.code = Errc::kUnsupported, .message_has = "'marlin-24'"});
+  check_error(detect_quantization(make_catalog(
+                  ts, ct_config(kW4A16, "pack-quantized", R"(,"sparsity_config":{"format":"sparse-24-bitmask"})"))),
+              {.code = Errc::kUnsupported, .message_has = "sparse-24-bitmask"});
+  check_error(detect_quantization(
+                  make_catalog(ts, ct_config(R"({"num_bits":1,"type":"int","strategy":"channel"})", "pack-quantized"))),
+              {.code = Errc::kUnsupported, .message_has = "1 bits"});
+  check_error(detect_quantization(
+                  make_catalog(ts, ct_config(R"({"num_bits":4,"type":"int","strategy":"group"})", "pack-quantized"))),
+              {.code = Errc::kCorrupt, .message_has = "group_size"});
+  // "dense": stored unquantized, so quantized tensors contradict it.
+  check_error(detect_quantization(
+                  make_catalog({{"l.weight", DType::kF8_E4M3, Shape{4, 4}}, {"l.weight_scale", DType::kF32, Shape{1}}},
+                               ct_config(kW4A16, "dense"))),
+              {.code = Errc::kCorrupt, .message_has = "unquantized", .tensor = "l.weight_scale"});
+  const auto dense =
+      detect_quantization(make_catalog({{"l.weight", DType::kBF16, Shape{4, 4}}}, ct_config(kW4A16, "dense")));
+  REQUIRE(dense);
+  CHECK(dense->logical.empty());
+  // Regex targets that match no module.
+  std::vector<T> packed;
+  ct_packed(packed, "l", 256, 64, 4, 128);
+  const std::string narrow =
+      R"({"quant_method":"compressed-tensors","format":"pack-quantized","config_groups":{"g":{"targets":["re:.*mlp.*"],"weights":)" +
+      kW4A16 + "}}}";
+  check_error(detect_quantization(make_catalog(packed, narrow)),
+              {.code = Errc::kCorrupt, .message_has = "no config_groups target", .tensor = "l.weight_packed"});
+}
+
+TEST_CASE("without a config, fp8 and int8 weights with a scale are detected by their suffixes", "[quant][detect]") {
+  const std::vector<T> ts{
+      {"a.weight", DType::kF8_E4M3, Shape{64, 32}},   {"a.weight_scale", DType::kF32, Shape{64, 1}},
+      {"b.weight", DType::kF8_E4M3, Shape{300, 200}}, {"b.weight_scale_inv", DType::kF32, Shape{3, 2}},
+      {"c.weight", DType::kF8_E5M2, Shape{8, 8}},     {"c.weight_scale", DType::kF32, Shape{1}}};
+  const auto q = detect_quantization(make_catalog(ts));
+  REQUIRE(q);
+  CHECK(q->method == "fp8");
+  CHECK(q->config_source == "tensor names");
+  REQUIRE(q->logical.size() == 3);
+  CHECK(q->logical[0].params.scale_layout == ScaleLayout::kRow);
+  CHECK(q->logical[1].params.scale_layout == ScaleLayout::kBlock);
+  CHECK(q->logical[1].params.block_rows == 128);
+  CHECK(q->logical[2].params.scale_layout == ScaleLayout::kTensor);
+  CHECK(q->logical[2].params.weight_dtype == DType::kF8_E5M2);
+  const auto int8 = detect_quantization(
+      make_catalog({{"a.weight", DType::kI8, Shape{64, 32}}, {"a.weight_scale", DType::kF32, Shape{64, 1}}}));
+  REQUIRE(int8);
+  CHECK(int8->method == "int8");
+  CHECK(only_logical(*int8).params.scheme == QuantScheme::kCtInt);
+  check_error(detect_quantization(make_catalog(with(ts, "b.weight_scale_inv", DType::kF32, Shape{5, 2}))),
+              {.code = Errc::kCorrupt, .tensor = "b.weight_scale_inv"});
+}
+
+TEST_CASE("without a config, other quantized-looking tensors are kCorrupt naming them", "[quant][detect]") {
+  std::vector<T> ts;
+  gptq(ts, "a", 256, 64, 4, 128);
+  gptq(ts, "b", 256, 64, 4, 128);
+  ct_packed(ts, "c", 256, 64, 4, 128);
+  ts.push_back({"d.qzeros", DType::kI32, Shape{2, 8}});
+  ts.push_back({"e.weight", DType::kBF16, Shape{4, 4}});
+  ts.push_back({"e.weight_scale", DType::kF32, Shape{1}});
+  check_error(detect_quantization(make_catalog(ts)),
+              {.code = Errc::kCorrupt,
+               .message_has = "tensors look quantized ('a.qweight', 'b.qweight', 'c.weight_packed' and 2 more) but "
+                              "no quantization config was found",
+               .tensor = "a.qweight"});
+}
+
+TEST_CASE("exclusion patterns: globs, regexes qload refuses, back-references", "[quant][detect]") {
+  const std::vector<T> ts{{"model.layers.0.mlp.gate.weight", DType::kF8_E4M3, Shape{8, 8}},
+                          {"model.layers.0.mlp.gate.weight_scale", DType::kF32, Shape{1}}};
+  // ModelOpt globs cross dots and cover the whole name.
+  check_error(detect_quantization(make_catalog(
+                  ts, R"({"quant_method":"modelopt","quant_algo":"FP8","exclude_modules":["model.*.gate"]})")),
+              {.code = Errc::kCorrupt, .message_has = "exclude_modules entry 'model.*.gate'"});
+  const auto partial = detect_quantization(
+      make_catalog(ts, R"({"quant_method":"modelopt","quant_algo":"FP8","exclude_modules":["model.*.gat"]})"));
+  REQUIRE(partial);
+  CHECK(partial->logical.size() == 1);
+  // A class name in `ignore` cannot be resolved: it matches nothing.
+  const std::string float_tensor = R"({"num_bits":8,"type":"float","strategy":"tensor"})";
+  const auto by_class = detect_quantization(
+      make_catalog(ts, ct_config(float_tensor, "float-quantized", R"(,"ignore":["MixtralSparseMoeBlock"])")));
+  REQUIRE(by_class);
+  CHECK(by_class->logical.size() == 1);
+  check_error(
+      detect_quantization(make_catalog(ts, ct_config(float_tensor, "float-quantized", R"(,"ignore":["re:("])"))),
+      {.code = Errc::kUnsupported, .message_has = "not a regular expression", .file = "config.json"});
+  check_error(
+      detect_quantization(make_catalog(ts, ct_config(float_tensor, "float-quantized", R"(,"ignore":["re:(m)\\1"])"))),
+      {.code = Errc::kUnsupported});
+  check_error(
+      detect_quantization(make_catalog(ts, ct_config(float_tensor, "float-quantized", R"(,"ignore":"lm_head")"))),
+      {.code = Errc::kCorrupt, .message_has = "quantization_config.ignore is string, expected a list of strings"});
+}
+
+TEST_CASE("awq gemm takes N from the scales when it is not a multiple of 8", "[quant][detect]") {
+  const std::vector<T> ts{{"l.qweight", DType::kI32, Shape{256, 8}},
+                          {"l.qzeros", DType::kI32, Shape{2, 8}},
+                          {"l.scales", DType::kF16, Shape{2, 60}}};
+  const std::string cfg = R"({"quant_method":"awq","bits":4,"group_size":128})";
+  const auto q = detect_quantization(make_catalog(ts, cfg));
+  REQUIRE(q);
+  CHECK(only_logical(*q).rows == 60);
+  CHECK(only_logical(*q).cols == 256);
+  check_error(detect_quantization(make_catalog(with(ts, "l.scales", DType::kF16, Shape{2, 56}), cfg)),
+              {.code = Errc::kCorrupt,
+               .message_has = "expected F16, BF16 or F32 [2, 64], found F16 [2, 56]",
+               .tensor = "l.scales"});
+}

@@ -1,0 +1,167 @@
+// Decode on load through the scheduler: quantize on load (each target) and dequantize on load,
+// on real safetensors files. The codecs themselves are checked against independent references
+// in tests/formats/quant_*_test.cpp; here the question is whether the scheduler feeds them
+// the right bytes (parts through scratch, rows split over tasks, several devices) and exposes
+// the right tensors.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <random>
+
+#include "qload/formats/convert.hpp"
+#include "qload/formats/quant_codec.hpp"
+#include "qload/formats/safetensors_writer.hpp"
+#include "qload/scheduler/load.hpp"
+#include "support/scratch.hpp"
+
+using namespace qload;
+using namespace qload::scheduler;
+using namespace qload::testing;
+
+namespace {
+
+// A small llama-like checkpoint: bf16 linear weights with finite values, an embedding and a
+// norm (which quantize-on-load must leave alone), one tensor spanning several chunks.
+struct Checkpoint {
+  ScratchDir dir;
+  std::map<std::string, std::vector<std::uint16_t>> bf16;  // name -> values
+  std::map<std::string, Shape> shapes;
+};
+
+void add_bf16(Checkpoint& c, const std::string& name, std::uint64_t rows, std::uint64_t cols, std::mt19937& rng) {
+  std::normal_distribution<float> dist(0.0f, 0.05f);
+  std::vector<std::uint16_t> v(rows * cols);
+  for (auto& x : v) {
+    const float f = dist(rng);
+    std::uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    x = formats::f32_to_bf16_bits(bits);
+  }
+  c.bf16[name] = std::move(v);
+  c.shapes[name] = rows == 1 ? Shape{cols} : Shape{rows, cols};
+}
+
+void write(Checkpoint& c, const std::string& config) {
+  std::vector<formats::WriterTensor> tensors;
+  for (const auto& [name, v] : c.bf16)
+    tensors.push_back(
+        {.name = name, .dtype = DType::kBF16, .shape = c.shapes[name], .bytes = std::as_bytes(std::span(v))});
+  REQUIRE(formats::write_safetensors(c.dir.file("model.safetensors"), tensors));
+  std::ofstream(c.dir.file("config.json")) << config;
+}
+
+float bf16_value(std::uint16_t h) {
+  const std::uint32_t bits = formats::bf16_to_f32_bits(h);
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+LoadOptions small_chunks(std::vector<Device> devices) {
+  LoadOptions o;
+  o.plan.devices = std::move(devices);
+  o.plan.chunk_bytes = o.staging.slot_bytes = 64 << 10;  // the 300 KiB weight spans chunks
+  o.staging.total_bytes = 4 * o.staging.slot_bytes;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("decode: quantize on load makes weight + scale for linear weights only, within the error bound",
+          "[scheduler][decode]") {
+  Checkpoint c;
+  std::mt19937 rng(7);
+  add_bf16(c, "model.embed_tokens.weight", 64, 96, rng);
+  add_bf16(c, "model.layers.0.mlp.up_proj.weight", 300, 520, rng);  // 312 KB: several chunks
+  add_bf16(c, "model.layers.1.self_attn.q_proj.weight", 130, 200, rng);
+  add_bf16(c, "model.norm.weight", 1, 96, rng);
+  write(c, R"({"model_type": "llama"})");
+  for (const auto target : {formats::QuantizeTarget::kFp8Tensor, formats::QuantizeTarget::kFp8Row,
+                            formats::QuantizeTarget::kFp8Block, formats::QuantizeTarget::kInt8Row}) {
+    DYNAMIC_SECTION(formats::quantize_target_name(target)) {
+      LoadOptions options = small_chunks({Device{}, Device{.index = 1}});
+      options.plan.quantize = target;
+      auto model = load_source(c.dir.path().string(), options);
+      REQUIRE(model);
+      CHECK(model->report().decoded_tensors == 2);
+      for (const std::string name : {"model.embed_tokens.weight", "model.norm.weight"}) {
+        const DeviceTensor* t = model->find(name);
+        REQUIRE(t != nullptr);
+        CHECK(t->dtype == DType::kBF16);
+        CHECK(std::memcmp(t->data, c.bf16[name].data(), t->nbytes) == 0);
+      }
+      for (const std::string name : {"model.layers.0.mlp.up_proj.weight", "model.layers.1.self_attn.q_proj.weight"}) {
+        const DeviceTensor* w = model->find(name);
+        REQUIRE(w != nullptr);
+        const std::uint64_t rows = c.shapes[name][0], cols = c.shapes[name][1];
+        const formats::QuantizedLayout layout = formats::quantized_layout(rows, cols, target);
+        const std::string scale_name = name.substr(0, name.size() - 6) + layout.scale_suffix;
+        const DeviceTensor* s = model->find(scale_name);
+        REQUIRE(s != nullptr);
+        CHECK(w->dtype == layout.weight_dtype);
+        CHECK(s->shape == layout.scale_shape);
+        // The scheduler's output equals the codec run directly on the file's bytes.
+        std::vector<std::byte> weight(layout.weight_bytes), scale(layout.scale_bytes);
+        REQUIRE(
+            formats::quantize(std::as_bytes(std::span(c.bf16[name])), DType::kBF16, rows, cols, target, weight, scale));
+        CHECK(std::memcmp(w->data, weight.data(), weight.size()) == 0);
+        CHECK(std::memcmp(s->data, scale.data(), scale.size()) == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("decode: a quantized checkpoint written by qload is dequantized on load, split over tasks and devices",
+          "[scheduler][decode]") {
+  Checkpoint c;
+  std::mt19937 rng(11);
+  add_bf16(c, "model.layers.0.mlp.down_proj.weight", 700, 384, rng);
+  add_bf16(c, "model.layers.1.mlp.down_proj.weight", 257, 130, rng);
+  add_bf16(c, "model.norm.weight", 1, 130, rng);
+  write(c, R"({"model_type": "llama"})");
+  // Step 1: quantize on load (fp8 128x128 blocks), write what was loaded as an HF fp8 checkpoint.
+  LoadOptions q = small_chunks({Device{}});
+  q.plan.quantize = formats::QuantizeTarget::kFp8Block;
+  auto quantized = load_source(c.dir.path().string(), q);
+  REQUIRE(quantized);
+  ScratchDir fp8;
+  std::vector<formats::WriterTensor> tensors;
+  for (const DeviceTensor& t : quantized->tensors()) tensors.push_back({t.name, t.dtype, t.shape, t.bytes(), {}});
+  REQUIRE(formats::write_safetensors(fp8.file("model.safetensors"), tensors));
+  std::ofstream(fp8.file("config.json"))
+      << R"({"quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}})";
+  // Step 2: dequantize it on load to f32 over two host devices; compare with the original.
+  for (const DType out : {DType::kF32, DType::kBF16}) {
+    DYNAMIC_SECTION(dtype_name(out)) {
+      LoadOptions d = small_chunks({Device{}, Device{.index = 1}});
+      d.plan.dequantize = out;
+      auto model = load_source(fp8.path().string(), d);
+      if (!model) FAIL(model.error().to_string());
+      CHECK(model->report().decoded_tensors == 2);
+      CHECK(model->find("model.layers.0.mlp.down_proj.weight_scale_inv") == nullptr);  // parts are not exposed
+      for (const std::string name : {"model.layers.0.mlp.down_proj.weight", "model.layers.1.mlp.down_proj.weight"}) {
+        const DeviceTensor* w = model->find(name);
+        REQUIRE(w != nullptr);
+        CHECK(w->dtype == out);
+        CHECK(w->shape == c.shapes[name]);
+        const auto& original = c.bf16[name];
+        REQUIRE(w->nbytes == original.size() * dtype_info(out).block_bytes);
+        std::vector<float> got(original.size());
+        REQUIRE(formats::convert(w->bytes(), out, std::as_writable_bytes(std::span(got)), DType::kF32));
+        // FP8 E4M3 keeps 3 mantissa bits: rounding costs at most 2^-4 of the value, or half
+        // the subnormal step (scale * 2^-10, scale = block amax / 448 < 0.5 / 448) near zero;
+        // bf16 output rounds once more (2^-8 of the value, about 2^-4 once compounded).
+        float worst = 0;
+        for (std::size_t i = 0; i < got.size(); ++i) {
+          const float x = bf16_value(original[i]);
+          const float err = std::fabs(got[i] - x);
+          worst = std::max(worst, err - std::fabs(x) * (1.0f / 16 + 1.0f / 128));
+        }
+        CHECK(worst <= 0.5f / 448 / 1024);
+      }
+      CHECK(model->find("model.norm.weight") != nullptr);
+    }
+  }
+}
