@@ -130,13 +130,16 @@ Result<std::vector<formats::WriterTensor>> make_parts(std::string_view prefix, s
   return out;
 }
 
-// `count` random codes in [0, 2^bits): byte i of mix(stream ^ mix(i / 8)), masked.
-std::vector<std::uint8_t> random_codes(std::uint64_t stream, std::uint64_t count, std::uint32_t bits) {
-  std::vector<std::uint8_t> out(count);
-  const auto mask = static_cast<std::uint8_t>((1u << bits) - 1);
+// `count` random codes in [0, 2^bits) minus `offset`: code i is byte i % 8 of
+// mix(stream ^ mix(i / 8)), masked.
+template <typename T>
+std::vector<T> random_codes(std::uint64_t stream, std::uint64_t count, std::uint32_t bits, int offset = 0) {
+  std::vector<T> out(count);
+  const std::uint64_t mask = (1u << bits) - 1;
   for (std::uint64_t i = 0; i < count; i += 8) {
     const std::uint64_t r = mix(stream ^ mix(i / 8));
-    for (std::uint64_t j = 0; j < 8 && i + j < count; ++j) out[i + j] = static_cast<std::uint8_t>(r >> (8 * j)) & mask;
+    for (std::uint64_t j = 0; j < 8 && i + j < count; ++j)
+      out[i + j] = static_cast<T>(static_cast<int>((r >> (8 * j)) & mask) - offset);
   }
   return out;
 }
@@ -162,7 +165,7 @@ Result<std::vector<formats::WriterTensor>> gptq_parts(const formats::LogicalTens
                                                       std::uint64_t stream) {
   QLOAD_ASSIGN_OR_RETURN(const formats::PackedShapes s, formats::packed_shapes(t));
   Compute compute = [t, stream, groups = s.groups](Parts& parts) -> Status {
-    const std::vector<std::uint8_t> q = random_codes(mix(stream + kCodeStream), t.cols * t.rows, t.params.bits);
+    const auto q = random_codes<std::uint8_t>(mix(stream + kCodeStream), t.cols * t.rows, t.params.bits);
     const std::vector<std::uint8_t> zeros(groups * t.rows, static_cast<std::uint8_t>(1u << (t.params.bits - 1)));
     QLOAD_TRY(formats::pack_gptq(t, q, zeros, parts[0], parts[1]));
     random_scales(mix(stream + kScaleStream), DType::kF16, parts[2]);
@@ -185,8 +188,8 @@ Result<std::vector<formats::WriterTensor>> awq_parts(const formats::LogicalTenso
                                                      std::uint64_t stream) {
   QLOAD_ASSIGN_OR_RETURN(const formats::PackedShapes s, formats::packed_shapes(t));
   Compute compute = [t, stream, groups = s.groups](Parts& parts) -> Status {
-    const std::vector<std::uint8_t> q = random_codes(mix(stream + kCodeStream), t.cols * t.rows, 4);
-    const std::vector<std::uint8_t> zeros = random_codes(mix(stream + kZeroStream), groups * t.rows, 4);
+    const auto q = random_codes<std::uint8_t>(mix(stream + kCodeStream), t.cols * t.rows, 4);
+    const auto zeros = random_codes<std::uint8_t>(mix(stream + kZeroStream), groups * t.rows, 4);
     QLOAD_TRY(formats::pack_awq_gemm(t, q, zeros, parts[0], parts[1]));
     random_scales(mix(stream + kScaleStream), DType::kF16, parts[2]);
     return {};
@@ -201,10 +204,8 @@ Result<std::vector<formats::WriterTensor>> ct_pack_parts(const formats::LogicalT
                                                          std::uint64_t stream) {
   QLOAD_ASSIGN_OR_RETURN(const formats::PackedShapes s, formats::packed_shapes(t));
   Compute compute = [t, stream](Parts& parts) -> Status {
-    const std::vector<std::uint8_t> codes = random_codes(mix(stream + kCodeStream), t.rows * t.cols, t.params.bits);
-    const auto offset = static_cast<std::int32_t>(1u << (t.params.bits - 1));
-    std::vector<std::int8_t> q(codes.size());
-    for (std::size_t i = 0; i < q.size(); ++i) q[i] = static_cast<std::int8_t>(codes[i] - offset);
+    const int offset = 1 << (t.params.bits - 1);
+    const auto q = random_codes<std::int8_t>(mix(stream + kCodeStream), t.rows * t.cols, t.params.bits, offset);
     QLOAD_TRY(formats::pack_ct(t, q, {}, parts[0], {}));
     random_scales(mix(stream + kScaleStream), t.params.scale_dtype, parts[1]);
     const std::array<std::int64_t, 2> shape = {static_cast<std::int64_t>(t.rows), static_cast<std::int64_t>(t.cols)};

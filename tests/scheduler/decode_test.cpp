@@ -132,6 +132,26 @@ TEST_CASE("decode: a quantized checkpoint written by qload is dequantized on loa
   REQUIRE(formats::write_safetensors(fp8.file("model.safetensors"), tensors));
   std::ofstream(fp8.file("config.json"))
       << R"({"quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}})";
+  // Without a policy the parts load byte for byte, described for a server's own kernels.
+  {
+    auto kept = load_source(fp8.path().string(), small_chunks({Device{}}));
+    REQUIRE(kept);
+    REQUIRE(kept->quantized().size() == 2);
+    const QuantizedWeight& w = kept->quantized()[0];
+    CHECK(w.name == "model.layers.0.mlp.down_proj.weight");
+    CHECK(w.params.scheme == formats::QuantScheme::kFp8);
+    CHECK((w.rows == 700 && w.cols == 384));
+    REQUIRE(w.parts.size() == 2);
+    for (const auto& [role, index] : w.parts) {
+      const DeviceTensor& part = kept->tensors()[index];
+      const DeviceTensor* original = quantized->find(part.name);
+      REQUIRE(original != nullptr);
+      CHECK(part.dtype == original->dtype);
+      CHECK(std::memcmp(part.data, original->data, part.nbytes) == 0);
+      CHECK(reinterpret_cast<std::uintptr_t>(part.data) % 256 == 0);
+      CHECK(((role == "weight" && part.dtype == DType::kF8_E4M3) || role == "weight_scale_inv"));
+    }
+  }
   // Step 2: dequantize it on load to f32 over two host devices; compare with the original.
   for (const DType out : {DType::kF32, DType::kBF16}) {
     DYNAMIC_SECTION(dtype_name(out)) {

@@ -1,0 +1,582 @@
+// qload_quant_bench: CPU throughput of the quantized-weight decoders (quant_codec.hpp
+// dequantize_rows) and of quantize on load, against memcpy of the same bytes in the same run.
+//
+// Every scheme qload decodes gets one random [N, K] weight (default 4096 x 4096, a llama
+// hidden x hidden projection), built with the formats layer's own encoders (quant_pack.hpp;
+// formats::quantize for FP8 and int8) exactly as a producer stores it. Each decode writes all N
+// rows to bf16 and to f32, once on one thread and once split over T threads (std::thread, one
+// contiguous row range each, T = hardware threads by default), the way the scheduler splits a
+// tensor over workers. GB/s are of *output* bytes (10^9 bytes/s): a decode writes the
+// dequantized weight, so a memcpy of that many bytes with the same number of threads is its
+// ceiling, and the ratio says how far the arithmetic (and the reads of the packed parts) keep
+// it from that. Quantize on load (bf16 -> fp8 per tensor / per row / 128x128 block, int8 per
+// row) is reported in GB/s of *input* bytes against memcpy of the input.
+//
+// Every measurement is the best of --repeat runs (single runs on a shared machine scatter).
+// Sanity: each decode's result is compared, byte for byte, with a second decode of the same
+// weight over a different (uneven) row split, and the threaded result with both; the threaded
+// quantize results with the single-threaded one. A mismatch or an error exits 1, so a broken
+// benchmark cannot print numbers. --quick is a smoke run for ctest.
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <numeric>
+#include <random>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "qload/formats/convert.hpp"
+#include "qload/formats/quant.hpp"
+#include "qload/formats/quant_codec.hpp"
+#include "qload/formats/quant_pack.hpp"
+#include "qload/runtime/dtype.hpp"
+#include "qload/runtime/error.hpp"
+#include "qload/runtime/shape.hpp"
+
+namespace {
+
+using qload::DType;
+using qload::Errc;
+using qload::Error;
+using qload::fail;
+using qload::Result;
+using qload::Shape;
+using qload::Status;
+namespace fq = qload::formats;
+using Clock = std::chrono::steady_clock;
+using Bytes = std::vector<std::byte>;
+
+constexpr std::uint64_t kGroupSize = 128;  // every grouped scheme, as the common checkpoints use
+
+template <typename F>
+double best_seconds(int repeat, F&& run) {
+  double best = 1e30;
+  for (int r = 0; r < repeat; ++r) {
+    const auto start = Clock::now();
+    run();
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  return best;
+}
+
+// ---- random weights ------------------------------------------------------------------------
+
+std::uint64_t splitmix(std::uint64_t& state) {
+  std::uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// `count` random codes in [0, 2^bits).
+std::vector<std::uint8_t> random_codes(std::uint64_t count, unsigned bits, std::uint64_t seed) {
+  std::vector<std::uint8_t> out(count);
+  const auto mask = static_cast<std::uint8_t>((1u << bits) - 1);
+  for (std::uint64_t i = 0; i < count; i += 8) {
+    const std::uint64_t r = splitmix(seed);
+    for (std::uint64_t j = 0; j < 8 && i + j < count; ++j) out[i + j] = static_cast<std::uint8_t>(r >> (8 * j)) & mask;
+  }
+  return out;
+}
+
+// `count` scales in [1e-3, 1e-2] as F16, BF16 or F32 elements.
+Bytes random_scales(std::uint64_t count, DType dtype, std::uint64_t seed) {
+  const std::size_t size = dtype == DType::kF32 ? 4 : 2;
+  Bytes out(count * size);
+  for (std::uint64_t i = 0; i < count; ++i) {
+    const float v = 1e-3f + 9e-3f * static_cast<float>(splitmix(seed) >> 40) * 0x1p-24f;
+    std::uint32_t bits;
+    std::memcpy(&bits, &v, 4);
+    if (dtype == DType::kF32) {
+      std::memcpy(out.data() + i * 4, &bits, 4);
+    } else {
+      const std::uint16_t h = dtype == DType::kF16 ? fq::f32_to_f16_bits(bits) : fq::f32_to_bf16_bits(bits);
+      std::memcpy(out.data() + i * 2, &h, 2);
+    }
+  }
+  return out;
+}
+
+// An unquantized bf16 [n, k] weight, roughly normal with sigma 0.02 (sum of 4 uniforms), the
+// input of the FP8 / int8 schemes and of the quantize measurements.
+Bytes random_bf16(std::uint64_t n, std::uint64_t k, std::uint64_t seed) {
+  Bytes out(n * k * 2);
+  for (std::uint64_t i = 0; i < n * k; ++i) {
+    const std::uint64_t r = splitmix(seed);
+    float u = 0.0f;
+    for (int j = 0; j < 4; ++j) u += static_cast<float>((r >> (16 * j)) & 0xFFFF) * 0x1p-16f - 0.5f;
+    const float v = u * 0.0346f;  // sqrt(3) * 0.02: four uniforms of variance 1/12 each
+    std::uint32_t bits;
+    std::memcpy(&bits, &v, 4);
+    const std::uint16_t h = fq::f32_to_bf16_bits(bits);
+    std::memcpy(out.data() + i * 2, &h, 2);
+  }
+  return out;
+}
+
+// ---- weights in every scheme ---------------------------------------------------------------
+
+struct OwnedPart {
+  std::string role;
+  DType dtype = DType::kU8;
+  Shape shape;
+  Bytes bytes;
+};
+
+// One quantized weight: its geometry and its stored parts, as a checkpoint holds them.
+struct Weight {
+  std::string name;  // the scheme, as printed
+  fq::LogicalTensor t;
+  std::vector<OwnedPart> parts;
+
+  void add(std::string role, DType dtype, Shape shape, Bytes bytes) {
+    parts.push_back({std::move(role), dtype, std::move(shape), std::move(bytes)});
+  }
+  std::vector<fq::PartBytes> views() const {
+    std::vector<fq::PartBytes> v;
+    for (const OwnedPart& p : parts) v.push_back({p.role, p.dtype, p.shape, p.bytes});
+    return v;
+  }
+  std::uint64_t stored_bytes() const {
+    std::uint64_t sum = 0;
+    for (const OwnedPart& p : parts) sum += p.bytes.size();
+    return sum;
+  }
+};
+
+Weight int_weight(std::string name, fq::QuantScheme scheme, std::uint32_t bits, std::uint64_t n, std::uint64_t k) {
+  Weight w{.name = std::move(name), .t = {}, .parts = {}};
+  w.t.name = "model.layers.0.self_attn.o_proj.weight";
+  w.t.rows = n;
+  w.t.cols = k;
+  w.t.params = {.scheme = scheme, .bits = bits, .group_size = kGroupSize, .weight_dtype = DType::kI32};
+  return w;
+}
+
+// GPTQ v1 (checkpoint_format "gptq", what most published checkpoints are), symmetric, F16
+// scales; g_idx: none, the trivial k / G that GPTQ writers store anyway, or act-order.
+enum class GIdx : std::uint8_t { kNone, kTrivial, kActOrder };
+
+Result<Weight> make_gptq(std::string name, std::uint32_t bits, GIdx g_idx, std::uint64_t n, std::uint64_t k) {
+  Weight w = int_weight(std::move(name), fq::QuantScheme::kGptq, bits, n, k);
+  w.t.params.sym = true;
+  w.t.params.gptq_version = 1;
+  w.t.params.scale_dtype = DType::kF16;
+  QLOAD_ASSIGN_OR_RETURN(const fq::PackedShapes s, fq::packed_shapes(w.t));
+  const std::vector<std::uint8_t> q = random_codes(k * n, bits, 11 + bits);
+  const std::vector<std::uint8_t> zeros(s.groups * n, static_cast<std::uint8_t>(1u << (bits - 1)));
+  QLOAD_ASSIGN_OR_RETURN(const std::uint64_t qw_bytes, s.weight.nbytes(DType::kI32));
+  QLOAD_ASSIGN_OR_RETURN(const std::uint64_t qz_bytes, s.zeros.nbytes(DType::kI32));
+  Bytes qweight(qw_bytes);
+  Bytes qzeros(qz_bytes);
+  QLOAD_TRY(fq::pack_gptq(w.t, q, zeros, qweight, qzeros));
+  w.add("qweight", DType::kI32, s.weight, std::move(qweight));
+  w.add("qzeros", DType::kI32, s.zeros, std::move(qzeros));
+  w.add("scales", DType::kF16, s.scales, random_scales(s.groups * n, DType::kF16, 12));
+  if (g_idx == GIdx::kNone) return w;
+  // Act-order: columns quantized in a random order, consecutive runs of G in it form a group.
+  std::vector<std::int32_t> perm(k);
+  std::iota(perm.begin(), perm.end(), 0);
+  if (g_idx == GIdx::kActOrder) std::shuffle(perm.begin(), perm.end(), std::mt19937_64(13));
+  Bytes idx(k * 4);
+  for (std::uint64_t i = 0; i < k; ++i) {
+    const auto g = static_cast<std::int32_t>(i / kGroupSize);
+    std::memcpy(idx.data() + static_cast<std::uint64_t>(perm[i]) * 4, &g, 4);
+  }
+  w.add("g_idx", DType::kI32, Shape{k}, std::move(idx));
+  return w;
+}
+
+// AWQ 4-bit g128 with random zero points, F16 scales; GEMM or GEMV layout.
+Result<Weight> make_awq(std::string name, bool gemv, std::uint64_t n, std::uint64_t k) {
+  Weight w = int_weight(std::move(name), gemv ? fq::QuantScheme::kAwqGemv : fq::QuantScheme::kAwqGemm, 4, n, k);
+  w.t.params.sym = false;
+  w.t.params.scale_dtype = DType::kF16;
+  QLOAD_ASSIGN_OR_RETURN(const fq::PackedShapes s, fq::packed_shapes(w.t));
+  const std::vector<std::uint8_t> q = random_codes(k * n, 4, 21);
+  const std::uint64_t groups = (k + kGroupSize - 1) / kGroupSize;
+  const std::vector<std::uint8_t> zeros = random_codes(groups * n, 4, 22);
+  Bytes scales = random_scales(groups * n, DType::kF16, 23);
+  QLOAD_ASSIGN_OR_RETURN(const std::uint64_t qw_bytes, s.weight.nbytes(DType::kI32));
+  QLOAD_ASSIGN_OR_RETURN(const std::uint64_t qz_bytes, s.zeros.nbytes(DType::kI32));
+  Bytes qweight(qw_bytes);
+  Bytes qzeros(qz_bytes);
+  if (gemv) {
+    QLOAD_ASSIGN_OR_RETURN(const std::uint64_t s_bytes, s.scales.nbytes(DType::kF16));
+    Bytes scales_out(s_bytes);
+    QLOAD_TRY(fq::pack_awq_gemv(w.t, q, zeros, scales, qweight, qzeros, scales_out));
+    scales = std::move(scales_out);
+  } else {
+    QLOAD_TRY(fq::pack_awq_gemm(w.t, q, zeros, qweight, qzeros));
+  }
+  w.add("qweight", DType::kI32, s.weight, std::move(qweight));
+  w.add("qzeros", DType::kI32, s.zeros, std::move(qzeros));
+  w.add("scales", DType::kF16, s.scales, std::move(scales));
+  return w;
+}
+
+// compressed-tensors pack-quantized 4-bit g128, symmetric, BF16 scales, with weight_shape.
+Result<Weight> make_ct_pack4(std::string name, std::uint64_t n, std::uint64_t k) {
+  Weight w = int_weight(std::move(name), fq::QuantScheme::kCtPacked, 4, n, k);
+  w.t.params.sym = true;
+  w.t.params.scale_dtype = DType::kBF16;
+  QLOAD_ASSIGN_OR_RETURN(const fq::PackedShapes s, fq::packed_shapes(w.t));
+  const std::vector<std::uint8_t> codes = random_codes(n * k, 4, 31);
+  std::vector<std::int8_t> q(codes.size());
+  for (std::size_t i = 0; i < q.size(); ++i) q[i] = static_cast<std::int8_t>(codes[i] - 8);
+  QLOAD_ASSIGN_OR_RETURN(const std::uint64_t packed_bytes, s.weight.nbytes(DType::kI32));
+  Bytes packed(packed_bytes);
+  QLOAD_TRY(fq::pack_ct(w.t, q, {}, packed, {}));
+  Bytes shape(16);
+  const std::array<std::int64_t, 2> dims = {static_cast<std::int64_t>(n), static_cast<std::int64_t>(k)};
+  std::memcpy(shape.data(), dims.data(), 16);
+  w.add("weight_packed", DType::kI32, s.weight, std::move(packed));
+  w.add("weight_scale", DType::kBF16, s.scales, random_scales(s.groups * n, DType::kBF16, 32));
+  w.add("weight_shape", DType::kI64, Shape{2}, std::move(shape));
+  return w;
+}
+
+// FP8 E4M3 (per tensor, per row, 128x128 block) or compressed-tensors int8 per row: the bf16
+// weight quantized by formats::quantize, F32 scales.
+Result<Weight> make_quantized(std::string name, fq::QuantizeTarget target, const Bytes& bf16, std::uint64_t n,
+                              std::uint64_t k) {
+  const fq::QuantizedLayout layout = fq::quantized_layout(n, k, target);
+  Weight w{.name = std::move(name), .t = {}, .parts = {}};
+  w.t.name = "model.layers.0.self_attn.o_proj.weight";
+  w.t.rows = n;
+  w.t.cols = k;
+  const bool int8 = target == fq::QuantizeTarget::kInt8Row;
+  w.t.params = {.scheme = int8 ? fq::QuantScheme::kCtInt : fq::QuantScheme::kFp8,
+                .bits = 8,
+                .group_size = 0,
+                .sym = true,
+                .weight_dtype = layout.weight_dtype,
+                .scale_dtype = DType::kF32};
+  switch (target) {
+    case fq::QuantizeTarget::kFp8Tensor: w.t.params.scale_layout = fq::ScaleLayout::kTensor; break;
+    case fq::QuantizeTarget::kFp8Block:
+      w.t.params.scale_layout = fq::ScaleLayout::kBlock;
+      w.t.params.block_rows = 128;
+      w.t.params.block_cols = 128;
+      break;
+    default: w.t.params.scale_layout = fq::ScaleLayout::kRow; break;
+  }
+  Bytes weight(layout.weight_bytes);
+  Bytes scale(layout.scale_bytes);
+  QLOAD_TRY(fq::quantize(bf16, DType::kBF16, n, k, target, weight, scale));
+  w.add("weight", layout.weight_dtype, Shape{n, k}, std::move(weight));
+  w.add(layout.scale_suffix, DType::kF32, layout.scale_shape, std::move(scale));
+  return w;
+}
+
+Result<std::vector<Weight>> make_weights(std::uint64_t n, std::uint64_t k) {
+  const Bytes bf16 = random_bf16(n, k, 41);
+  std::vector<Weight> out;
+  const auto push = [&out](Result<Weight> w) -> Status {
+    if (!w) return qload::fail(w.error());
+    out.push_back(std::move(*w));
+    return {};
+  };
+  QLOAD_TRY(push(make_gptq("gptq4 g128", 4, GIdx::kNone, n, k)));
+  QLOAD_TRY(push(make_gptq("gptq4 g128 g_idx=k/G", 4, GIdx::kTrivial, n, k)));
+  QLOAD_TRY(push(make_gptq("gptq4 g128 act-order", 4, GIdx::kActOrder, n, k)));
+  QLOAD_TRY(push(make_gptq("gptq3 g128", 3, GIdx::kNone, n, k)));
+  QLOAD_TRY(push(make_gptq("gptq8 g128", 8, GIdx::kNone, n, k)));
+  QLOAD_TRY(push(make_awq("awq gemm g128", false, n, k)));
+  QLOAD_TRY(push(make_awq("awq gemv g128", true, n, k)));
+  QLOAD_TRY(push(make_quantized("fp8 per-tensor", fq::QuantizeTarget::kFp8Tensor, bf16, n, k)));
+  QLOAD_TRY(push(make_quantized("fp8 per-row", fq::QuantizeTarget::kFp8Row, bf16, n, k)));
+  QLOAD_TRY(push(make_quantized("fp8 block 128x128", fq::QuantizeTarget::kFp8Block, bf16, n, k)));
+  QLOAD_TRY(push(make_ct_pack4("ct pack-quantized 4b g128", n, k)));
+  QLOAD_TRY(push(make_quantized("ct int8 per-row", fq::QuantizeTarget::kInt8Row, bf16, n, k)));
+  return out;
+}
+
+// ---- measurements --------------------------------------------------------------------------
+
+struct Options {
+  std::uint64_t rows = 4096;
+  std::uint64_t cols = 4096;
+  int repeat = 3;
+  unsigned threads = 0;
+};
+
+// Throughput of one operation on 1 and on T threads, with memcpy of the same bytes beside it
+// (0: not measured).
+struct Speed {
+  double gbps_1 = 0, memcpy_1 = 0, gbps_t = 0, memcpy_t = 0;
+};
+
+nlohmann::json speed_json(const Speed& s) {
+  return {{"gbps_1", s.gbps_1}, {"memcpy_gbps_1", s.memcpy_1}, {"gbps_t", s.gbps_t}, {"memcpy_gbps_t", s.memcpy_t}};
+}
+
+// Runs body(i, begin, end) for `parts` contiguous ranges i of [0, n) whose boundaries are
+// multiples of `align`, one std::thread each (the spawn is part of what is timed, as a pool
+// wake-up would be); empty ranges are skipped.
+void parallel_ranges(std::uint64_t n, unsigned parts, std::uint64_t align,
+                     const std::function<void(unsigned, std::uint64_t, std::uint64_t)>& body) {
+  std::vector<std::thread> threads;
+  const std::uint64_t units = (n + align - 1) / align;
+  for (unsigned i = 0; i < parts; ++i) {
+    const std::uint64_t begin = std::min(n, units * i / parts * align);
+    const std::uint64_t end = std::min(n, units * (i + 1) / parts * align);
+    if (begin < end) threads.emplace_back(body, i, begin, end);
+  }
+  for (std::thread& t : threads) t.join();
+}
+
+// The first failure among per-thread results.
+Status first_failure(std::vector<Status>& results) {
+  for (Status& s : results)
+    if (!s) return s;
+  return {};
+}
+
+// memcpy of `bytes` from src to dst, on 1 and on T threads (each its own slice).
+void time_memcpy(const Options& o, const std::byte* src, std::byte* dst, std::uint64_t bytes, Speed& s) {
+  const auto gbps = [bytes](double sec) { return static_cast<double>(bytes) / sec / 1e9; };
+  s.memcpy_1 = gbps(best_seconds(o.repeat, [&] { std::memcpy(dst, src, bytes); }));
+  s.memcpy_t = gbps(best_seconds(o.repeat, [&] {
+    parallel_ranges(bytes, o.threads, 4096,
+                    [&](unsigned, std::uint64_t b, std::uint64_t e) { std::memcpy(dst + b, src + b, e - b); });
+  }));
+}
+
+// Buffers as large as the largest output (f32), faulted in once, shared by every measurement.
+struct Buffers {
+  Bytes out;
+  Bytes check;
+};
+
+// Rows [0, N) of `w` decoded to `dtype` into `out`: in one call (bounds empty), else one call
+// per range between consecutive `bounds`, on a thread each when `threaded`.
+Status decode(const Weight& w, std::span<const fq::PartBytes> views, DType dtype,
+              const std::vector<std::uint64_t>& bounds, bool threaded, std::span<std::byte> out) {
+  const std::uint64_t row_bytes = w.t.cols * qload::dtype_info(dtype).block_bytes;
+  std::vector<Status> results(bounds.size() - 1);
+  const auto run = [&](std::size_t i) {
+    results[i] = fq::dequantize_rows(w.t, views, bounds[i], bounds[i + 1], dtype,
+                                     out.subspan(bounds[i] * row_bytes, (bounds[i + 1] - bounds[i]) * row_bytes));
+  };
+  if (threaded) {
+    std::vector<std::thread> threads;
+    for (std::size_t i = 0; i + 1 < bounds.size(); ++i) threads.emplace_back(run, i);
+    for (std::thread& t : threads) t.join();
+  } else {
+    for (std::size_t i = 0; i + 1 < bounds.size(); ++i) run(i);
+  }
+  return first_failure(results);
+}
+
+// The timed threaded split: T equal row ranges. The check split shares no inner boundary with
+// it or with the single call: rows [0, 1), [1, N/3 + 5), [N/3 + 5, N).
+std::vector<std::uint64_t> even_bounds(std::uint64_t n, unsigned parts) {
+  std::vector<std::uint64_t> b;
+  for (unsigned i = 0; i <= parts; ++i) b.push_back(n * i / parts);
+  b.erase(std::unique(b.begin(), b.end()), b.end());
+  return b;
+}
+std::vector<std::uint64_t> odd_bounds(std::uint64_t n) {
+  std::vector<std::uint64_t> b = {0, std::min<std::uint64_t>(1, n), std::min(n, n / 3 + 5), n};
+  b.erase(std::unique(b.begin(), b.end()), b.end());
+  return b;
+}
+
+Result<Speed> time_decode(const Options& o, const Weight& w, DType dtype, Buffers& buf) {
+  const std::vector<fq::PartBytes> views = w.views();
+  const std::uint64_t bytes = w.t.rows * w.t.cols * qload::dtype_info(dtype).block_bytes;
+  const std::span<std::byte> out(buf.out.data(), bytes);
+  const std::span<std::byte> check(buf.check.data(), bytes);
+  const auto gbps = [bytes](double sec) { return static_cast<double>(bytes) / sec / 1e9; };
+  const auto mismatch = [&](std::string_view which) -> Status {
+    if (std::memcmp(out.data(), check.data(), bytes) == 0) return {};
+    return fail(Errc::kInternal, fmt::format("{} -> {}: the {} decode differs from the decode split at other rows",
+                                             w.name, qload::dtype_name(dtype), which));
+  };
+  Status status;  // the first failure of a timed run
+  const auto timed = [&](const std::vector<std::uint64_t>& bounds, bool threaded) {
+    if (status) status = decode(w, views, dtype, bounds, threaded, out);
+  };
+
+  std::memset(check.data(), 0xA5, bytes);  // a decode that writes nothing cannot match
+  QLOAD_TRY(decode(w, views, dtype, odd_bounds(w.t.rows), false, check));
+  Speed s;
+  s.gbps_1 = gbps(best_seconds(o.repeat, [&] { timed({0, w.t.rows}, false); }));
+  QLOAD_TRY(status);
+  QLOAD_TRY(mismatch("single-threaded"));
+  std::memset(out.data(), 0x5A, bytes);
+  const std::vector<std::uint64_t> split = even_bounds(w.t.rows, o.threads);
+  s.gbps_t = gbps(best_seconds(o.repeat, [&] { timed(split, true); }));
+  QLOAD_TRY(status);
+  QLOAD_TRY(mismatch("threaded"));
+  time_memcpy(o, check.data(), out.data(), bytes, s);
+  return s;
+}
+
+// Quantizes rows [r0, r1) of the bf16 [N, K] `in` into the matching rows of `weight` and of
+// `scale` (block rows for kFp8Block: r0 and r1 are multiples of 128 or N).
+Status quantize_rows(std::span<const std::byte> in, std::uint64_t k, fq::QuantizeTarget target, std::uint64_t r0,
+                     std::uint64_t r1, std::span<std::byte> weight, std::span<std::byte> scale) {
+  const bool block = target == fq::QuantizeTarget::kFp8Block;
+  const std::uint64_t s0 = block ? r0 / 128 : r0;
+  const std::uint64_t s1 = block ? (r1 + 127) / 128 : r1;
+  const std::uint64_t scale_cols = block ? (k + 127) / 128 : 1;
+  return fq::quantize(in.subspan(r0 * k * 2, (r1 - r0) * k * 2), DType::kBF16, r1 - r0, k, target,
+                      weight.subspan(r0 * k, (r1 - r0) * k), scale.subspan(s0 * scale_cols * 4, (s1 - s0) * scale_cols * 4));
+}
+
+// Quantize bf16 [N, K] to `target`: one call on one thread; on T threads, row ranges (multiples
+// of 128 rows for blocks, so no block straddles two ranges) side by side, checked equal to the
+// single call. A per-tensor scale needs the whole tensor's amax first, so no threaded figure.
+Result<Speed> time_quantize(const Options& o, fq::QuantizeTarget target, const Bytes& in, Buffers& buf) {
+  const fq::QuantizedLayout layout = fq::quantized_layout(o.rows, o.cols, target);
+  Bytes scale(layout.scale_bytes);
+  Bytes scale_t(layout.scale_bytes);
+  const std::span<std::byte> weight(buf.out.data(), layout.weight_bytes);
+  const std::span<std::byte> weight_t(buf.check.data(), layout.weight_bytes);
+  const auto gbps = [&](double sec) { return static_cast<double>(in.size()) / sec / 1e9; };
+  Status status;
+  Speed sp;
+  sp.gbps_1 = gbps(best_seconds(o.repeat, [&] {
+    if (status) status = quantize_rows(in, o.cols, target, 0, o.rows, weight, scale);
+  }));
+  QLOAD_TRY(status);
+  if (target != fq::QuantizeTarget::kFp8Tensor) {
+    const std::uint64_t align = target == fq::QuantizeTarget::kFp8Block ? 128 : 1;
+    std::memset(weight_t.data(), 0x5A, weight_t.size());
+    sp.gbps_t = gbps(best_seconds(o.repeat, [&] {
+      std::vector<Status> results(o.threads);
+      parallel_ranges(o.rows, o.threads, align, [&](unsigned i, std::uint64_t r0, std::uint64_t r1) {
+        results[i] = quantize_rows(in, o.cols, target, r0, r1, weight_t, scale_t);
+      });
+      if (status) status = first_failure(results);
+    }));
+    QLOAD_TRY(status);
+    if (std::memcmp(weight.data(), weight_t.data(), weight.size()) != 0 || scale != scale_t)
+      return fail(Errc::kInternal, fmt::format("quantize bf16 -> {}: the threaded result differs from the single call",
+                                               fq::quantize_target_name(target)));
+  }
+  time_memcpy(o, in.data(), buf.out.data(), in.size(), sp);
+  return sp;
+}
+
+std::string load_average() {
+  std::ifstream f("/proc/loadavg");
+  std::string a, b, c;
+  if (!(f >> a >> b >> c)) return "unknown";
+  return fmt::format("{} {} {}", a, b, c);
+}
+
+std::string ratio(double a, double b) {
+  return b > 0 && a > 0 ? fmt::format("{:.2f}", a / b) : "-";
+}
+std::string gbps_text(double v) {
+  return v > 0 ? fmt::format("{:.2f}", v) : "-";
+}
+
+void print_row(std::string_view name, std::string_view out, std::string_view bits, const Speed& s) {
+  fmt::print("{:<26} {:<4} {:>6} {:>7} {:>7} {:>6} {:>7} {:>7} {:>6}\n", name, out, bits, gbps_text(s.gbps_1),
+             gbps_text(s.memcpy_1), ratio(s.gbps_1, s.memcpy_1), gbps_text(s.gbps_t), gbps_text(s.memcpy_t),
+             ratio(s.gbps_t, s.memcpy_t));
+}
+
+Status run_decodes(const Options& o, std::span<const Weight> weights, Buffers& buf, nlohmann::json& report) {
+  fmt::print("\ndecode (dequantize_rows): GB/s of output; ratio = decode / memcpy of the same bytes, same threads\n");
+  fmt::print("{:<26} {:<4} {:>6} {:>7} {:>7} {:>6} {:>7} {:>7} {:>6}\n", "scheme", "out", "bits/w", "1 thr", "memcpy",
+             "ratio", fmt::format("{} thr", o.threads), "memcpy", "ratio");
+  for (const Weight& w : weights) {
+    const double bits_per_weight = static_cast<double>(w.stored_bytes()) * 8 / static_cast<double>(o.rows * o.cols);
+    for (DType dtype : {DType::kBF16, DType::kF32}) {
+      QLOAD_ASSIGN_OR_RETURN(const Speed s, time_decode(o, w, dtype, buf));
+      print_row(w.name, dtype == DType::kBF16 ? "bf16" : "f32", fmt::format("{:.2f}", bits_per_weight), s);
+      nlohmann::json row = speed_json(s);
+      row["scheme"] = w.name;
+      row["out_dtype"] = qload::dtype_name(dtype);
+      row["stored_bytes"] = w.stored_bytes();
+      row["out_bytes"] = o.rows * o.cols * qload::dtype_info(dtype).block_bytes;
+      report["decode"].push_back(std::move(row));
+    }
+  }
+  return {};
+}
+
+Status run_quantizes(const Options& o, Buffers& buf, nlohmann::json& report) {
+  fmt::print("\nquantize on load (formats::quantize, bf16 in): GB/s of input; ratio = quantize / memcpy of the input\n");
+  const Bytes in = random_bf16(o.rows, o.cols, 41);
+  for (fq::QuantizeTarget target : {fq::QuantizeTarget::kFp8Tensor, fq::QuantizeTarget::kFp8Row,
+                                    fq::QuantizeTarget::kFp8Block, fq::QuantizeTarget::kInt8Row}) {
+    QLOAD_ASSIGN_OR_RETURN(const Speed s, time_quantize(o, target, in, buf));
+    print_row(fmt::format("bf16 -> {}", fq::quantize_target_name(target)), "", "", s);
+    nlohmann::json row = speed_json(s);
+    row["target"] = fq::quantize_target_name(target);
+    row["in_bytes"] = in.size();
+    report["quantize"].push_back(std::move(row));
+  }
+  return {};
+}
+
+Status run(const Options& o, const std::string& json_path) {
+  const std::string loadavg = load_average();
+  fmt::print("[{} x {}] weight, best of {} runs, T = {} threads, load average {} (at start)\n", o.rows, o.cols,
+             o.repeat, o.threads, loadavg);
+  QLOAD_ASSIGN_OR_RETURN(const std::vector<Weight> weights, make_weights(o.rows, o.cols));
+  Buffers buf{Bytes(o.rows * o.cols * 4), Bytes(o.rows * o.cols * 4)};
+  std::memset(buf.out.data(), 0, buf.out.size());  // fault the pages in before timing
+  std::memset(buf.check.data(), 0, buf.check.size());
+  nlohmann::json report = {{"schema", "qload.quant_bench/1"}, {"rows", o.rows},       {"cols", o.cols},
+                           {"repeat", o.repeat},              {"threads", o.threads}, {"loadavg_start", loadavg}};
+  QLOAD_TRY(run_decodes(o, weights, buf, report));
+  QLOAD_TRY(run_quantizes(o, buf, report));
+  report["loadavg_end"] = load_average();
+  fmt::print("\nevery decode matched a second decode over another row split; load average {} (at end)\n",
+             load_average());
+  if (json_path.empty()) return {};
+  std::ofstream f(json_path);
+  f << report.dump(2) << '\n';
+  if (!f) return fail(Error(Errc::kIo, "cannot write the JSON report").with_file(json_path));
+  return {};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"qload_quant_bench: CPU decode and quantize throughput of the quantized formats against memcpy"};
+  Options o;
+  bool quick = false;
+  std::string json_path;
+  app.add_option("--rows", o.rows, "N, output features (default 4096)")->check(CLI::PositiveNumber);
+  app.add_option("--cols", o.cols, "K, input features, a multiple of 128 (default 4096)")->check(CLI::PositiveNumber);
+  app.add_option("--repeat", o.repeat, "runs per measurement; the best counts (default 3)")->check(CLI::PositiveNumber);
+  app.add_option("--threads", o.threads, "T, threads of the threaded runs (default: hardware threads)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--json", json_path, "also write the results as JSON to this file");
+  app.add_flag("--quick", quick, "a smoke run: [256 x 512], 1 run");
+  CLI11_PARSE(app, argc, argv);
+  if (quick) {
+    o.rows = 256;
+    o.cols = 512;
+    o.repeat = 1;
+  }
+  if (o.threads == 0) o.threads = std::max(1u, std::thread::hardware_concurrency());
+  if (o.cols % kGroupSize != 0 || o.rows % 8 != 0) {
+    fmt::print(stderr, "--cols must be a multiple of {} and --rows of 8 (GPTQ / AWQ packing)\n", kGroupSize);
+    return 64;
+  }
+  if (Status s = run(o, json_path); !s) {
+    fmt::print(stderr, "qload_quant_bench: FAILED: {}\n", s.error().to_string());
+    return 1;
+  }
+  return 0;
+}
