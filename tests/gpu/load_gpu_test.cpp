@@ -42,18 +42,6 @@ std::size_t free_bytes(int device) {
   return info->free_bytes;
 }
 
-// Retypes F16 tensors at even indices as BF16 and some U8 ones as F32 (any bits are valid).
-void mix_float_dtypes(SyntheticCheckpoint& ckpt) {
-  for (std::size_t i = 0; i < ckpt.catalog.tensors.size(); ++i) {
-    formats::TensorEntry& t = ckpt.catalog.tensors[i];
-    if (t.dtype == DType::kF16 && i % 2 == 0) t.dtype = DType::kBF16;
-    if (t.dtype == DType::kU8 && t.nbytes % 4 == 0 && t.nbytes > 0 && i % 3 == 0) {
-      t.dtype = DType::kF32;
-      t.shape = Shape{t.nbytes / 4};
-    }
-  }
-}
-
 }  // namespace
 
 TEST_CASE("gpu load: every tensor's device bytes equal the file's, on one GPU and round-robin over all", "[gpu]") {

@@ -39,19 +39,6 @@ std::vector<std::byte> expected_bytes(const SyntheticCheckpoint& ckpt, std::size
   return out;
 }
 
-// Retypes some of the synthetic F16 tensors as BF16 and U8 tensors of 4k bytes as F32 (random
-// bytes are valid bit patterns of any float type, NaNs and subnormals included).
-void mix_float_dtypes(SyntheticCheckpoint& ckpt) {
-  for (std::size_t i = 0; i < ckpt.catalog.tensors.size(); ++i) {
-    formats::TensorEntry& t = ckpt.catalog.tensors[i];
-    if (t.dtype == DType::kF16 && i % 2 == 0) t.dtype = DType::kBF16;
-    if (t.dtype == DType::kU8 && t.nbytes % 4 == 0 && t.nbytes > 0 && i % 3 == 0) {
-      t.dtype = DType::kF32;
-      t.shape = Shape{t.nbytes / 4};
-    }
-  }
-}
-
 }  // namespace
 
 TEST_CASE("devices: round-robin over cpu:0..2 puts the i-th tensor in file order on device i % 3",

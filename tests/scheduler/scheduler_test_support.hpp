@@ -93,6 +93,20 @@ inline void make_synthetic(SyntheticCheckpoint& out, std::uint64_t seed, const S
   out.catalog.index_names();
 }
 
+// Retypes F16 tensors at even indices as BF16 and some non-empty U8 tensors (4k bytes) as F32:
+// random bytes are valid bit patterns of any float type, NaNs and subnormals included, so the
+// same files exercise every conversion.
+inline void mix_float_dtypes(SyntheticCheckpoint& ckpt) {
+  for (std::size_t i = 0; i < ckpt.catalog.tensors.size(); ++i) {
+    formats::TensorEntry& t = ckpt.catalog.tensors[i];
+    if (t.dtype == DType::kF16 && i % 2 == 0) t.dtype = DType::kBF16;
+    if (t.dtype == DType::kU8 && t.nbytes % 4 == 0 && t.nbytes > 0 && i % 3 == 0) {
+      t.dtype = DType::kF32;
+      t.shape = Shape{t.nbytes / 4};
+    }
+  }
+}
+
 inline int thread_count() {
   DIR* dir = ::opendir("/proc/self/task");
   int n = 0;
