@@ -426,15 +426,20 @@ Result<Speed> time_decode(const Options& o, const Weight& w, DType dtype, Buffer
 }
 
 // Quantizes rows [r0, r1) of the bf16 [N, K] `in` into the matching rows of `weight` and of
-// `scale` (block rows for kFp8Block: r0 and r1 are multiples of 128 or N).
+// `scale` (block rows for kFp8Block: r0 and r1 are multiples of 128 or N; the one scale for
+// kFp8Tensor, which is only ever called on all rows).
 Status quantize_rows(std::span<const std::byte> in, std::uint64_t k, fq::QuantizeTarget target, std::uint64_t r0,
                      std::uint64_t r1, std::span<std::byte> weight, std::span<std::byte> scale) {
+  if (target == fq::QuantizeTarget::kFp8Tensor)
+    return fq::quantize(in.subspan(r0 * k * 2, (r1 - r0) * k * 2), DType::kBF16, r1 - r0, k, target,
+                        weight.subspan(r0 * k, (r1 - r0) * k), scale);
   const bool block = target == fq::QuantizeTarget::kFp8Block;
   const std::uint64_t s0 = block ? r0 / 128 : r0;
   const std::uint64_t s1 = block ? (r1 + 127) / 128 : r1;
   const std::uint64_t scale_cols = block ? (k + 127) / 128 : 1;
   return fq::quantize(in.subspan(r0 * k * 2, (r1 - r0) * k * 2), DType::kBF16, r1 - r0, k, target,
-                      weight.subspan(r0 * k, (r1 - r0) * k), scale.subspan(s0 * scale_cols * 4, (s1 - s0) * scale_cols * 4));
+                      weight.subspan(r0 * k, (r1 - r0) * k),
+                      scale.subspan(s0 * scale_cols * 4, (s1 - s0) * scale_cols * 4));
 }
 
 // Quantize bf16 [N, K] to `target`: one call on one thread; on T threads, row ranges (multiples
@@ -513,7 +518,8 @@ Status run_decodes(const Options& o, std::span<const Weight> weights, Buffers& b
 }
 
 Status run_quantizes(const Options& o, Buffers& buf, nlohmann::json& report) {
-  fmt::print("\nquantize on load (formats::quantize, bf16 in): GB/s of input; ratio = quantize / memcpy of the input\n");
+  fmt::print(
+      "\nquantize on load (formats::quantize, bf16 in): GB/s of input; ratio = quantize / memcpy of the input\n");
   const Bytes in = random_bf16(o.rows, o.cols, 41);
   for (fq::QuantizeTarget target : {fq::QuantizeTarget::kFp8Tensor, fq::QuantizeTarget::kFp8Row,
                                     fq::QuantizeTarget::kFp8Block, fq::QuantizeTarget::kInt8Row}) {
@@ -535,8 +541,12 @@ Status run(const Options& o, const std::string& json_path) {
   Buffers buf{Bytes(o.rows * o.cols * 4), Bytes(o.rows * o.cols * 4)};
   std::memset(buf.out.data(), 0, buf.out.size());  // fault the pages in before timing
   std::memset(buf.check.data(), 0, buf.check.size());
-  nlohmann::json report = {{"schema", "qload.quant_bench/1"}, {"rows", o.rows},       {"cols", o.cols},
-                           {"repeat", o.repeat},              {"threads", o.threads}, {"loadavg_start", loadavg}};
+  nlohmann::json report = {{"schema", "qload.quant_bench/1"},
+                           {"rows", o.rows},
+                           {"cols", o.cols},
+                           {"repeat", o.repeat},
+                           {"threads", o.threads},
+                           {"loadavg_start", loadavg}};
   QLOAD_TRY(run_decodes(o, weights, buf, report));
   QLOAD_TRY(run_quantizes(o, buf, report));
   report["loadavg_end"] = load_average();
