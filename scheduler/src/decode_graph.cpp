@@ -1,10 +1,12 @@
 #include "decode_graph.hpp"
 
 #include <cstring>
+#include <map>
 
 #include <fmt/format.h>
 
 #include "qload/formats/quant_codec.hpp"
+#include "qload/formats/quant_pack.hpp"
 
 namespace qload::scheduler::detail {
 namespace {
@@ -64,6 +66,39 @@ Status quantize_task(ReadLoadState& s, const DecodeJob& job) {
   });
 }
 
+// The repacked parts (DecodeJob::outputs, by role) of one GPTQ v1 / AWQ GEMM / act-order weight.
+Status repack_task(ReadLoadState& s, const DecodeJob& job) {
+  const formats::LogicalTensor& lt = s.plan.quant->logical[job.logical];
+  auto part = [&](std::string_view role) { return scratch_bytes(s, *lt.part(role)); };
+  std::map<std::string, std::vector<std::byte>, std::less<>> out;
+  for (const DecodeOutput& o : job.outputs) out[o.role].resize(static_cast<std::size_t>(o.bytes));
+  formats::LogicalTensor gptq = lt;  // the geometry the act-order sort works in
+  if (lt.params.scheme == formats::QuantScheme::kAwqGemm) {
+    QLOAD_TRY(formats::awq_gemm_to_gptq(lt, part("qweight"), part("qzeros"), out["qweight"], out["qzeros"]));
+    gptq = formats::awq_gemm_as_gptq(lt);
+  } else if (lt.params.gptq_version == 1) {
+    QLOAD_TRY(formats::gptq_v1_zeros_to_v2(lt, part("qzeros"), out["qzeros"]));
+  } else {
+    std::memcpy(out["qzeros"].data(), part("qzeros").data(), out["qzeros"].size());
+  }
+  std::memcpy(out["scales"].data(), part("scales").data(), out["scales"].size());
+  if (out.contains("perm")) {
+    std::vector<std::int32_t> perm(static_cast<std::size_t>(lt.cols));
+    QLOAD_TRY(formats::gptq_act_order_sort(gptq, part("g_idx"), part("qweight"), perm, out["qweight"], out["g_idx"]));
+    std::memcpy(out["perm"].data(), perm.data(), out["perm"].size());
+  } else if (lt.params.scheme == formats::QuantScheme::kGptq) {
+    std::memcpy(out["qweight"].data(), part("qweight").data(), out["qweight"].size());
+  }
+  for (const DecodeOutput& o : job.outputs) {
+    const std::vector<std::byte>& bytes = out[o.role];
+    QLOAD_TRY(produce(s, o, 0, o.bytes, [&](std::span<std::byte> dst) {
+      std::memcpy(dst.data(), bytes.data(), dst.size());
+      return Status{};
+    }));
+  }
+  return {};
+}
+
 }  // namespace
 
 void add_decode_tasks(TaskGraph& g, ReadLoadState& s, const std::vector<std::vector<TaskId>>& ready, ResourceId workers,
@@ -83,6 +118,11 @@ void add_decode_tasks(TaskGraph& g, ReadLoadState& s, const std::vector<std::vec
       for (const std::uint32_t input : job.inputs)
         for (const TaskId dep : ready[input]) g.depends_on(task, dep);
     };
+    if (job.kind == DecodeJob::Kind::kRepack) {
+      add(fmt::format("repack {}", s.plan.quant->logical[job.logical].name), out.bytes,
+          [&s, &job] { return repack_task(s, job); });
+      continue;
+    }
     if (job.kind == DecodeJob::Kind::kQuantize) {
       add(fmt::format("quantize {}", out.name), out.bytes, [&s, &job] { return quantize_task(s, job); });
       continue;

@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "qload/formats/quant_pack.hpp"
+
 namespace qload::scheduler::detail {
 namespace {
 
@@ -14,6 +16,46 @@ bool is_floating(DType d) {
 // "<prefix>.weight" -> "<prefix>.<suffix>".
 std::string sibling_name(const std::string& weight_name, std::string_view suffix) {
   return weight_name.substr(0, weight_name.size() - std::string_view("weight").size()) + std::string(suffix);
+}
+
+// A repack job for `lt` when it needs one (GPTQ v1, GPTQ with g_idx, AWQ GEMM), else none.
+Result<std::optional<DecodeJob>> repack_job(const formats::Catalog& catalog, const formats::LogicalTensor& lt,
+                                            std::uint32_t l) {
+  const formats::QuantParams& p = lt.params;
+  const bool gptq = p.scheme == formats::QuantScheme::kGptq;
+  const bool awq = p.scheme == formats::QuantScheme::kAwqGemm;
+  const bool act_order = gptq && lt.part("g_idx").has_value();
+  if (!(awq || (gptq && (p.gptq_version == 1 || act_order)))) return std::optional<DecodeJob>();
+  const formats::LogicalTensor target = awq ? formats::awq_gemm_as_gptq(lt) : [&] {
+    formats::LogicalTensor t = lt;
+    t.params.gptq_version = 2;
+    return t;
+  }();
+  QLOAD_ASSIGN_OR_RETURN(const formats::PackedShapes shapes, formats::packed_shapes(target));
+  DecodeJob job{.kind = DecodeJob::Kind::kRepack, .logical = l, .repacked = target.params};
+  for (const auto& [role, index] : lt.parts) job.inputs.push_back(index);
+  auto add = [&](std::string role, DType dtype, Shape shape) -> Status {
+    QLOAD_ASSIGN_OR_RETURN(const std::uint64_t bytes, shape.nbytes(dtype));
+    job.outputs.push_back(DecodeOutput{
+        .name = sibling_name(lt.name, role), .role = std::move(role), .dtype = dtype, .shape = shape, .bytes = bytes});
+    return {};
+  };
+  QLOAD_TRY(add("qweight", DType::kI32, shapes.weight));
+  QLOAD_TRY(add("qzeros", DType::kI32, shapes.zeros));
+  const formats::TensorEntry& scales = catalog.tensors[*lt.part("scales")];
+  QLOAD_TRY(add("scales", scales.dtype, scales.shape));
+  if (act_order) {
+    QLOAD_TRY(add("g_idx", DType::kI32, Shape{lt.cols}));
+    QLOAD_TRY(add("perm", DType::kI32, Shape{lt.cols}));
+  }
+  for (const DecodeOutput& out : job.outputs)
+    if (const formats::TensorEntry* same = catalog.find(out.name);
+        same != nullptr && std::ranges::none_of(lt.parts, [&](const auto& part) {
+          return part.second == static_cast<std::uint32_t>(same - catalog.tensors.data());
+        }))
+      return fail(
+          Error(Errc::kCorrupt, "a repacked part's name is already another stored tensor").with_tensor(out.name));
+  return std::optional<DecodeJob>(std::move(job));
 }
 
 }  // namespace
@@ -53,6 +95,12 @@ Result<std::vector<DecodeJob>> plan_decode_jobs(const formats::Catalog& catalog,
       job.outputs.push_back(DecodeOutput{
           .name = lt.name, .dtype = *options.dequantize, .shape = Shape{lt.rows, lt.cols}, .bytes = *bytes});
       jobs.push_back(std::move(job));
+    }
+  }
+  if (options.repack) {
+    for (std::uint32_t l = 0; l < quant.logical.size(); ++l) {
+      QLOAD_ASSIGN_OR_RETURN(std::optional<DecodeJob> job, repack_job(catalog, quant.logical[l], l));
+      if (job) jobs.push_back(std::move(*job));
     }
   }
   if (options.quantize) {

@@ -108,9 +108,18 @@ std::vector<QuantizedWeight> describe_quantized(const formats::Catalog& catalog,
   if (!plan.quant || dequantized) return out;
   std::map<std::string_view, std::uint32_t> index;
   for (std::uint32_t i = 0; i < tensors.size(); ++i) index.emplace(tensors[i].name, i);
-  for (const formats::LogicalTensor& lt : plan.quant->logical) {
+  std::map<std::uint32_t, const DecodeJob*> repacked;  // logical index -> its repack job
+  for (const DecodeJob& job : plan.decodes)
+    if (job.kind == DecodeJob::Kind::kRepack) repacked[job.logical] = &job;
+  for (std::uint32_t l = 0; l < plan.quant->logical.size(); ++l) {
+    const formats::LogicalTensor& lt = plan.quant->logical[l];
     QuantizedWeight w{.name = lt.name, .params = lt.params, .rows = lt.rows, .cols = lt.cols};
-    for (const auto& [role, part] : lt.parts) w.parts.emplace_back(role, index.at(catalog.tensors[part].name));
+    if (const auto it = repacked.find(l); it != repacked.end()) {
+      w.params = it->second->repacked;
+      for (const DecodeOutput& o : it->second->outputs) w.parts.emplace_back(o.role, index.at(o.name));
+    } else {
+      for (const auto& [role, part] : lt.parts) w.parts.emplace_back(role, index.at(catalog.tensors[part].name));
+    }
     out.push_back(std::move(w));
   }
   return out;

@@ -167,7 +167,7 @@ Result<TensorRoles> plan_quantization(const formats::Catalog& catalog, const Pla
   TensorRoles roles{.to_scratch = std::vector<bool>(catalog.tensors.size(), false),
                     .quantized_part = std::vector<bool>(catalog.tensors.size(), false)};
   auto detected = formats::detect_quantization(catalog);
-  if (!options.dtype && !options.dequantize && !options.quantize) {
+  if (!options.dtype && !options.dequantize && !options.quantize && !options.repack) {
     // Nothing depends on it: a scheme qload cannot describe still loads as raw tensors.
     if (detected)
       plan.quant = std::move(*detected);
@@ -248,7 +248,9 @@ Status PlanOptions::validate() const {
         return fail(Errc::kInvalidArgument, fmt::format("device {} is listed twice", devices[i].to_string()));
   if (mode == LoadMode::kMmap && (devices.size() != 1 || !devices.front().is_cpu()))
     return fail(Errc::kUnsupported, "mmap mode maps files for one cpu device only");
-  if (mode == LoadMode::kMmap && (dtype || dequantize || quantize))
+  if (repack && dequantize)
+    return fail(Errc::kInvalidArgument, "repack keeps weights packed; it cannot be combined with dequantize");
+  if (mode == LoadMode::kMmap && (dtype || dequantize || quantize || repack))
     return fail(Errc::kInvalidArgument,
                 "mmap mode cannot convert, dequantize or quantize (the tensors are the file's bytes)");
   if (dequantize && !is_float_policy_dtype(*dequantize))

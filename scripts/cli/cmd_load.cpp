@@ -90,6 +90,7 @@ Result<LoadRequest> build_request(const LoadArgs& args) {
   if (!args.quantize.empty()) {
     QLOAD_ASSIGN_OR_RETURN(req.options.plan.quantize, formats::parse_quantize_target(args.quantize));
   }
+  req.options.plan.repack = args.repack;
   if (args.mmap) req.options.plan.mode = scheduler::LoadMode::kMmap;
   if (args.no_digests) req.options.compute_digests = false;
   QLOAD_TRY(req.options.apply_environment(std::getenv));

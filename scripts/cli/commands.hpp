@@ -49,6 +49,7 @@ struct LoadArgs {
   std::string dtype;       // empty: keep stored dtypes
   std::string dequantize;  // empty: keep quantized weights packed
   std::string quantize;    // empty: no quantize on load
+  bool repack = false;     // GPTQ v1 / AWQ GEMM / act-order -> GPTQ v2, contiguous groups
   bool json = false;
   bool mmap = false;
   bool no_digests = false;  // skip the per-tensor XXH3-64 (saves a pass of hashing CPU)

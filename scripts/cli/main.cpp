@@ -57,6 +57,8 @@ int main(int argc, char** argv) {
   load->add_option("--dequantize", load_args.dequantize, "Dequantize quantized weights to bf16, f16 or f32");
   load->add_option("--quantize", load_args.quantize,
                    "Quantize linear weights on load: fp8[:per-tensor|per-channel|block] or int8");
+  load->add_flag("--repack", load_args.repack,
+                 "Repack GPTQ v1 / AWQ GEMM / act-order weights to GPTQ v2 with contiguous groups (<p>.perm)");
   load->add_flag("--json", load_args.json, "One JSON object on stdout instead of the summary");
   load->add_flag("--mmap", load_args.mmap, "Zero-copy: tensors point into read-only file mappings");
   load->add_flag("--no-digests", load_args.no_digests,

@@ -24,6 +24,7 @@ assert len(q["logical_tensors"]) == 7, len(q["logical_tensors"])
 assert names == {expected}, names
 PY
   "$qload" load "$dir/$scheme" --json > "$dir/$scheme.keep.json"
+  "$qload" load "$dir/$scheme" --repack --json > "$dir/$scheme.repack.json"
   "$qload" load "$dir/$scheme" --dequantize f32 --json --dump "$dir/$scheme.dq" > "$dir/$scheme.dq.json"
   grep -q '"decoded_tensors": 7' "$dir/$scheme.dq.json"
   "$qload" convert "$dir/$scheme" "$dir/$scheme.conv" --dequantize f32 > /dev/null

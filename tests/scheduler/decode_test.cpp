@@ -8,10 +8,12 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <numeric>
 #include <random>
 
 #include "qload/formats/convert.hpp"
 #include "qload/formats/quant_codec.hpp"
+#include "qload/formats/quant_pack.hpp"
 #include "qload/formats/safetensors_writer.hpp"
 #include "qload/scheduler/load.hpp"
 #include "support/scratch.hpp"
@@ -182,6 +184,111 @@ TEST_CASE("decode: a quantized checkpoint written by qload is dequantized on loa
         CHECK(worst <= 0.5f / 448 / 1024);
       }
       CHECK(model->find("model.norm.weight") != nullptr);
+    }
+  }
+}
+
+namespace {
+
+// A one-weight GPTQ v1 act-order (or AWQ GEMM) checkpoint built with the formats encoders,
+// and the weight it holds, dequantized from the written parts.
+struct PackedCheckpoint {
+  ScratchDir dir;
+  std::vector<float> weight;  // [N, K]
+};
+
+constexpr std::uint64_t kN = 48, kK = 256, kGroup = 64;
+
+void write_packed(PackedCheckpoint& c, formats::QuantScheme scheme) {
+  std::mt19937 rng(3);
+  formats::LogicalTensor t{.name = "model.layers.0.mlp.up_proj.weight", .rows = kN, .cols = kK};
+  t.params = {.scheme = scheme, .bits = 4, .group_size = kGroup, .sym = false, .gptq_version = 1};
+  auto shapes = formats::packed_shapes(t);
+  REQUIRE(shapes);
+  const bool gptq = scheme == formats::QuantScheme::kGptq;
+  std::vector<std::uint8_t> q(kK * kN), zeros(shapes->groups * kN);
+  for (auto& v : q) v = static_cast<std::uint8_t>(rng() % 16);
+  for (auto& v : zeros) v = static_cast<std::uint8_t>(rng() % 16);
+  std::vector<std::uint16_t> scales(shapes->groups * kN);
+  for (auto& s : scales) s = static_cast<std::uint16_t>(0x1c00 + rng() % 0x400);  // f16 in [2^-8, 2^-7)
+  std::vector<std::int32_t> g_idx(kK);  // act-order: groups are runs of G in a random column order
+  std::vector<std::uint32_t> order(kK);
+  std::iota(order.begin(), order.end(), 0u);
+  std::shuffle(order.begin(), order.end(), rng);
+  for (std::uint64_t pos = 0; pos < kK; ++pos) g_idx[order[pos]] = static_cast<std::int32_t>(pos / kGroup);
+  std::vector<std::byte> qweight(shapes->weight.nbytes(DType::kI32).value()),
+      qzeros(shapes->zeros.nbytes(DType::kI32).value());
+  REQUIRE(
+      (gptq ? formats::pack_gptq(t, q, zeros, qweight, qzeros) : formats::pack_awq_gemm(t, q, zeros, qweight, qzeros)));
+  std::vector<formats::WriterTensor> parts = {
+      {.name = "model.layers.0.mlp.up_proj.qweight", .dtype = DType::kI32, .shape = shapes->weight, .bytes = qweight},
+      {.name = "model.layers.0.mlp.up_proj.qzeros", .dtype = DType::kI32, .shape = shapes->zeros, .bytes = qzeros},
+      {.name = "model.layers.0.mlp.up_proj.scales",
+       .dtype = DType::kF16,
+       .shape = shapes->scales,
+       .bytes = std::as_bytes(std::span(scales))}};
+  if (gptq)
+    parts.push_back({.name = "model.layers.0.mlp.up_proj.g_idx",
+                     .dtype = DType::kI32,
+                     .shape = Shape{kK},
+                     .bytes = std::as_bytes(std::span(g_idx))});
+  REQUIRE(formats::write_safetensors(c.dir.file("model.safetensors"), parts));
+  std::ofstream(c.dir.file("config.json"))
+      << (gptq
+              ? R"({"quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 64, "desc_act": true, "sym": false}})"
+              : R"({"quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 64, "version": "gemm", "zero_point": true}})");
+  // The reference weight: the same parts decoded as they are stored.
+  std::vector<formats::PartBytes> stored;
+  for (const auto& p : parts) stored.push_back({.role = "", .dtype = p.dtype, .shape = p.shape, .bytes = p.bytes});
+  stored[0].role = "qweight";
+  stored[1].role = "qzeros";
+  stored[2].role = "scales";
+  if (gptq) stored[3].role = "g_idx";
+  c.weight.resize(kN * kK);
+  REQUIRE(formats::dequantize_rows(t, stored, 0, kN, DType::kF32, std::as_writable_bytes(std::span(c.weight))));
+}
+
+}  // namespace
+
+TEST_CASE("decode: repack turns GPTQ v1 act-order and AWQ GEMM into GPTQ v2 with contiguous groups",
+          "[scheduler][decode][repack]") {
+  for (const auto scheme : {formats::QuantScheme::kGptq, formats::QuantScheme::kAwqGemm}) {
+    DYNAMIC_SECTION(formats::quant_scheme_name(scheme)) {
+      PackedCheckpoint c;
+      write_packed(c, scheme);
+      LoadOptions options;
+      options.plan.repack = true;
+      auto model = load_source(c.dir.path().string(), options);
+      if (!model) FAIL(model.error().to_string());
+      REQUIRE(model->quantized().size() == 1);
+      const QuantizedWeight& w = model->quantized()[0];
+      CHECK(w.params.scheme == formats::QuantScheme::kGptq);
+      CHECK(w.params.gptq_version == 2);
+      formats::LogicalTensor t{.name = w.name, .params = w.params, .rows = w.rows, .cols = w.cols};
+      std::vector<formats::PartBytes> parts;
+      std::vector<std::int32_t> perm(kK);
+      std::iota(perm.begin(), perm.end(), 0);
+      for (const auto& [role, index] : w.parts) {
+        const DeviceTensor& part = model->tensors()[index];
+        CHECK(part.name == "model.layers.0.mlp.up_proj." + role);
+        if (role == "perm") {
+          std::memcpy(perm.data(), part.data, part.nbytes);
+          continue;
+        }
+        parts.push_back({.role = role, .dtype = part.dtype, .shape = part.shape, .bytes = part.bytes()});
+        if (role == "g_idx") {  // contiguous now: non-decreasing
+          std::vector<std::int32_t> g(kK);
+          std::memcpy(g.data(), part.data, part.nbytes);
+          CHECK(std::is_sorted(g.begin(), g.end()));
+        }
+      }
+      std::vector<float> repacked(kN * kK);
+      REQUIRE(formats::dequantize_rows(t, parts, 0, kN, DType::kF32, std::as_writable_bytes(std::span(repacked))));
+      std::size_t mismatches = 0;
+      for (std::uint64_t n = 0; n < kN; ++n)
+        for (std::uint64_t k = 0; k < kK; ++k)
+          mismatches += repacked[n * kK + k] != c.weight[n * kK + static_cast<std::uint64_t>(perm[k])];
+      CHECK(mismatches == 0);
     }
   }
 }

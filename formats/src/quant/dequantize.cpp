@@ -66,7 +66,9 @@ Status decode_f32(const LogicalTensor& t, std::span<const PartBytes> parts, std:
   return fail(Errc::kInternal, "unknown quantization scheme");
 }
 
-constexpr std::uint64_t kSlabFloats = std::uint64_t{1} << 16;  // 256 KiB of f32 per conversion step
+// 1 MiB of f32 per conversion step: small enough to stay in L2, large enough that per-call
+// setup in the decoders (the g_idx group map is O(K)) is amortised over tens of rows.
+constexpr std::uint64_t kSlabFloats = std::uint64_t{1} << 18;
 
 }  // namespace
 

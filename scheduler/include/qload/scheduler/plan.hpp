@@ -66,6 +66,11 @@ struct PlanOptions {
   // "embed", "norm" or "lm_head") are quantized on load to this target; the scale lands in
   // "<prefix>.weight_scale" ("weight_scale_inv" for 128x128 blocks). Read mode only.
   std::optional<formats::QuantizeTarget> quantize;
+  // Kept quantized weights in GPTQ v1 or AWQ GEMM, or with act-order g_idx, are repacked to
+  // GPTQ v2 (true zero points) with contiguous groups; an act-order weight gets
+  // "<prefix>.perm" (I32 [K]): input column k of the repacked weight is column perm[k] of the
+  // original, so a server feeds x[perm]. Not with `dequantize`. Read mode only.
+  bool repack = false;
   std::uint64_t tensor_alignment = 256;  // each tensor's arena offset is a multiple (power of two)
   // Largest coalesced read; must fit a staging slot. 16 MiB: see StagingOptions.
   std::uint64_t chunk_bytes = std::uint64_t{16} << 20;
@@ -134,6 +139,7 @@ struct ReadChunk {
 // A tensor a decode job produces: where it lands (like TensorPlacement) and what it is.
 struct DecodeOutput {
   std::string name;
+  std::string role;  // kRepack: the part this output is ("qweight", "perm", ...)
   DType dtype = DType::kF32;
   Shape shape;
   std::uint32_t region = 0;
@@ -144,13 +150,15 @@ struct DecodeOutput {
 // Work done on whole tensors once their bytes are in the scratch arena: dequantize one
 // logical tensor (rows split over several tasks), or quantize one weight into weight + scale.
 struct DecodeJob {
-  enum class Kind : std::uint8_t { kDequantize, kQuantize };
+  enum class Kind : std::uint8_t { kDequantize, kQuantize, kRepack };
   Kind kind = Kind::kDequantize;
-  std::uint32_t logical = 0;  // kDequantize: index into Plan::quant->logical
-  std::uint32_t input = 0;    // kQuantize: the catalog tensor quantized
+  std::uint32_t logical = 0;      // kDequantize, kRepack: index into Plan::quant->logical
+  formats::QuantParams repacked;  // kRepack: the weight's parameters after repacking
+  std::uint32_t input = 0;        // kQuantize: the catalog tensor quantized
   formats::QuantizeTarget target = formats::QuantizeTarget::kFp8Tensor;
   std::vector<std::uint32_t> inputs;  // catalog tensors read into scratch for this job
-  std::vector<DecodeOutput> outputs;  // dequantize: the weight; quantize: weight, scale
+  // dequantize: the weight; quantize: weight, scale; repack: every part, rewritten
+  std::vector<DecodeOutput> outputs;
 };
 
 struct Plan {
