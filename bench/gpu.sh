@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # Everything qload runs on a lent GPU machine, in one call: GPU tests, then benchmarks.
 #
-# The GPU machine has none of our Debian libraries, so build a static tree here first and
-# carry it:   QLOAD_STATIC=ON BUILD_DIR=build-static ./setup.sh
-# then, with the device tool: run `bench/gpu.sh build-static` carrying build-static.
+# The GPU machine has none of our Debian libraries, so build a static tree here, pack its
+# binaries stripped (the device tool carries 64 MiB at most; a debug build is ~1 GB) and carry
+# that:   QLOAD_STATIC=ON BUILD_DIR=build-static ./setup.sh && bench/gpu_pack.sh build-static build-gpu
+# then, with the device tool: run `bench/gpu.sh build-gpu` carrying build-gpu (~21 MB).
 # Results go to $OUT (the device tool's output folder) or /tmp/qload-gpu.
 # SKIP="io_bench gpu_load_bench" leaves out the named steps: one device call may run for at
 # most 10 minutes, and gpu_load_bench alone (synthesizing ~12 GB, three rounds of cold and warm
 # loads and peers) takes several; its knobs (RUNS, KEEP, PEERS, ...) pass through the
 # environment, see bench/gpu_load_bench.sh.
 set -uo pipefail
-build=${1:-build-static}
+build=${1:-build-gpu}
 out=${OUT:-/tmp/qload-gpu}
 mkdir -p "$out"
 status=0
