@@ -17,23 +17,13 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include "best_seconds.hpp"
 #include "qload/formats/convert.hpp"
 #include "qload/runtime/dtype.hpp"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-template <typename F>
-double best_seconds(int repeat, F&& run) {
-  double best = 1e30;
-  for (int r = 0; r < repeat; ++r) {
-    const auto start = Clock::now();
-    run();
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
-  }
-  return best;
-}
+using qload::bench::best_seconds;
 
 }  // namespace
 

@@ -36,6 +36,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "best_seconds.hpp"
 #include "qload/formats/convert.hpp"
 #include "qload/formats/quant.hpp"
 #include "qload/formats/quant_codec.hpp"
@@ -54,21 +55,11 @@ using qload::Result;
 using qload::Shape;
 using qload::Status;
 namespace fq = qload::formats;
-using Clock = std::chrono::steady_clock;
 using Bytes = std::vector<std::byte>;
 
 constexpr std::uint64_t kGroupSize = 128;  // every grouped scheme, as the common checkpoints use
 
-template <typename F>
-double best_seconds(int repeat, F&& run) {
-  double best = 1e30;
-  for (int r = 0; r < repeat; ++r) {
-    const auto start = Clock::now();
-    run();
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
-  }
-  return best;
-}
+using qload::bench::best_seconds;
 
 // ---- random weights ------------------------------------------------------------------------
 
