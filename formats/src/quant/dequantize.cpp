@@ -23,30 +23,17 @@ Result<const PartBytes*> find_part(const LogicalTensor& tensor, std::span<const 
 
 float load_scale(const PartBytes& part, std::uint64_t index) noexcept {
   const std::byte* p = part.bytes.data();
-  switch (part.dtype) {
-    case DType::kF32: {
-      float v;
-      std::memcpy(&v, p + index * 4, 4);
-      return v;
-    }
-    case DType::kF16: {
-      std::uint16_t h;
-      std::memcpy(&h, p + index * 2, 2);
-      const std::uint32_t bits = f16_to_f32_bits(h);
-      float v;
-      std::memcpy(&v, &bits, 4);
-      return v;
-    }
-    case DType::kBF16: {
-      std::uint16_t h;
-      std::memcpy(&h, p + index * 2, 2);
-      const std::uint32_t bits = bf16_to_f32_bits(h);
-      float v;
-      std::memcpy(&v, &bits, 4);
-      return v;
-    }
-    default: return 0.0f;
+  std::uint32_t bits = 0;  // 0.0f for any other dtype: callers check scale dtypes first
+  if (part.dtype == DType::kF32) {
+    std::memcpy(&bits, p + index * 4, 4);
+  } else if (part.dtype == DType::kF16 || part.dtype == DType::kBF16) {
+    std::uint16_t h;
+    std::memcpy(&h, p + index * 2, 2);
+    bits = part.dtype == DType::kF16 ? f16_to_f32_bits(h) : bf16_to_f32_bits(h);
   }
+  float v;
+  std::memcpy(&v, &bits, 4);
+  return v;
 }
 
 }  // namespace detail
