@@ -26,7 +26,8 @@ step() {  # step NAME COMMAND...: runs, tees to $out/NAME.txt, remembers failure
 }
 step device nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.max,pcie.link.width.max --format=csv
 step version "$build/qload" --version
-step gpu_tests "$build/tests/qload_gpu_tests" --reporter compact --success
+step gpu_tests "$build/tests/qload_gpu_tests" --reporter compact
+step quant_load_gpu "$here/../tests/gpu/quant_load_gpu.sh" "$build/qload"
 # CPU-side suites run there too (different kernel and disks); the digest cases need xxhsum,
 # which that machine lacks, so they are left to CI.
 step io_tests "$build/tests/qload_io_tests" "~[digest]" --reporter compact

@@ -8,6 +8,7 @@
 #include <span>
 #include <vector>
 
+#include "qload/formats/quant_codec.hpp"
 #include "qload/runtime/cuda_memory.hpp"
 #include "qload/runtime/dtype.hpp"
 #include "qload/runtime/error.hpp"
@@ -18,6 +19,10 @@ namespace qload::scheduler::detail {
 
 // One slice of one tensor to deliver: its stored bytes (host memory, e.g. a staging slot) and
 // where they go. `stored` holds whole elements whenever from != to.
+// The packed parts of a weight decoded on a GPU are copied to a lane's scratch each starting
+// on this boundary (the alignment cudaMalloc gives, enough for any element type).
+inline constexpr std::uint64_t kDecodePartAlignment = 256;
+
 struct Delivery {
   std::span<const std::byte> stored;
   std::uint64_t arena_offset = 0;  // of the slice's first placed byte
@@ -36,6 +41,13 @@ class ArenaTarget {
   // several threads at once (a GPU target serves at most lane_count() calls concurrently;
   // the executor's copy-lane budget guarantees it).
   virtual Status deliver(std::span<const Delivery> deliveries) = 0;
+  // Rows [row_begin, row_end) of the quantized weight `tensor`, whose parts are in host memory,
+  // dequantized to `dtype` at `arena_offset`; returns once they are there. A host arena
+  // decodes on the CPU; a GPU copies the packed parts over (fewer bytes than the output) and
+  // decodes them there, bit-identical to the CPU.
+  virtual Status dequantize(const formats::LogicalTensor& tensor, std::span<const formats::PartBytes> parts,
+                            std::uint64_t row_begin, std::uint64_t row_end, std::uint64_t arena_offset,
+                            DType dtype) = 0;
   // Moves the arena's memory out (into the Model) once the load has succeeded.
   virtual void release_into(std::vector<HostBuffer>& host, std::vector<cuda::DeviceBuffer>& device) = 0;
 };
@@ -44,7 +56,8 @@ class ArenaTarget {
 Result<std::unique_ptr<ArenaTarget>> make_host_target(const ArenaPlan& plan);
 
 // A GPU arena of plan.bytes on plan.device, with `lanes` copy lanes (a stream and an event
-// each, plus a scratch buffer of `scratch_bytes` when conversions run there). kUnsupported
+// each, plus a scratch buffer of `scratch_bytes` when conversions or decodes run there: the
+// stored bytes of one delivery, or the packed parts of one weight, land there first). kUnsupported
 // when CUDA or the device is missing, kOutOfMemory naming the device and bytes.
 Result<std::unique_ptr<ArenaTarget>> make_cuda_target(const ArenaPlan& plan, std::uint32_t lanes,
                                                       std::uint64_t scratch_bytes);

@@ -11,6 +11,7 @@
 #include "arena_target.hpp"
 #include "qload/formats/convert.hpp"
 #include "qload/formats/convert_cuda.hpp"
+#include "qload/formats/quant_cuda.hpp"
 #include "qload/runtime/cuda.hpp"
 
 namespace qload::scheduler::detail {
@@ -19,6 +20,7 @@ namespace {
 // Kernels read their input at natural alignment; each converted slice starts its scratch
 // space on this boundary.
 constexpr std::uint64_t kScratchAlignment = 16;
+
 
 struct Lane {
   cuda::Stream stream;
@@ -36,17 +38,29 @@ class CudaTarget final : public ArenaTarget {
   bool on_host() const noexcept override { return false; }
 
   Status deliver(std::span<const Delivery> deliveries) override {
-    const std::optional<std::uint32_t> index = take_lane();
-    if (!index) return fail(Errc::kInternal, fmt::format("{}: more deliveries than copy lanes", device_.to_string()));
-    Lane& lane = lanes_[*index];
-    Status status = enqueue(lane, deliveries);
-    if (status) status = lane.event.record(lane.stream);
-    if (status) status = lane.event.synchronize();
-    // Whatever failed, nothing may still be reading the staging slot once we return.
-    if (!status) (void)lane.stream.synchronize();
-    give_back(*index);
-    if (!status) return fail(std::move(status).error().with_note(fmt::format("delivering to {}", device_.to_string())));
-    return {};
+    return on_lane([&](Lane& lane) { return enqueue(lane, deliveries); });
+  }
+
+  Status dequantize(const formats::LogicalTensor& tensor, std::span<const formats::PartBytes> parts,
+                    std::uint64_t row_begin, std::uint64_t row_end, std::uint64_t arena_offset, DType dtype) override {
+    return on_lane([&](Lane& lane) -> Status {
+      // The packed parts go to the lane's scratch (sized for the largest weight's parts by
+      // the load), each at an alignment every element type accepts.
+      std::vector<const std::byte*> device_parts;
+      std::uint64_t used = 0;
+      for (const formats::PartBytes& p : parts) {
+        const std::uint64_t at = (used + kDecodePartAlignment - 1) / kDecodePartAlignment * kDecodePartAlignment;
+        if (at + p.bytes.size() > lane.scratch.size())
+          return fail(Error(Errc::kInternal, fmt::format("{}: decode scratch of {} bytes is too small",
+                                                         device_.to_string(), lane.scratch.size()))
+                          .with_tensor(tensor.name));
+        QLOAD_TRY(cuda::copy_to_device_async(lane.scratch.data() + at, p.bytes.data(), p.bytes.size(), lane.stream));
+        device_parts.push_back(lane.scratch.data() + at);
+        used = at + p.bytes.size();
+      }
+      return formats::dequantize_on_device(tensor, parts, device_parts, row_begin, row_end, dtype,
+                                           arena_.data() + arena_offset, lane.stream);
+    });
   }
 
   void release_into(std::vector<HostBuffer>&, std::vector<cuda::DeviceBuffer>& device) override {
@@ -73,6 +87,22 @@ class CudaTarget final : public ArenaTarget {
       QLOAD_TRY(formats::convert_on_device(staged, d.from, out, d.to, count, lane.stream));
       scratch_used = at + d.stored.size();
     }
+    return {};
+  }
+
+  // Runs `work` (which enqueues copies and kernels) on a free lane and waits for all of it.
+  // Whatever failed, nothing may still be reading the caller's host memory once this returns.
+  template <typename Work>
+  Status on_lane(Work work) {
+    const std::optional<std::uint32_t> index = take_lane();
+    if (!index) return fail(Errc::kInternal, fmt::format("{}: more deliveries than copy lanes", device_.to_string()));
+    Lane& lane = lanes_[*index];
+    Status status = work(lane);
+    if (status) status = lane.event.record(lane.stream);
+    if (status) status = lane.event.synchronize();
+    if (!status) (void)lane.stream.synchronize();
+    give_back(*index);
+    if (!status) return fail(std::move(status).error().with_note(fmt::format("delivering to {}", device_.to_string())));
     return {};
   }
 

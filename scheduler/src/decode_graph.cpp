@@ -29,7 +29,8 @@ std::vector<formats::PartBytes> part_bytes(const ReadLoadState& s, const formats
   return parts;
 }
 
-// Writes through `fill` straight into a host arena, or into host memory then to the GPU.
+// Writes through `fill` straight into a host arena, or into host memory then to the GPU
+// (quantize and repack outputs; dequantize runs on the GPU itself, see dequantize_task).
 template <typename Fill>
 Status produce(ReadLoadState& s, const DecodeOutput& out, std::uint64_t offset, std::uint64_t bytes, Fill fill) {
   ArenaTarget& target = *s.targets[out.region];
@@ -40,14 +41,14 @@ Status produce(ReadLoadState& s, const DecodeOutput& out, std::uint64_t offset, 
   return target.deliver(std::span(&d, 1));
 }
 
+// On the CPU for a host arena; on the GPU, from the packed parts, for a GPU arena.
 Status dequantize_task(ReadLoadState& s, const DecodeJob& job, std::uint64_t row_begin, std::uint64_t row_end) {
   const formats::LogicalTensor& lt = s.plan.quant->logical[job.logical];
   const DecodeOutput& out = job.outputs.front();
   const std::uint64_t row_bytes = lt.cols * dtype_info(out.dtype).block_bytes;
   const std::vector<formats::PartBytes> parts = part_bytes(s, lt);
-  return produce(s, out, row_begin * row_bytes, (row_end - row_begin) * row_bytes, [&](std::span<std::byte> dst) {
-    return formats::dequantize_rows(lt, parts, row_begin, row_end, out.dtype, dst);
-  });
+  return s.targets[out.region]->dequantize(lt, parts, row_begin, row_end, out.offset + row_begin * row_bytes,
+                                           out.dtype);
 }
 
 Status quantize_task(ReadLoadState& s, const DecodeJob& job) {
@@ -129,7 +130,10 @@ void add_decode_tasks(TaskGraph& g, ReadLoadState& s, const std::vector<std::vec
     }
     const formats::LogicalTensor& lt = s.plan.quant->logical[job.logical];
     const std::uint64_t row_bytes = std::max<std::uint64_t>(1, lt.cols * dtype_info(out.dtype).block_bytes);
-    const std::uint64_t step = std::max<std::uint64_t>(1, kDecodeTaskBytes / row_bytes);
+    // A GPU decodes a whole weight in one kernel: splitting it would copy its parts once per piece.
+    const bool on_gpu = !s.targets[out.region]->on_host();
+    const std::uint64_t step = on_gpu ? std::max<std::uint64_t>(lt.rows, 1)
+                                      : std::max<std::uint64_t>(1, kDecodeTaskBytes / row_bytes);
     for (std::uint64_t r = 0; r < lt.rows; r += step) {
       const std::uint64_t end = std::min(lt.rows, r + step);
       add(fmt::format("dequantize {} rows {}..{}", out.name, r, end), (end - r) * row_bytes,

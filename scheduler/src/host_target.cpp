@@ -29,6 +29,13 @@ class HostTarget final : public ArenaTarget {
     return {};
   }
 
+  Status dequantize(const formats::LogicalTensor& tensor, std::span<const formats::PartBytes> parts,
+                    std::uint64_t row_begin, std::uint64_t row_end, std::uint64_t arena_offset, DType dtype) override {
+    const std::uint64_t bytes = (row_end - row_begin) * tensor.cols * dtype_info(dtype).block_bytes;
+    return formats::dequantize_rows(tensor, parts, row_begin, row_end, dtype,
+                                    std::span(arena_.data() + arena_offset, static_cast<std::size_t>(bytes)));
+  }
+
   void release_into(std::vector<HostBuffer>& host, std::vector<cuda::DeviceBuffer>&) override {
     host.push_back(std::move(arena_));
   }

@@ -51,9 +51,10 @@ std::function<void(std::string_view, std::uint64_t)> progress_reporter(const Loa
   };
 }
 
-// Per arena: the most scratch one delivery to it needs for conversions (a GPU converts after
-// the copy, so the stored bytes land in scratch first), 16-byte aligned per piece.
-std::vector<std::uint64_t> conversion_scratch(const formats::Catalog& catalog, const Plan& plan) {
+// Per arena: the most device scratch one lane needs at a time. Conversions: a GPU converts
+// after the copy, so one delivery's stored bytes land in scratch first (16-byte aligned per
+// piece). Dequantization: one weight's packed parts (kDecodePartAlignment each).
+std::vector<std::uint64_t> device_scratch(const formats::Catalog& catalog, const Plan& plan) {
   std::vector<std::uint64_t> most(plan.arenas.size(), 0);
   std::vector<std::uint64_t> chunk(plan.arenas.size());
   for (const ReadChunk& c : plan.chunks) {
@@ -64,13 +65,30 @@ std::vector<std::uint64_t> conversion_scratch(const formats::Catalog& catalog, c
     }
     for (std::size_t r = 0; r < most.size(); ++r) most[r] = std::max(most[r], chunk[r]);
   }
+  for (const DecodeJob& job : plan.decodes) {
+    if (job.kind != DecodeJob::Kind::kDequantize) continue;
+    std::uint64_t parts = 0;
+    for (const std::uint32_t input : job.inputs) {
+      const std::uint64_t a = kDecodePartAlignment;
+      parts = (parts + a - 1) / a * a + catalog.tensors[input].nbytes;
+    }
+    std::uint64_t& r = most[job.outputs.front().region];
+    r = std::max(r, parts);
+  }
   return most;
+}
+
+// Whether some weight is dequantized on a GPU (its packed parts are copied from the scratch arena).
+bool decodes_on_gpu(const Plan& plan) {
+  return std::ranges::any_of(plan.decodes, [&](const DecodeJob& job) {
+    return job.kind == DecodeJob::Kind::kDequantize && plan.arenas[job.outputs.front().region].device.is_cuda();
+  });
 }
 
 // One target per plan arena.
 Result<std::vector<std::unique_ptr<ArenaTarget>>> make_targets(const formats::Catalog& catalog, const Plan& plan,
                                                                const LoadOptions& options) {
-  const std::vector<std::uint64_t> scratch = conversion_scratch(catalog, plan);
+  const std::vector<std::uint64_t> scratch = device_scratch(catalog, plan);
   std::vector<std::unique_ptr<ArenaTarget>> targets;
   for (std::size_t r = 0; r < plan.arenas.size(); ++r) {
     const ArenaPlan& arena = plan.arenas[r];
@@ -108,6 +126,15 @@ Result<Model> load_read(const formats::Catalog& catalog, const Plan& plan, const
   QLOAD_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<ArenaTarget>> targets, make_targets(catalog, plan, options));
   // Copy engines read staging directly: pin it once (a borrowed pool stays pinned).
   if (has_gpu(plan)) QLOAD_TRY(pool->pin());
+  // And the packed parts of weights decoded on a GPU, from the scratch arena. Declared after
+  // the arenas: unregistered before the memory goes.
+  cuda::HostRegistration pinned_scratch;
+  if (decodes_on_gpu(plan)) {
+    ArenaTarget& scratch = *targets[plan.scratch_region];
+    QLOAD_ASSIGN_OR_RETURN(pinned_scratch,
+                           cuda::HostRegistration::register_memory(std::span(
+                               scratch.base(), static_cast<std::size_t>(plan.arenas[plan.scratch_region].bytes))));
+  }
   // Declared after the pool and the arenas: destroyed first, so no read outlives its memory.
   QLOAD_ASSIGN_OR_RETURN(std::unique_ptr<io::Reader> reader, open_reader(catalog, options));
   if (plan.max_staged_chunk_bytes > 0) QLOAD_TRY(pool->register_with(*reader));

@@ -31,60 +31,16 @@ namespace {
 
 // ---- compressed-tensors --------------------------------------------------------------------
 
-struct CtCase {
-  unsigned bits = 4;
-  bool dense = true;
-  bool sym = true;
-  bool g_idx = false;
-  ScaleLayout layout = ScaleLayout::kGroup;
-  std::uint64_t group = 32;
-};
-
 std::string describe(const CtCase& c) {
   return fmt::format("bits {} {} {} {} layout {} group {}", c.bits, c.dense ? "dense" : "padded",
                      c.sym ? "sym" : "asym", c.g_idx ? "g_idx" : "no g_idx", static_cast<int>(c.layout), c.group);
 }
 
-std::uint64_t ct_groups(const CtCase& c, std::uint64_t k) {
-  return c.layout == ScaleLayout::kGroup ? ref_ceil(k, c.group) : 1;
-}
-std::uint64_t ct_words(std::uint64_t count, unsigned bits, bool dense) {
-  return dense ? ref_ceil(count * bits, 32) : ref_ceil(count, 32 / bits);
-}
 RefStream ct_row_stream(std::uint64_t k, std::uint64_t n, unsigned bits, bool dense) {
   return contiguous(n * ct_words(k, bits, dense), bits, !dense);
 }
 RefStream ct_zero_stream(std::uint64_t groups, std::uint64_t g, unsigned bits, bool dense) {
   return strided(g, groups, bits, !dense);
-}
-
-Weight make_ct_packed(const CtCase& c, std::uint64_t k, std::uint64_t n, Rng& rng) {
-  Weight w;
-  w.t.name = kName;
-  w.t.rows = n;
-  w.t.cols = k;
-  w.t.params = {.scheme = QuantScheme::kCtPacked,
-                .bits = c.bits,
-                .group_size = c.layout == ScaleLayout::kGroup ? c.group : 0,
-                .sym = c.sym,
-                .scale_layout = c.layout,
-                .scale_dtype = DType::kBF16,
-                .dense_bitstream = c.dense};
-  const std::uint64_t groups = ct_groups(c, k);
-  const std::uint64_t wpr = ct_words(k, c.bits, c.dense);
-  w.add("weight_packed", DType::kI32, Shape{n, wpr}, random_bytes(n * wpr * 4, rng));
-  const Shape scale_shape = c.layout == ScaleLayout::kGroup ? Shape{n, groups} : Shape{n, 1};
-  w.add("weight_scale", DType::kBF16, scale_shape, random_scales(n * groups, DType::kBF16, rng));
-  if (!c.sym) {
-    const std::uint64_t zr = ct_words(n, c.bits, c.dense);
-    w.add("weight_zero_point", DType::kI32, Shape{zr, groups}, random_bytes(zr * groups * 4, rng));
-  }
-  const std::int64_t shape[2] = {static_cast<std::int64_t>(n), static_cast<std::int64_t>(k)};
-  Bytes shape_bytes(16);
-  std::memcpy(shape_bytes.data(), shape, 16);
-  w.add("weight_shape", DType::kI64, Shape{2}, shape_bytes);
-  if (c.g_idx) w.add("weight_g_idx", DType::kI32, Shape{k}, i32_bytes(act_order_g_idx(k, c.group, rng)));
-  return w;
 }
 
 // Signed value q[n, k] and zero point zp[n, g] (offset binary removed; zp = 0 when symmetric).

@@ -40,6 +40,7 @@ using formats::dequantize_rows;
 using formats::LogicalTensor;
 using formats::PartBytes;
 using formats::QuantScheme;
+using formats::ScaleLayout;
 
 using Bytes = std::vector<std::byte>;
 using Rng = std::mt19937_64;
@@ -337,6 +338,69 @@ inline Weight make_awq_gemm(std::uint64_t k, std::uint64_t n, std::uint64_t grou
   w.add("qweight", DType::kI32, Shape{k, ref_ceil(n, 8)}, random_bytes(k * ref_ceil(n, 8) * 4, rng));
   w.add("qzeros", DType::kI32, Shape{groups, ref_ceil(n, 8)}, random_bytes(groups * ref_ceil(n, 8) * 4, rng));
   w.add("scales", DType::kF16, Shape{groups, n}, random_scales(groups * n, DType::kF16, rng));
+  return w;
+}
+
+// AutoAWQ's zeros width for GEMV, from formats.md: ceil(groups / 8) rounded up to a multiple of
+// 1 / 2 / 4 for G >= 128 / 64 / 32.
+inline std::uint64_t ref_gemv_zeros_width(std::uint64_t k, std::uint64_t group) {
+  const std::uint64_t m = group >= 128 ? 1 : group == 64 ? 2 : 4;
+  return ref_ceil(ref_ceil(k / group, 8), m) * m;
+}
+
+inline Weight make_awq_gemv(std::uint64_t k, std::uint64_t n, std::uint64_t group, Rng& rng) {
+  Weight w;
+  w.t = awq_tensor(QuantScheme::kAwqGemv, k, n, group);
+  const std::uint64_t wz = ref_gemv_zeros_width(k, group);
+  w.add("qweight", DType::kI32, Shape{n, ref_ceil(k, 8)}, random_bytes(n * ref_ceil(k, 8) * 4, rng));
+  w.add("qzeros", DType::kI32, Shape{n, wz}, random_bytes(n * wz * 4, rng));
+  w.add("scales", DType::kF16, Shape{n, 8 * wz}, random_scales(n * 8 * wz, DType::kF16, rng));
+  return w;
+}
+
+// ---- compressed-tensors pack-quantized fixtures ---------------------------------------------
+
+struct CtCase {
+  unsigned bits = 4;
+  bool dense = true;
+  bool sym = true;
+  bool g_idx = false;
+  ScaleLayout layout = ScaleLayout::kGroup;
+  std::uint64_t group = 32;
+};
+
+inline std::uint64_t ct_groups(const CtCase& c, std::uint64_t k) {
+  return c.layout == ScaleLayout::kGroup ? ref_ceil(k, c.group) : 1;
+}
+inline std::uint64_t ct_words(std::uint64_t count, unsigned bits, bool dense) {
+  return dense ? ref_ceil(count * bits, 32) : ref_ceil(count, 32 / bits);
+}
+inline Weight make_ct_packed(const CtCase& c, std::uint64_t k, std::uint64_t n, Rng& rng) {
+  Weight w;
+  w.t.name = kName;
+  w.t.rows = n;
+  w.t.cols = k;
+  w.t.params = {.scheme = QuantScheme::kCtPacked,
+                .bits = c.bits,
+                .group_size = c.layout == ScaleLayout::kGroup ? c.group : 0,
+                .sym = c.sym,
+                .scale_layout = c.layout,
+                .scale_dtype = DType::kBF16,
+                .dense_bitstream = c.dense};
+  const std::uint64_t groups = ct_groups(c, k);
+  const std::uint64_t wpr = ct_words(k, c.bits, c.dense);
+  w.add("weight_packed", DType::kI32, Shape{n, wpr}, random_bytes(n * wpr * 4, rng));
+  const Shape scale_shape = c.layout == ScaleLayout::kGroup ? Shape{n, groups} : Shape{n, 1};
+  w.add("weight_scale", DType::kBF16, scale_shape, random_scales(n * groups, DType::kBF16, rng));
+  if (!c.sym) {
+    const std::uint64_t zr = ct_words(n, c.bits, c.dense);
+    w.add("weight_zero_point", DType::kI32, Shape{zr, groups}, random_bytes(zr * groups * 4, rng));
+  }
+  const std::int64_t shape[2] = {static_cast<std::int64_t>(n), static_cast<std::int64_t>(k)};
+  Bytes shape_bytes(16);
+  std::memcpy(shape_bytes.data(), shape, 16);
+  w.add("weight_shape", DType::kI64, Shape{2}, shape_bytes);
+  if (c.g_idx) w.add("weight_g_idx", DType::kI32, Shape{k}, i32_bytes(act_order_g_idx(k, c.group, rng)));
   return w;
 }
 

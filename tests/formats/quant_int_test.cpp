@@ -300,23 +300,6 @@ std::vector<float> ref_awq_gemm(const Weight& w) {
   return out;
 }
 
-// AutoAWQ's zeros width for GEMV, from formats.md: ceil(groups / 8) rounded up to a multiple of
-// 1 / 2 / 4 for G >= 128 / 64 / 32.
-std::uint64_t ref_gemv_zeros_width(std::uint64_t k, std::uint64_t group) {
-  const std::uint64_t m = group >= 128 ? 1 : group == 64 ? 2 : 4;
-  return ref_ceil(ref_ceil(k / group, 8), m) * m;
-}
-
-Weight make_awq_gemv(std::uint64_t k, std::uint64_t n, std::uint64_t group, Rng& rng) {
-  Weight w;
-  w.t = awq_tensor(QuantScheme::kAwqGemv, k, n, group);
-  const std::uint64_t wz = ref_gemv_zeros_width(k, group);
-  w.add("qweight", DType::kI32, Shape{n, ref_ceil(k, 8)}, random_bytes(n * ref_ceil(k, 8) * 4, rng));
-  w.add("qzeros", DType::kI32, Shape{n, wz}, random_bytes(n * wz * 4, rng));
-  w.add("scales", DType::kF16, Shape{n, 8 * wz}, random_scales(n * 8 * wz, DType::kF16, rng));
-  return w;
-}
-
 std::vector<float> ref_awq_gemv(const Weight& w) {
   const std::uint64_t n_cols = w.t.rows;
   const std::uint64_t k_cols = w.t.cols;

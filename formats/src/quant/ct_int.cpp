@@ -43,6 +43,14 @@ Result<std::int32_t> load_zero(const LogicalTensor& t, const PartBytes& zp, std:
 
 }  // namespace
 
+Status check_ct_int_zeros(const LogicalTensor& t, std::span<const PartBytes> parts) {
+  for (const PartBytes& p : parts) {
+    if (p.role != "weight_zero_point" || p.dtype != DType::kI32) continue;
+    for (std::uint64_t i = 0; i < p.bytes.size() / 4; ++i) QLOAD_TRY(load_zero(t, p, i));
+  }
+  return {};
+}
+
 Status dequantize_ct_int(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t row_begin,
                          std::uint64_t row_end, std::span<float> out) {
   if (t.params.scheme != QuantScheme::kCtInt) return fail(Errc::kInternal, "dequantize_ct_int: wrong scheme");

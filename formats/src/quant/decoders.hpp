@@ -27,6 +27,26 @@ Status dequantize_ct_int(const LogicalTensor& t, std::span<const PartBytes> part
 Status dequantize_fp8(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t row_begin,
                       std::uint64_t row_end, std::span<float> out);
 
+// How an FP8 scale tensor covers the [N, K] weight: weight row n, column k uses scale element
+// (n / rows_per_scale) * scale_cols + k / cols_per_scale.
+struct ScaleGrid {
+  std::uint64_t rows_per_scale = 1;
+  std::uint64_t cols_per_scale = 1;
+  std::uint64_t scale_cols = 1;
+};
+// An FP8 weight's checked parts: the codes, the scale (weight_scale_inv preferred over
+// weight_scale) and how it broadcasts.
+struct Fp8Parts {
+  const PartBytes* weight = nullptr;
+  const PartBytes* scale = nullptr;
+  ScaleGrid grid;
+};
+Result<Fp8Parts> checked_fp8_parts(const LogicalTensor& t, std::span<const PartBytes> parts);
+
+// kCorrupt naming the entry when an I32 weight_zero_point of a kCtInt weight holds a value
+// the decoder refuses (|zp| > 2^23, so q - zp would not be an exact float).
+Status check_ct_int_zeros(const LogicalTensor& t, std::span<const PartBytes> parts);
+
 // A scale or float part element as f32 (F32, F16, BF16; the caller checked the dtype).
 float load_scale(const PartBytes& part, std::uint64_t index) noexcept;
 

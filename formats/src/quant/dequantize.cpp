@@ -59,6 +59,15 @@ constexpr std::uint64_t kSlabFloats = std::uint64_t{1} << 18;
 
 }  // namespace
 
+Status check_quantized_parts(const LogicalTensor& tensor, std::span<const PartBytes> parts) {
+  // Decoding no rows runs every check that does not depend on the row: part presence, dtypes,
+  // shapes, weight_shape and g_idx ranges. CT int zero points are checked as rows are decoded,
+  // so they are scanned here.
+  QLOAD_TRY(decode_f32(tensor, parts, 0, 0, {}));
+  if (tensor.params.scheme == QuantScheme::kCtInt) QLOAD_TRY(detail::check_ct_int_zeros(tensor, parts));
+  return {};
+}
+
 Status dequantize_rows(const LogicalTensor& tensor, std::span<const PartBytes> parts, std::uint64_t row_begin,
                        std::uint64_t row_end, DType out_dtype, std::span<std::byte> out) {
   if (row_begin > row_end || row_end > tensor.rows)

@@ -27,6 +27,7 @@ std::uint8_t f32_to_fp8_e4m3(float value) noexcept {
 
 namespace {
 
+using detail::ScaleGrid;
 using Table = std::array<float, 256>;
 
 const Table& decode_table(DType dtype) {
@@ -42,14 +43,6 @@ const Table& decode_table(DType dtype) {
   }();
   return dtype == DType::kF8_E5M2 ? e5m2 : e4m3;
 }
-
-// How the scale tensor covers the [N, K] weight: weight row n, column k uses scale element
-// (n / rows_per_scale) * scale_cols + k / cols_per_scale.
-struct ScaleGrid {
-  std::uint64_t rows_per_scale = 1;
-  std::uint64_t cols_per_scale = 1;
-  std::uint64_t scale_cols = 1;
-};
 
 std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) {
   return a / b + (a % b != 0 ? 1 : 0);
@@ -152,17 +145,25 @@ void decode_segment(const std::uint8_t* w, float* out, std::uint64_t count, cons
 
 namespace detail {
 
+Result<Fp8Parts> checked_fp8_parts(const LogicalTensor& t, std::span<const PartBytes> parts) {
+  Fp8Parts out;
+  QLOAD_ASSIGN_OR_RETURN(out.weight, find_part(t, parts, "weight"));
+  for (const PartBytes& p : parts)
+    if (p.role == "weight_scale_inv") out.scale = &p;
+  if (out.scale == nullptr) {
+    QLOAD_ASSIGN_OR_RETURN(out.scale, find_part(t, parts, "weight_scale"));
+  }
+  QLOAD_TRY(check_weight(t, *out.weight));
+  QLOAD_ASSIGN_OR_RETURN(out.grid, check_scale(t, *out.scale));
+  return out;
+}
+
 Status dequantize_fp8(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t row_begin,
                       std::uint64_t row_end, std::span<float> out) {
-  QLOAD_ASSIGN_OR_RETURN(const PartBytes* weight, find_part(t, parts, "weight"));
-  const PartBytes* scale = nullptr;
-  for (const PartBytes& p : parts)
-    if (p.role == "weight_scale_inv") scale = &p;
-  if (scale == nullptr) {
-    QLOAD_ASSIGN_OR_RETURN(scale, find_part(t, parts, "weight_scale"));
-  }
-  QLOAD_TRY(check_weight(t, *weight));
-  QLOAD_ASSIGN_OR_RETURN(const ScaleGrid grid, check_scale(t, *scale));
+  QLOAD_ASSIGN_OR_RETURN(const Fp8Parts checked, checked_fp8_parts(t, parts));
+  const PartBytes* weight = checked.weight;
+  const PartBytes* scale = checked.scale;
+  const ScaleGrid& grid = checked.grid;
   const std::uint64_t cols = t.cols;
   if (row_begin > row_end || row_end > t.rows || out.size() != (row_end - row_begin) * cols)
     return fail(Error(Errc::kInvalidArgument,

@@ -32,6 +32,10 @@ struct PartBytes {
 Status dequantize_rows(const LogicalTensor& tensor, std::span<const PartBytes> parts, std::uint64_t row_begin,
                        std::uint64_t row_end, DType out_dtype, std::span<std::byte> out);
 
+// Every check dequantize_rows makes (parts present, dtypes, shapes, g_idx and zero-point
+// ranges), without decoding: for decoders that cannot report errors themselves (the GPU's).
+Status check_quantized_parts(const LogicalTensor& tensor, std::span<const PartBytes> parts);
+
 // Quantize on load: unquantized weights [N, K] (F32, BF16 or F16) to FP8 E4M3 with a per
 // tensor, per row or 128x128 block scale, or to int8 with a per-row scale (symmetric).
 enum class QuantizeTarget : std::uint8_t { kFp8Tensor, kFp8Row, kFp8Block, kInt8Row };

@@ -1,0 +1,61 @@
+// Plain C++ interface of dequantize.cu (nvcc compiles that file in its own C++17 dialect, so
+// nothing from the C++23 side crosses this header). quant_cuda.cpp fills DequantArgs from a
+// checked LogicalTensor; the kernel trusts every field.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace qload::formats::detail {
+
+enum class DeviceScheme : int { kGptq, kAwqGemm, kAwqGemv, kCtPacked, kCtInt, kFp8 };
+enum class DeviceFloat : int { kF32, kF16, kBF16 };           // a scale or output element
+enum class DeviceCode : int { kE4M3, kE5M2 };                 // an FP8 weight element
+enum class DeviceIndex : int { kNone, kI32, kI64 };           // g_idx, or a CT int zero point
+enum class DeviceScaleIndex : int { kTensor, kRow, kGroup, kBlock };
+
+// Everything a kernel needs about one [rows, cols] weight. Pointers are device memory,
+// aligned to their element size.
+struct DequantArgs {
+  DeviceScheme scheme = DeviceScheme::kGptq;
+  std::uint64_t rows = 0;  // N
+  std::uint64_t cols = 0;  // K
+  unsigned bits = 4;
+  std::uint64_t group_size = 1;  // columns of K per group when g_idx is absent (>= 1)
+  std::uint64_t groups = 1;
+
+  const std::uint32_t* weight = nullptr;  // packed words (GPTQ, AWQ, CT packed)
+  const std::uint8_t* codes = nullptr;    // FP8 codes or int8 values (CT int), [N, K]
+  DeviceCode code = DeviceCode::kE4M3;
+  std::uint64_t weight_words = 0;  // words per packed row: AWQ GEMM/GEMV, CT packed
+
+  const std::uint32_t* zeros = nullptr;  // packed zero points (GPTQ, AWQ, CT packed); null: none
+  std::uint64_t zero_words = 0;          // words per qzeros row (GPTQ, AWQ GEMV)
+  bool gptq_v1 = false;                  // stored zero = z - 1 (per field)
+  bool dense = true;                     // CT packed: bitstream (true) or 32/b fields a word
+  const void* int_zeros = nullptr;       // CT int zero points, indexed like the scales; null: none
+  bool int_zeros_i8 = false;             // int8 zero points (else int32)
+
+  const void* scales = nullptr;
+  DeviceFloat scale_type = DeviceFloat::kF16;
+  std::uint64_t scale_stride = 0;  // GPTQ/AWQ GEMM: N; AWQ GEMV: 8*Wz (row width)
+  DeviceScaleIndex scale_index = DeviceScaleIndex::kGroup;  // CT and FP8
+  std::uint64_t rows_per_scale = 1;  // FP8: rows sharing a scale row
+  std::uint64_t cols_per_scale = 1;  // FP8: columns sharing a scale
+  std::uint64_t scale_cols = 1;      // FP8: scale elements per scale row
+
+  const void* g_idx = nullptr;  // group of every column of K; null: k / group_size
+  DeviceIndex g_idx_type = DeviceIndex::kNone;
+
+  std::uint64_t row_begin = 0;  // rows [row_begin, row_end) of the weight are written
+  std::uint64_t row_end = 0;
+  void* out = nullptr;  // [row_end - row_begin, K] of out_type
+  DeviceFloat out_type = DeviceFloat::kF32;
+};
+
+// Enqueues the dequantization on `stream` (a cudaStream_t of `device`), making `device`
+// current for the launch and restoring the caller's. 0 once enqueued, else non-zero with a
+// message.
+int launch_dequantize(const DequantArgs& args, int device, void* stream, char* message, std::size_t message_size);
+
+}  // namespace qload::formats::detail
