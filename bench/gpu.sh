@@ -38,6 +38,12 @@ fi
 if [ -x "$build/bench/qload_h2d_bench" ]; then
   step h2d_bench "$build/bench/qload_h2d_bench" --json "$out/h2d_bench.json"
 fi
+# Quantized formats (issue 5): the CUDA decoders against a device-to-device copy, then whole
+# quantized loads onto the GPU (kept packed, and dequantized there) against their bf16 twin.
+if [ -x "$build/bench/qload_quant_bench" ]; then
+  step quant_gpu_bench "$build/bench/qload_quant_bench" --gpu 0 --rows 8192 --cols 8192 --json "$out/quant_gpu_bench.json"
+fi
+step quant_load_bench env DEVICE=cuda:0 SCHEMES="gptq4 awq fp8-block ct-pack4" "$here/quant_load_bench.sh" "$build" /tmp/qload-quant-load-bench
 # Its log, table included, is tee'd to $out/gpu_load_bench.txt by step; OUT is unset for it so
 # that it does not also write its table to that same file.
 step gpu_load_bench env -u OUT "$here/gpu_load_bench.sh" "$build" /tmp/qload-gpu-load-bench

@@ -17,6 +17,10 @@
 // weight over a different (uneven) row split, and the threaded result with both; the threaded
 // quantize results with the single-threaded one. A mismatch or an error exits 1, so a broken
 // benchmark cannot print numbers. --quick is a smoke run for ctest.
+//
+// --gpu N times the CUDA decoders instead (quant_cuda.hpp, parts already in device memory),
+// against a device-to-device copy of the output bytes on the same stream, and checks every
+// result against the CPU decoder's bytes (a NaN only has to be a NaN).
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -39,8 +43,11 @@
 #include "best_seconds.hpp"
 #include "qload/formats/convert.hpp"
 #include "qload/formats/quant.hpp"
+#include "qload/formats/convert_cuda.hpp"
 #include "qload/formats/quant_codec.hpp"
+#include "qload/formats/quant_cuda.hpp"
 #include "qload/formats/quant_pack.hpp"
+#include "qload/runtime/cuda_memory.hpp"
 #include "qload/runtime/dtype.hpp"
 #include "qload/runtime/error.hpp"
 #include "qload/runtime/shape.hpp"
@@ -301,6 +308,7 @@ struct Options {
   std::uint64_t cols = 4096;
   int repeat = 3;
   unsigned threads = 0;
+  int device = -1;  // a CUDA device: time the GPU decoders instead of the CPU ones
 };
 
 // Throughput of one operation on 1 and on T threads, with memcpy of the same bytes beside it
@@ -508,6 +516,108 @@ Status run_decodes(const Options& o, std::span<const Weight> weights, Buffers& b
   return {};
 }
 
+// ---- on a GPU (--device cuda:N) ------------------------------------------------------------
+
+// One weight's parts in device memory (an allocation each, so every pointer is aligned).
+struct DeviceParts {
+  std::vector<qload::cuda::DeviceBuffer> buffers;
+  std::vector<const std::byte*> pointers;
+};
+
+Result<DeviceParts> upload(const Weight& w, const qload::cuda::Stream& stream) {
+  DeviceParts d;
+  for (const OwnedPart& p : w.parts) {
+    QLOAD_ASSIGN_OR_RETURN(qload::cuda::DeviceBuffer b, qload::cuda::DeviceBuffer::allocate(stream.device(), p.bytes.size()));
+    QLOAD_TRY(qload::cuda::copy_to_device_async(b.data(), p.bytes.data(), p.bytes.size(), stream));
+    d.pointers.push_back(b.data());
+    d.buffers.push_back(std::move(b));
+  }
+  QLOAD_TRY(stream.synchronize());
+  return d;
+}
+
+// Seconds per call of `enqueue` (which launches work on `stream`): `calls` back-to-back launches
+// and one synchronize, best of --repeat, after one untimed warm-up.
+Result<double> device_seconds(const Options& o, const qload::cuda::Stream& stream, int calls,
+                              const std::function<Status()>& enqueue) {
+  QLOAD_TRY(enqueue());
+  QLOAD_TRY(stream.synchronize());
+  Status status;
+  const double best = best_seconds(o.repeat, [&] {
+    for (int i = 0; i < calls && status; ++i) status = enqueue();
+    if (status) status = stream.synchronize();
+  });
+  QLOAD_TRY(status);
+  return best / calls;
+}
+
+// Element-wise equality, where two NaNs are equal (device NaNs are canonical, docs/formats.md).
+bool same_decode(std::span<const std::byte> a, std::span<const std::byte> b, DType dtype) {
+  const std::size_t e = qload::dtype_info(dtype).block_bytes;
+  for (std::size_t i = 0; i < a.size(); i += e) {
+    if (std::memcmp(a.data() + i, b.data() + i, e) == 0) continue;
+    std::uint32_t x = 0, y = 0;
+    std::memcpy(&x, a.data() + i, e);
+    std::memcpy(&y, b.data() + i, e);
+    const std::uint32_t mag = e == 4 ? 0x7fffffffu : 0x7fffu;
+    const std::uint32_t inf = e == 4 ? 0x7f800000u : dtype == DType::kBF16 ? 0x7f80u : 0x7c00u;
+    if ((x & mag) <= inf || (y & mag) <= inf) return false;
+  }
+  return true;
+}
+
+// Every weight decoded by the CUDA kernels (quant_cuda.hpp) from parts already in device
+// memory, to bf16 and f32; against a device-to-device copy of the output bytes on the same
+// stream (cudaMemcpyAsync). Each result is checked against the CPU decoder's bytes.
+Status run_gpu_decodes(const Options& o, std::span<const Weight> weights, int device, Buffers& buf,
+                       nlohmann::json& report) {
+  namespace cuda = qload::cuda;
+  QLOAD_ASSIGN_OR_RETURN(const cuda::Stream stream, cuda::Stream::create(device));
+  const std::uint64_t max_bytes = o.rows * o.cols * 4;
+  QLOAD_ASSIGN_OR_RETURN(const cuda::DeviceBuffer out, cuda::DeviceBuffer::allocate(device, max_bytes));
+  QLOAD_ASSIGN_OR_RETURN(const cuda::DeviceBuffer copy, cuda::DeviceBuffer::allocate(device, max_bytes));
+  constexpr int kCalls = 20;
+  fmt::print("\ndecode on cuda:{} (dequantize_on_device, parts in device memory): GB/s of output; ratio = decode / "
+             "device-to-device copy of the output bytes\n",
+             device);
+  fmt::print("{:<26} {:<4} {:>6} {:>8} {:>8} {:>6}\n", "scheme", "out", "bits/w", "GB/s", "d2d", "ratio");
+  for (const Weight& w : weights) {
+    QLOAD_ASSIGN_OR_RETURN(const DeviceParts parts, upload(w, stream));
+    const std::vector<fq::PartBytes> views = w.views();
+    const double bits_per_weight = static_cast<double>(w.stored_bytes()) * 8 / static_cast<double>(o.rows * o.cols);
+    for (DType dtype : {DType::kBF16, DType::kF32}) {
+      const std::uint64_t bytes = o.rows * o.cols * qload::dtype_info(dtype).block_bytes;
+      QLOAD_ASSIGN_OR_RETURN(const double decode_s, device_seconds(o, stream, kCalls, [&] {
+                               return fq::dequantize_on_device(w.t, views, parts.pointers, 0, w.t.rows, dtype,
+                                                               out.data(), stream);
+                             }));
+      QLOAD_ASSIGN_OR_RETURN(const double copy_s, device_seconds(o, stream, kCalls, [&] {
+                               return fq::convert_on_device(out.data(), DType::kU8, copy.data(), DType::kU8, bytes,
+                                                            stream);
+                             }));
+      // The decode's bytes against the CPU's.
+      const std::span<std::byte> got(buf.out.data(), bytes);
+      const std::span<std::byte> want(buf.check.data(), bytes);
+      QLOAD_TRY(cuda::copy_to_host(got.data(), out.data(), bytes, device));
+      QLOAD_TRY(fq::dequantize_rows(w.t, views, 0, w.t.rows, dtype, want));
+      if (!same_decode(got, want, dtype))
+        return fail(Errc::kInternal, fmt::format("{} -> {}: the GPU decode differs from the CPU decode", w.name,
+                                                 qload::dtype_name(dtype)));
+      const double gbps = static_cast<double>(bytes) / decode_s / 1e9;
+      const double d2d = static_cast<double>(bytes) / copy_s / 1e9;
+      fmt::print("{:<26} {:<4} {:>6.2f} {:>8.1f} {:>8.1f} {:>6}\n", w.name, dtype == DType::kBF16 ? "bf16" : "f32",
+                 bits_per_weight, gbps, d2d, ratio(gbps, d2d));
+      report["gpu_decode"].push_back({{"scheme", w.name},
+                                      {"out_dtype", qload::dtype_name(dtype)},
+                                      {"stored_bytes", w.stored_bytes()},
+                                      {"out_bytes", bytes},
+                                      {"gbps", gbps},
+                                      {"d2d_gbps", d2d}});
+    }
+  }
+  return {};
+}
+
 Status run_quantizes(const Options& o, Buffers& buf, nlohmann::json& report) {
   fmt::print(
       "\nquantize on load (formats::quantize, bf16 in): GB/s of input; ratio = quantize / memcpy of the input\n");
@@ -538,8 +648,12 @@ Status run(const Options& o, const std::string& json_path) {
                            {"repeat", o.repeat},
                            {"threads", o.threads},
                            {"loadavg_start", loadavg}};
-  QLOAD_TRY(run_decodes(o, weights, buf, report));
-  QLOAD_TRY(run_quantizes(o, buf, report));
+  if (o.device >= 0) {
+    QLOAD_TRY(run_gpu_decodes(o, weights, o.device, buf, report));
+  } else {
+    QLOAD_TRY(run_decodes(o, weights, buf, report));
+    QLOAD_TRY(run_quantizes(o, buf, report));
+  }
   report["loadavg_end"] = load_average();
   fmt::print("\nevery decode matched a second decode over another row split; load average {} (at end)\n",
              load_average());
@@ -564,6 +678,8 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--json", json_path, "also write the results as JSON to this file");
   app.add_flag("--quick", quick, "a smoke run: [256 x 512], 1 run");
+  app.add_option("--gpu", o.device, "time the CUDA decoders on this device instead of the CPU ones")
+      ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
   if (quick) {
     o.rows = 256;

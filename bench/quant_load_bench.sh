@@ -4,6 +4,8 @@
 # `qload synth --quant` quantizes only the linear weights, embeddings / norms / lm_head stay
 # bf16). For each scheme, in rounds (configurations in turn, best of RUNS kept, warm cache:
 # the files are `cat` once before every run):
+# DEVICE (default cpu) is where every load goes, e.g. cuda:0 (there, --dequantize decodes on the
+# GPU from the packed parts).
 #   - bf16:         qload load BF16 --json              (the twin: every weight read as is)
 #   - Q keep:       qload load Q --json                 (packed parts placed as stored)
 #   - Q deq-bf16:   qload load Q --dequantize bf16 --json  (decoded on load to bf16 weights)
@@ -21,11 +23,12 @@ build=${1:-build}
 work=${2:-/tmp/qload-quant-bench}
 qload="$build/qload"
 runs=${RUNS:-3}
+device=${DEVICE:-cpu}
 schemes=(${SCHEMES:-gptq4 awq fp8-block ct-pack4})
 shape=(--layers "${LAYERS:-8}" --hidden "${HIDDEN:-2048}" --intermediate "${INTERMEDIATE:-5632}"
   --vocab "${VOCAB:-32000}" --heads "${HEADS:-16}" --kv-heads "${KV_HEADS:-4}" --shards "${SHARDS:-2}")
 mkdir -p "$work"
-echo "== load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "== loads on $device; load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 synth() {  # synth NAME [--quant Q]: the checkpoint $work/NAME, made once
   local dir="$work/$1"
@@ -54,7 +57,7 @@ load() {  # load LABEL MODEL [FLAGS...]: one warm load, one line of results.tsv
   local label=$1 model=$2
   shift 2
   warm "$model"
-  if ! "$qload" load "$work/$model" "$@" --json > "$work/load.json" 2> "$work/load.err"; then
+  if ! "$qload" load "$work/$model" --device "$device" "$@" --json > "$work/load.json" 2> "$work/load.err"; then
     echo "!! qload load $model $* failed: $(tail -n 3 "$work/load.err")"
     return 0
   fi
