@@ -42,8 +42,8 @@
 
 #include "best_seconds.hpp"
 #include "qload/formats/convert.hpp"
-#include "qload/formats/quant.hpp"
 #include "qload/formats/convert_cuda.hpp"
+#include "qload/formats/quant.hpp"
 #include "qload/formats/quant_codec.hpp"
 #include "qload/formats/quant_cuda.hpp"
 #include "qload/formats/quant_pack.hpp"
@@ -527,7 +527,8 @@ struct DeviceParts {
 Result<DeviceParts> upload(const Weight& w, const qload::cuda::Stream& stream) {
   DeviceParts d;
   for (const OwnedPart& p : w.parts) {
-    QLOAD_ASSIGN_OR_RETURN(qload::cuda::DeviceBuffer b, qload::cuda::DeviceBuffer::allocate(stream.device(), p.bytes.size()));
+    QLOAD_ASSIGN_OR_RETURN(qload::cuda::DeviceBuffer b,
+                           qload::cuda::DeviceBuffer::allocate(stream.device(), p.bytes.size()));
     QLOAD_TRY(qload::cuda::copy_to_device_async(b.data(), p.bytes.data(), p.bytes.size(), stream));
     d.pointers.push_back(b.data());
     d.buffers.push_back(std::move(b));
@@ -577,9 +578,10 @@ Status run_gpu_decodes(const Options& o, std::span<const Weight> weights, int de
   QLOAD_ASSIGN_OR_RETURN(const cuda::DeviceBuffer out, cuda::DeviceBuffer::allocate(device, max_bytes));
   QLOAD_ASSIGN_OR_RETURN(const cuda::DeviceBuffer copy, cuda::DeviceBuffer::allocate(device, max_bytes));
   constexpr int kCalls = 20;
-  fmt::print("\ndecode on cuda:{} (dequantize_on_device, parts in device memory): GB/s of output; ratio = decode / "
-             "device-to-device copy of the output bytes\n",
-             device);
+  fmt::print(
+      "\ndecode on cuda:{} (dequantize_on_device, parts in device memory): GB/s of output; ratio = decode / "
+      "device-to-device copy of the output bytes\n",
+      device);
   fmt::print("{:<26} {:<4} {:>6} {:>8} {:>8} {:>6}\n", "scheme", "out", "bits/w", "GB/s", "d2d", "ratio");
   for (const Weight& w : weights) {
     QLOAD_ASSIGN_OR_RETURN(const DeviceParts parts, upload(w, stream));

@@ -21,7 +21,6 @@ namespace {
 // space on this boundary.
 constexpr std::uint64_t kScratchAlignment = 16;
 
-
 struct Lane {
   cuda::Stream stream;
   cuda::Event event;  // recorded after a delivery's last copy or kernel

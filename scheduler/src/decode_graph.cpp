@@ -132,8 +132,8 @@ void add_decode_tasks(TaskGraph& g, ReadLoadState& s, const std::vector<std::vec
     const std::uint64_t row_bytes = std::max<std::uint64_t>(1, lt.cols * dtype_info(out.dtype).block_bytes);
     // A GPU decodes a whole weight in one kernel: splitting it would copy its parts once per piece.
     const bool on_gpu = !s.targets[out.region]->on_host();
-    const std::uint64_t step = on_gpu ? std::max<std::uint64_t>(lt.rows, 1)
-                                      : std::max<std::uint64_t>(1, kDecodeTaskBytes / row_bytes);
+    const std::uint64_t step =
+        on_gpu ? std::max<std::uint64_t>(lt.rows, 1) : std::max<std::uint64_t>(1, kDecodeTaskBytes / row_bytes);
     for (std::uint64_t r = 0; r < lt.rows; r += step) {
       const std::uint64_t end = std::min(lt.rows, r + step);
       add(fmt::format("dequantize {} rows {}..{}", out.name, r, end), (end - r) * row_bytes,

@@ -9,9 +9,9 @@
 namespace qload::formats::detail {
 
 enum class DeviceScheme : int { kGptq, kAwqGemm, kAwqGemv, kCtPacked, kCtInt, kFp8 };
-enum class DeviceFloat : int { kF32, kF16, kBF16 };           // a scale or output element
-enum class DeviceCode : int { kE4M3, kE5M2 };                 // an FP8 weight element
-enum class DeviceIndex : int { kNone, kI32, kI64 };           // g_idx, or a CT int zero point
+enum class DeviceFloat : int { kF32, kF16, kBF16 };  // a scale or output element
+enum class DeviceCode : int { kE4M3, kE5M2 };        // an FP8 weight element
+enum class DeviceIndex : int { kNone, kI32, kI64 };  // g_idx, or a CT int zero point
 enum class DeviceScaleIndex : int { kTensor, kRow, kGroup, kBlock };
 
 // Everything a kernel needs about one [rows, cols] weight. Pointers are device memory,
@@ -38,11 +38,11 @@ struct DequantArgs {
 
   const void* scales = nullptr;
   DeviceFloat scale_type = DeviceFloat::kF16;
-  std::uint64_t scale_stride = 0;  // GPTQ/AWQ GEMM: N; AWQ GEMV: 8*Wz (row width)
+  std::uint64_t scale_stride = 0;                           // GPTQ/AWQ GEMM: N; AWQ GEMV: 8*Wz (row width)
   DeviceScaleIndex scale_index = DeviceScaleIndex::kGroup;  // CT and FP8
-  std::uint64_t rows_per_scale = 1;  // FP8: rows sharing a scale row
-  std::uint64_t cols_per_scale = 1;  // FP8: columns sharing a scale
-  std::uint64_t scale_cols = 1;      // FP8: scale elements per scale row
+  std::uint64_t rows_per_scale = 1;                         // FP8: rows sharing a scale row
+  std::uint64_t cols_per_scale = 1;                         // FP8: columns sharing a scale
+  std::uint64_t scale_cols = 1;                             // FP8: scale elements per scale row
 
   const void* g_idx = nullptr;  // group of every column of K; null: k / group_size
   DeviceIndex g_idx_type = DeviceIndex::kNone;

@@ -1,0 +1,141 @@
+// The quantized weights the device dequantization is checked on, shared by the host check of
+// its arithmetic (quant_device_args_test.cpp) and the GPU test (tests/gpu): every scheme,
+// width, group size, zero-point kind, g_idx, scale dtype and layout, from fixed seeds, with K
+// and N not multiples of 128.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "quant_int_reference.hpp"
+
+namespace qload::testing::quant_ref {
+
+using formats::ScaleLayout;
+
+struct Case {
+  std::string label;
+  Weight weight;
+};
+
+inline void add_integer_cases(std::vector<Case>& cases, Rng& rng) {
+  for (unsigned bits : {2u, 3u, 4u, 8u})
+    for (std::uint64_t group : {32u, 128u, 0u})
+      for (unsigned version : {1u, 2u})
+        for (bool sym : {true, false})
+          for (bool act_order : {false, true}) {
+            const GptqCase g{bits, group, version, sym, act_order, bits == 3 ? DType::kBF16 : DType::kF16};
+            cases.push_back({fmt::format("gptq {}-bit group {} v{} {} {}", bits, group, version, sym ? "sym" : "asym",
+                                         act_order ? "act-order" : ""),
+                             make_gptq(g, 352, 37, rng)});
+          }
+  for (std::uint64_t group : {32u, 64u, 128u}) {
+    cases.push_back({fmt::format("awq gemm group {}", group), make_awq_gemm(384, 44, group, rng)});
+    cases.push_back({fmt::format("awq gemv group {}", group), make_awq_gemv(384, 24, group, rng)});
+  }
+  for (unsigned bits : {2u, 3u, 4u, 8u})
+    for (bool dense : {true, false})
+      for (bool sym : {true, false})
+        for (ScaleLayout layout : {ScaleLayout::kGroup, ScaleLayout::kRow}) {
+          if (!dense && bits != 3) continue;  // padded differs from dense only for widths not dividing 32
+          const CtCase c{.bits = bits,
+                         .dense = dense,
+                         .sym = sym,
+                         .g_idx = sym && layout == ScaleLayout::kGroup,
+                         .layout = layout,
+                         .group = 32};
+          cases.push_back({fmt::format("ct packed {}-bit {} {} layout {}", bits, dense ? "dense" : "padded",
+                                       sym ? "sym g_idx" : "asym", static_cast<int>(layout)),
+                           make_ct_packed(c, 90, 13, rng)});
+        }
+}
+
+inline Weight ct_int_weight(ScaleLayout layout, DType zero_dtype, Rng& rng) {
+  const std::uint64_t n = 13, k = 90, group = 32;
+  Weight w;
+  w.t.name = std::string(kName);
+  w.t.rows = n;
+  w.t.cols = k;
+  w.t.params = {.scheme = QuantScheme::kCtInt,
+                .bits = 8,
+                .group_size = group,
+                .sym = zero_dtype == DType::kBool,
+                .scale_layout = layout,
+                .weight_dtype = DType::kI8,
+                .scale_dtype = DType::kF16};
+  const std::uint64_t groups = layout == ScaleLayout::kGroup ? ref_ceil(k, group) : 1;
+  const std::uint64_t params = layout == ScaleLayout::kTensor ? 1 : n * groups;
+  const Shape pshape = layout == ScaleLayout::kTensor ? Shape{1}
+                       : layout == ScaleLayout::kRow  ? Shape{n, 1}
+                                                      : Shape{n, groups};
+  w.add("weight", DType::kI8, Shape{n, k}, random_bytes(n * k, rng));
+  w.add("weight_scale", DType::kF16, pshape, random_scales(params, DType::kF16, rng));
+  if (zero_dtype == DType::kI8) w.add("weight_zero_point", DType::kI8, pshape, random_bytes(params, rng));
+  if (zero_dtype == DType::kI32) {
+    std::vector<std::int32_t> z(params);
+    for (std::int32_t& v : z) v = static_cast<std::int32_t>(rng() % 256) - 128;
+    w.add("weight_zero_point", DType::kI32, pshape, i32_bytes(z));
+  }
+  return w;
+}
+
+// Every code of the FP8 dtype appears (NaN, subnormals, max), with scales over a wide range.
+inline Weight fp8_weight(DType code, ScaleLayout layout, DType scale_dtype, std::uint64_t n, std::uint64_t k,
+                         Rng& rng) {
+  Weight w;
+  w.t.name = std::string(kName);
+  w.t.rows = n;
+  w.t.cols = k;
+  w.t.params = {.scheme = QuantScheme::kFp8,
+                .bits = 8,
+                .group_size = layout == ScaleLayout::kGroup ? 64u : 0u,
+                .scale_layout = layout,
+                .block_rows = layout == ScaleLayout::kBlock ? 128u : 0u,
+                .block_cols = layout == ScaleLayout::kBlock ? 128u : 0u,
+                .weight_dtype = code,
+                .scale_dtype = scale_dtype};
+  Bytes codes = random_bytes(n * k, rng);
+  for (std::uint64_t i = 0; i < 256 && i < codes.size(); ++i) codes[i] = static_cast<std::byte>(i);
+  w.add("weight", code, Shape{n, k}, std::move(codes));
+  Shape scale_shape;
+  switch (layout) {
+    case ScaleLayout::kTensor: scale_shape = Shape{1}; break;
+    case ScaleLayout::kRow: scale_shape = Shape{n, 1}; break;
+    case ScaleLayout::kGroup: scale_shape = Shape{n, ref_ceil(k, 64)}; break;
+    case ScaleLayout::kBlock: scale_shape = Shape{ref_ceil(n, 128), ref_ceil(k, 128)}; break;
+  }
+  const std::uint64_t count = scale_shape.numel().value();
+  w.add(layout == ScaleLayout::kBlock ? "weight_scale_inv" : "weight_scale", scale_dtype, scale_shape,
+        random_scales(count, scale_dtype, rng));
+  return w;
+}
+
+inline void add_float_cases(std::vector<Case>& cases, Rng& rng) {
+  for (ScaleLayout layout : {ScaleLayout::kGroup, ScaleLayout::kRow, ScaleLayout::kTensor})
+    for (DType z : {DType::kBool, DType::kI8, DType::kI32})
+      cases.push_back({fmt::format("ct int layout {} zero {}", static_cast<int>(layout), dtype_name(z)),
+                       ct_int_weight(layout, z, rng)});
+  for (DType code : {DType::kF8_E4M3, DType::kF8_E5M2})
+    for (DType scale : {DType::kF32, DType::kBF16, DType::kF16})
+      for (ScaleLayout layout : {ScaleLayout::kTensor, ScaleLayout::kRow, ScaleLayout::kGroup, ScaleLayout::kBlock})
+        cases.push_back(
+            {fmt::format("fp8 {} scale {} layout {}", dtype_name(code), dtype_name(scale), static_cast<int>(layout)),
+             fp8_weight(code, layout, scale, 200, 300, rng)});
+}
+
+// Every case; `large` adds two weights big enough that the GPU kernels' grid strides.
+inline std::vector<Case> device_cases(bool large) {
+  Rng rng(0x6770755f64657121);
+  std::vector<Case> cases;
+  add_integer_cases(cases, rng);
+  add_float_cases(cases, rng);
+  if (!large) return cases;
+  cases.push_back({"gptq 4-bit large act-order", make_gptq({4, 128, 2, false, true, DType::kF16}, 4128, 2600, rng)});
+  cases.push_back({"fp8 block large", fp8_weight(DType::kF8_E4M3, ScaleLayout::kBlock, DType::kF32, 2600, 4128, rng)});
+  return cases;
+}
+
+}  // namespace qload::testing::quant_ref
