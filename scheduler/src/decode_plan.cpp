@@ -74,55 +74,87 @@ std::vector<bool> quantized_parts(const formats::Catalog& catalog, const formats
   return out;
 }
 
+namespace {
+
+// The policy for `name`: the per-weight rule's if it has one, else the global options'.
+Result<WeightPolicy> policy_of(const PlanOptions& options, std::string_view name, bool quantized) {
+  if (options.weight_policy) {
+    QLOAD_ASSIGN_OR_RETURN(const std::optional<WeightPolicy> rule, options.weight_policy(name));
+    if (rule) {
+      if (quantized && rule->action == WeightPolicy::Action::kQuantize)
+        return fail(Error(Errc::kInvalidArgument, "a rule asks to quantize a weight that is already quantized")
+                        .with_tensor(std::string(name)));
+      return *rule;
+    }
+  }
+  if (quantized && options.dequantize)
+    return WeightPolicy{.action = WeightPolicy::Action::kDequantize, .dtype = *options.dequantize};
+  if (quantized && options.repack) return WeightPolicy{.action = WeightPolicy::Action::kRepack};
+  if (!quantized && options.quantize)
+    return WeightPolicy{.action = WeightPolicy::Action::kQuantize, .target = *options.quantize};
+  return WeightPolicy{};
+}
+
+Result<DecodeJob> dequantize_job(const formats::Catalog& catalog, const formats::LogicalTensor& lt, std::uint32_t l,
+                                 DType dtype) {
+  // The name may be a part's (FP8 and int8 keep "weight"), never another tensor's.
+  const bool own_part =
+      std::ranges::any_of(lt.parts, [&](const auto& part) { return catalog.tensors[part.second].name == lt.name; });
+  if (catalog.find(lt.name) != nullptr && !own_part)
+    return fail(Error(Errc::kCorrupt, "the dequantized weight's name is already a stored tensor").with_tensor(lt.name));
+  DecodeJob job{.kind = DecodeJob::Kind::kDequantize, .logical = l};
+  for (const auto& [role, index] : lt.parts) job.inputs.push_back(index);
+  auto elems = checked_mul(lt.rows, lt.cols);
+  auto bytes = elems ? checked_mul(*elems, dtype_info(dtype).block_bytes) : elems;
+  if (!bytes) return fail(Error(Errc::kOverflow, "dequantized size exceeds 2^64").with_tensor(lt.name));
+  job.outputs.push_back(
+      DecodeOutput{.name = lt.name, .dtype = dtype, .shape = Shape{lt.rows, lt.cols}, .bytes = *bytes});
+  return job;
+}
+
+Result<DecodeJob> quantize_job(const formats::Catalog& catalog, std::uint32_t i, formats::QuantizeTarget target) {
+  const formats::TensorEntry& t = catalog.tensors[i];
+  const formats::QuantizedLayout layout = formats::quantized_layout(t.shape[0], t.shape[1], target);
+  const std::string scale_name = sibling_name(t.name, layout.scale_suffix);
+  if (catalog.find(scale_name) != nullptr)
+    return fail(
+        Error(Errc::kCorrupt, fmt::format("cannot quantize: '{}' already exists", scale_name)).with_tensor(t.name));
+  DecodeJob job{.kind = DecodeJob::Kind::kQuantize, .input = i, .target = target, .inputs = {i}};
+  job.outputs.push_back(
+      DecodeOutput{.name = t.name, .dtype = layout.weight_dtype, .shape = t.shape, .bytes = layout.weight_bytes});
+  job.outputs.push_back(
+      DecodeOutput{.name = scale_name, .dtype = DType::kF32, .shape = layout.scale_shape, .bytes = layout.scale_bytes});
+  return job;
+}
+
+}  // namespace
+
 Result<std::vector<DecodeJob>> plan_decode_jobs(const formats::Catalog& catalog, const formats::QuantizedCatalog& quant,
                                                 const PlanOptions& options) {
-  std::vector<DecodeJob> jobs;
-  if (options.dequantize) {
-    const std::uint64_t elem = dtype_info(*options.dequantize).block_bytes;
-    for (std::uint32_t l = 0; l < quant.logical.size(); ++l) {
-      const formats::LogicalTensor& lt = quant.logical[l];
-      // The name may be a part's (FP8 and int8 keep "weight"), never another tensor's.
-      const bool own_part =
-          std::ranges::any_of(lt.parts, [&](const auto& part) { return catalog.tensors[part.second].name == lt.name; });
-      if (catalog.find(lt.name) != nullptr && !own_part)
-        return fail(
-            Error(Errc::kCorrupt, "the dequantized weight's name is already a stored tensor").with_tensor(lt.name));
-      DecodeJob job{.kind = DecodeJob::Kind::kDequantize, .logical = l};
-      for (const auto& [role, index] : lt.parts) job.inputs.push_back(index);
-      auto elems = checked_mul(lt.rows, lt.cols);
-      auto bytes = elems ? checked_mul(*elems, elem) : elems;
-      if (!bytes) return fail(Error(Errc::kOverflow, "dequantized size exceeds 2^64").with_tensor(lt.name));
-      job.outputs.push_back(DecodeOutput{
-          .name = lt.name, .dtype = *options.dequantize, .shape = Shape{lt.rows, lt.cols}, .bytes = *bytes});
-      jobs.push_back(std::move(job));
+  std::vector<DecodeJob> dequantize, repack, quantize;  // in this order, as documented
+  for (std::uint32_t l = 0; l < quant.logical.size(); ++l) {
+    const formats::LogicalTensor& lt = quant.logical[l];
+    QLOAD_ASSIGN_OR_RETURN(const WeightPolicy policy, policy_of(options, lt.name, /*quantized=*/true));
+    if (policy.action == WeightPolicy::Action::kDequantize) {
+      QLOAD_ASSIGN_OR_RETURN(DecodeJob job, dequantize_job(catalog, lt, l, policy.dtype));
+      dequantize.push_back(std::move(job));
+    } else if (policy.action == WeightPolicy::Action::kRepack) {
+      QLOAD_ASSIGN_OR_RETURN(std::optional<DecodeJob> job, repack_job(catalog, lt, l));
+      if (job) repack.push_back(std::move(*job));
     }
   }
-  if (options.repack) {
-    for (std::uint32_t l = 0; l < quant.logical.size(); ++l) {
-      QLOAD_ASSIGN_OR_RETURN(std::optional<DecodeJob> job, repack_job(catalog, quant.logical[l], l));
-      if (job) jobs.push_back(std::move(*job));
-    }
+  const std::vector<bool> parts = quantized_parts(catalog, quant);
+  for (std::uint32_t i = 0; i < catalog.tensors.size(); ++i) {
+    const formats::TensorEntry& t = catalog.tensors[i];
+    if (parts[i] || !is_quantizable_weight(t)) continue;
+    QLOAD_ASSIGN_OR_RETURN(const WeightPolicy policy, policy_of(options, t.name, /*quantized=*/false));
+    if (policy.action != WeightPolicy::Action::kQuantize) continue;
+    QLOAD_ASSIGN_OR_RETURN(DecodeJob job, quantize_job(catalog, i, policy.target));
+    quantize.push_back(std::move(job));
   }
-  if (options.quantize) {
-    const std::vector<bool> parts = quantized_parts(catalog, quant);
-    for (std::uint32_t i = 0; i < catalog.tensors.size(); ++i) {
-      const formats::TensorEntry& t = catalog.tensors[i];
-      if (parts[i] || !is_quantizable_weight(t)) continue;
-      const std::uint64_t rows = t.shape[0];
-      const std::uint64_t cols = t.shape[1];
-      const formats::QuantizedLayout layout = formats::quantized_layout(rows, cols, *options.quantize);
-      const std::string scale_name = sibling_name(t.name, layout.scale_suffix);
-      if (catalog.find(scale_name) != nullptr)
-        return fail(
-            Error(Errc::kCorrupt, fmt::format("cannot quantize: '{}' already exists", scale_name)).with_tensor(t.name));
-      DecodeJob job{.kind = DecodeJob::Kind::kQuantize, .input = i, .target = *options.quantize, .inputs = {i}};
-      job.outputs.push_back(
-          DecodeOutput{.name = t.name, .dtype = layout.weight_dtype, .shape = t.shape, .bytes = layout.weight_bytes});
-      job.outputs.push_back(DecodeOutput{
-          .name = scale_name, .dtype = DType::kF32, .shape = layout.scale_shape, .bytes = layout.scale_bytes});
-      jobs.push_back(std::move(job));
-    }
-  }
+  std::vector<DecodeJob> jobs = std::move(dequantize);
+  for (DecodeJob& j : repack) jobs.push_back(std::move(j));
+  for (DecodeJob& j : quantize) jobs.push_back(std::move(j));
   return jobs;
 }
 

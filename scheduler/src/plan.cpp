@@ -106,7 +106,18 @@ Result<std::uint64_t> take(std::uint64_t& cursor, std::uint64_t bytes, std::uint
 Status place_in_arenas(const formats::Catalog& catalog, const std::vector<std::uint32_t>& order,
                        const PlanOptions& options, const TensorRoles& roles, Plan& plan) {
   const auto device_count = static_cast<std::uint32_t>(options.devices.size());
-  const std::vector<std::uint32_t> device_of = detail::assign_devices(catalog, order, options.placement, device_count);
+  std::vector<std::uint32_t> device_of = detail::assign_devices(catalog, order, options.placement, device_count);
+  if (options.place) {
+    for (std::uint32_t i = 0; i < catalog.tensors.size(); ++i) {
+      auto chosen = options.place(catalog.tensors[i].name);
+      if (!chosen) return fail(std::move(chosen.error()).with_tensor(catalog.tensors[i].name));
+      if (!*chosen) continue;
+      if (**chosen >= device_count)
+        return fail(tensor_error(catalog, catalog.tensors[i], Errc::kInvalidArgument,
+                                 fmt::format("placed on device {} of {}", **chosen, device_count)));
+      device_of[i] = **chosen;
+    }
+  }
   std::vector<std::uint64_t> cursor(device_count + 1, 0);  // the last one: scratch
   const std::uint32_t scratch = device_count;
   bool any_scratch = false;
@@ -167,7 +178,7 @@ Result<TensorRoles> plan_quantization(const formats::Catalog& catalog, const Pla
   TensorRoles roles{.to_scratch = std::vector<bool>(catalog.tensors.size(), false),
                     .quantized_part = std::vector<bool>(catalog.tensors.size(), false)};
   auto detected = formats::detect_quantization(catalog);
-  if (!options.dtype && !options.dequantize && !options.quantize && !options.repack) {
+  if (!options.dtype && !options.dequantize && !options.quantize && !options.repack && !options.weight_policy) {
     // Nothing depends on it: a scheme qload cannot describe still loads as raw tensors.
     if (detected)
       plan.quant = std::move(*detected);
@@ -250,7 +261,7 @@ Status PlanOptions::validate() const {
     return fail(Errc::kUnsupported, "mmap mode maps files for one cpu device only");
   if (repack && dequantize)
     return fail(Errc::kInvalidArgument, "repack keeps weights packed; it cannot be combined with dequantize");
-  if (mode == LoadMode::kMmap && (dtype || dequantize || quantize || repack))
+  if (mode == LoadMode::kMmap && (dtype || dequantize || quantize || repack || weight_policy))
     return fail(Errc::kInvalidArgument,
                 "mmap mode cannot convert, dequantize or quantize (the tensors are the file's bytes)");
   if (dequantize && !is_float_policy_dtype(*dequantize))

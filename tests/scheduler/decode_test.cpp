@@ -292,3 +292,110 @@ TEST_CASE("decode: repack turns GPTQ v1 act-order and AWQ GEMM into GPTQ v2 with
     }
   }
 }
+
+TEST_CASE("decode: per-weight rules override the global policies; a placement hook moves tensors",
+          "[scheduler][decode]") {
+  Checkpoint c;
+  std::mt19937 rng(21);
+  add_bf16(c, "model.embed_tokens.weight", 64, 96, rng);
+  add_bf16(c, "model.layers.0.mlp.up_proj.weight", 200, 256, rng);
+  add_bf16(c, "model.layers.0.self_attn.q_proj.weight", 130, 200, rng);
+  add_bf16(c, "model.layers.1.mlp.down_proj.weight", 96, 200, rng);
+  add_bf16(c, "model.norm.weight", 1, 96, rng);
+  write(c, R"({"model_type": "llama"})");
+
+  LoadOptions o = small_chunks({Device{}, Device{.index = 1}});
+  o.plan.quantize = formats::QuantizeTarget::kInt8Row;  // the global policy: rules override it
+  std::vector<std::string> asked;
+  o.plan.weight_policy = [&asked](std::string_view name) -> Result<std::optional<WeightPolicy>> {
+    asked.emplace_back(name);
+    if (name.find("up_proj") != std::string_view::npos)
+      return WeightPolicy{.action = WeightPolicy::Action::kQuantize, .target = formats::QuantizeTarget::kFp8Block};
+    if (name.find("q_proj") != std::string_view::npos) return WeightPolicy{};  // keep
+    return std::optional<WeightPolicy>();
+  };
+  o.plan.place = [](std::string_view name) -> Result<std::optional<std::uint32_t>> {
+    if (name == "model.norm.weight") return std::optional<std::uint32_t>(1);
+    return std::optional<std::uint32_t>(0);
+  };
+  auto model = load_source(c.dir.path().string(), o);
+  if (!model) FAIL(model.error().to_string());
+  // Asked once per quantizable weight (embeddings and norms are never quantized).
+  std::ranges::sort(asked);
+  CHECK(asked == std::vector<std::string>{"model.layers.0.mlp.up_proj.weight", "model.layers.0.self_attn.q_proj.weight",
+                                          "model.layers.1.mlp.down_proj.weight"});
+  const auto dtype_of = [&](const char* name) {
+    const DeviceTensor* t = model->find(name);
+    REQUIRE(t != nullptr);
+    return t->dtype;
+  };
+  CHECK(dtype_of("model.layers.0.mlp.up_proj.weight") == DType::kF8_E4M3);
+  CHECK(model->find("model.layers.0.mlp.up_proj.weight_scale_inv") != nullptr);
+  CHECK(dtype_of("model.layers.0.self_attn.q_proj.weight") == DType::kBF16);
+  CHECK(model->find("model.layers.0.self_attn.q_proj.weight_scale") == nullptr);
+  CHECK(dtype_of("model.layers.1.mlp.down_proj.weight") == DType::kI8);
+  CHECK(model->find("model.layers.1.mlp.down_proj.weight_scale") != nullptr);
+  CHECK(model->find("model.norm.weight")->device == "cpu:1");
+  CHECK(model->find("model.embed_tokens.weight")->device == "cpu");
+  // A decode output goes where its input was placed.
+  CHECK(model->find("model.layers.1.mlp.down_proj.weight")->device == "cpu");
+
+  SECTION("a hook's error fails the plan, naming the tensor") {
+    o.plan.weight_policy = [](std::string_view) -> Result<std::optional<WeightPolicy>> {
+      return fail(Errc::kInvalidArgument, "recipe.lua:3: no such target");
+    };
+    auto failed = load_source(c.dir.path().string(), o);
+    REQUIRE_FALSE(failed);
+    CHECK(failed.error().message().find("recipe.lua:3") != std::string::npos);
+  }
+  SECTION("a placement outside the devices is kInvalidArgument naming the tensor") {
+    o.plan.place = [](std::string_view) -> Result<std::optional<std::uint32_t>> {
+      return std::optional<std::uint32_t>(2);
+    };
+    auto failed = load_source(c.dir.path().string(), o);
+    REQUIRE_FALSE(failed);
+    CHECK(failed.error().code() == Errc::kInvalidArgument);
+    CHECK(failed.error().tensor().has_value());
+  }
+}
+
+TEST_CASE("decode: per-weight rules dequantize some quantized weights and keep others packed", "[scheduler][decode]") {
+  Checkpoint c;
+  std::mt19937 rng(22);
+  add_bf16(c, "model.layers.0.mlp.down_proj.weight", 300, 256, rng);
+  add_bf16(c, "model.layers.1.mlp.down_proj.weight", 130, 256, rng);
+  write(c, R"({"model_type": "llama"})");
+  LoadOptions q = small_chunks({Device{}});
+  q.plan.quantize = formats::QuantizeTarget::kFp8Row;
+  auto quantized = load_source(c.dir.path().string(), q);
+  REQUIRE(quantized);
+  ScratchDir fp8;
+  std::vector<formats::WriterTensor> tensors;
+  for (const DeviceTensor& t : quantized->tensors()) tensors.push_back({t.name, t.dtype, t.shape, t.bytes(), {}});
+  REQUIRE(formats::write_safetensors(fp8.file("model.safetensors"), tensors));
+  std::ofstream(fp8.file("config.json")) << R"({"quantization_config": {"quant_method": "fbgemm_fp8"}})";
+
+  LoadOptions o = small_chunks({Device{}});
+  o.plan.weight_policy = [](std::string_view name) -> Result<std::optional<WeightPolicy>> {
+    if (name.find("layers.0") != std::string_view::npos)
+      return WeightPolicy{.action = WeightPolicy::Action::kDequantize, .dtype = DType::kF32};
+    return std::optional<WeightPolicy>();  // no global policy: kept packed
+  };
+  auto model = load_source(fp8.path().string(), o);
+  if (!model) FAIL(model.error().to_string());
+  CHECK(model->report().decoded_tensors == 1);
+  CHECK(model->find("model.layers.0.mlp.down_proj.weight")->dtype == DType::kF32);
+  CHECK(model->find("model.layers.0.mlp.down_proj.weight_scale") == nullptr);
+  CHECK(model->find("model.layers.1.mlp.down_proj.weight")->dtype == DType::kF8_E4M3);
+  CHECK(model->find("model.layers.1.mlp.down_proj.weight_scale") != nullptr);
+
+  SECTION("quantizing an already quantized weight is refused, naming it") {
+    o.plan.weight_policy = [](std::string_view) -> Result<std::optional<WeightPolicy>> {
+      return WeightPolicy{.action = WeightPolicy::Action::kQuantize};
+    };
+    auto failed = load_source(fp8.path().string(), o);
+    REQUIRE_FALSE(failed);
+    CHECK(failed.error().code() == Errc::kInvalidArgument);
+    CHECK(failed.error().tensor() == std::optional<std::string_view>("model.layers.0.mlp.down_proj.weight"));
+  }
+}

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -50,6 +51,19 @@ std::string_view placement_name(Placement placement) noexcept;
 // "round-robin" or "by-layer"; kInvalidArgument otherwise.
 Result<Placement> parse_placement(std::string_view text);
 
+// What to do with one weight, when a per-weight rule decides (PlanOptions::weight_policy).
+struct WeightPolicy {
+  enum class Action : std::uint8_t {
+    kKeep,        // as stored: a quantized weight stays packed, a plain one unquantized
+    kDequantize,  // a quantized weight decoded to `dtype`; a plain weight is kept
+    kRepack,      // a quantized weight repacked as PlanOptions::repack does; a plain one kept
+    kQuantize,    // a plain linear weight quantized to `target`; a quantized weight: an error
+  };
+  Action action = Action::kKeep;
+  DType dtype = DType::kBF16;                                            // kDequantize
+  formats::QuantizeTarget target = formats::QuantizeTarget::kFp8Tensor;  // kQuantize
+};
+
 struct PlanOptions {
   LoadMode mode = LoadMode::kRead;
   // Destinations, one arena each (no duplicates). mmap mode: exactly one cpu device.
@@ -71,6 +85,15 @@ struct PlanOptions {
   // "<prefix>.perm" (I32 [K]): input column k of the repacked weight is column perm[k] of the
   // original, so a server feeds x[perm]. Not with `dequantize`. Read mode only.
   bool repack = false;
+  // Per-weight rules (a recipe's quant rules), asked once at plan time for every quantized
+  // weight (by its logical name, "<prefix>.weight") and every plain weight quantize-on-load
+  // could take: a policy overrides dequantize / quantize / repack for that weight, nullopt
+  // leaves it to them. An error fails the plan. Read mode only.
+  std::function<Result<std::optional<WeightPolicy>>(std::string_view name)> weight_policy;
+  // Per-tensor placement (a recipe's placement hook), asked once per stored tensor at plan
+  // time: an index into `devices`, or nullopt for `placement`. A decode output goes where its
+  // first input goes. An error fails the plan.
+  std::function<Result<std::optional<std::uint32_t>>(std::string_view name)> place;
   std::uint64_t tensor_alignment = 256;  // each tensor's arena offset is a multiple (power of two)
   // Largest coalesced read; must fit a staging slot. 16 MiB: see StagingOptions.
   std::uint64_t chunk_bytes = std::uint64_t{16} << 20;
