@@ -38,26 +38,6 @@ Result<DType> parse_float_dtype(std::string_view flag, std::string_view text) {
   return fail(Errc::kInvalidArgument, fmt::format("{} {}: expected bf16, f16 or f32", flag, text));
 }
 
-Status apply_recipe_io(const scripts::RecipeIo& io, scheduler::LoadOptions& o) {
-  if (io.engine) {
-    QLOAD_ASSIGN_OR_RETURN(o.io.engine, io::parse_engine(*io.engine));
-  }
-  if (io.direct) {
-    if (*io.direct == "auto")
-      o.io.direct = io::DirectMode::kAuto;
-    else if (*io.direct == "on")
-      o.io.direct = io::DirectMode::kOn;
-    else if (*io.direct == "off")
-      o.io.direct = io::DirectMode::kOff;
-    else
-      return fail(Errc::kInvalidArgument, fmt::format("io.direct '{}' is not auto, on or off", *io.direct));
-  }
-  if (io.queue_depth) o.io.queue_depth = o.reads_in_flight = *io.queue_depth;
-  if (io.chunk_bytes) o.plan.chunk_bytes = o.staging.slot_bytes = *io.chunk_bytes;
-  if (io.staging_bytes) o.staging.total_bytes = *io.staging_bytes;
-  return {};
-}
-
 }  // namespace
 
 Result<LoadRequest> build_request(const LoadArgs& args) {
@@ -65,19 +45,27 @@ Result<LoadRequest> build_request(const LoadArgs& args) {
   req.source = args.path;
   std::string devices = args.device;
   if (args.path.ends_with(".lua")) {
-    QLOAD_ASSIGN_OR_RETURN(const scripts::Recipe recipe, scripts::load_recipe(args.path));
+    QLOAD_ASSIGN_OR_RETURN(scripts::Recipe recipe, scripts::load_recipe(args.path));
     req.source = recipe.source;
-    std::string recipe_devices;
-    for (const std::string& d : recipe.devices) recipe_devices += (recipe_devices.empty() ? "" : ",") + d;
-    if (!devices.empty() && devices != recipe_devices)
-      return fail(Error(Errc::kInvalidArgument,
-                        fmt::format("--device {} contradicts the recipe's devices {}", devices, recipe_devices))
-                      .with_file(args.path));
+    const std::string recipe_devices = fmt::format("{}", fmt::join(recipe.devices, ","));
+    const auto contradicts = [&](std::string_view flag, const std::string& given, const std::string& in_recipe) {
+      return fail(
+          Error(Errc::kInvalidArgument, fmt::format("{} {} contradicts the recipe's {}", flag, given, in_recipe))
+              .with_file(args.path));
+    };
+    if (!devices.empty() && devices != recipe_devices) return contradicts("--device", devices, recipe_devices);
+    if (!args.placement.empty() && recipe.placement && args.placement != *recipe.placement)
+      return contradicts("--placement", args.placement, *recipe.placement);
+    if (!args.dtype.empty() && recipe.dtype && parse_float_dtype("--dtype", args.dtype) != *recipe.dtype)
+      return contradicts("--dtype", args.dtype, std::string(dtype_name(*recipe.dtype)));
     devices = recipe_devices;
-    QLOAD_TRY(apply_recipe_io(recipe.io, req.options));
+    QLOAD_TRY(recipe.apply(req.options));
+    req.recipe = std::move(recipe);
   }
   req.devices = devices.empty() ? "cpu" : devices;
-  QLOAD_ASSIGN_OR_RETURN(req.options.plan.devices, parse_device_list(req.devices));
+  if (!req.recipe) {
+    QLOAD_ASSIGN_OR_RETURN(req.options.plan.devices, parse_device_list(req.devices));
+  }
   if (!args.placement.empty()) {
     QLOAD_ASSIGN_OR_RETURN(req.options.plan.placement, scheduler::parse_placement(args.placement));
   }

@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <lua.hpp>  // extern "C" around lua.h, lauxlib.h, lualib.h and luajit.h
+#include <string>
+#include <string_view>
 #include <utility>
 
 namespace qload::scripts {
@@ -80,6 +82,42 @@ void remove_unsafe_globals(lua_State* L) {
   lua_pop(L, 1);
 }
 
+// Separates an error message from the frames traceback_handler appends.
+constexpr std::string_view kFramesMark =
+    "\x01"
+    "frames: ";
+
+// lua_pcall's message handler: appends the Lua frames the error passed through, as one line
+// ("r.lua:3 in function 'f' <- r.lua:9 in main chunk"), when there are at least two (a single
+// frame is already the message's file:line). C frames and the handler's own are left out.
+int traceback_handler(lua_State* L) {
+  const char* message = lua_tostring(L, 1);
+  if (message == nullptr) message = "(error object is not a string)";
+  luaL_traceback(L, L, nullptr, 1);
+  const std::string trace = lua_tostring(L, -1) ? lua_tostring(L, -1) : "";
+  lua_pop(L, 1);
+  std::string frames;
+  int count = 0;
+  std::size_t at = 0;
+  while (at < trace.size()) {
+    std::size_t end = trace.find('\n', at);
+    if (end == std::string::npos) end = trace.size();
+    std::string line = trace.substr(at, end - at);
+    at = end + 1;
+    line.erase(0, line.find_first_not_of(" \t"));
+    if (line.empty() || line.starts_with("stack traceback") || line.starts_with("[C]")) continue;
+    if (line.ends_with(':')) line.pop_back();
+    frames += (count++ == 0 ? "" : " <- ") + line;
+  }
+  if (count < 2) {
+    lua_pushstring(L, message);
+  } else {
+    const std::string out = std::string(message) + std::string(kFramesMark) + frames;
+    lua_pushlstring(L, out.data(), out.size());
+  }
+  return 1;
+}
+
 }  // namespace
 
 LuaState::LuaState(lua_State* state, std::unique_ptr<Budget> budget) : state_(state), budget_(std::move(budget)) {}
@@ -120,19 +158,37 @@ Status LuaState::run(const std::string& chunk, const std::string& chunk_name, in
   // LuaJIT's luaL_loadbuffer has no mode argument: refuse bytecode by its marker byte.
   if (!chunk.empty() && chunk[0] == '\x1b')
     return fail(Error(Errc::kInvalidArgument, "precompiled bytecode is refused").with_file(chunk_name));
+  const std::string name = "@" + chunk_name;
+  if (luaL_loadbuffer(L, chunk.data(), chunk.size(), name.c_str()) != 0) {
+    std::string message = lua_tostring(L, -1) ? lua_tostring(L, -1) : "unknown Lua error";
+    lua_pop(L, 1);
+    return fail(Error(Errc::kInvalidArgument, std::move(message)).with_file(chunk_name));
+  }
+  return call(0, results, chunk_name);
+}
+
+Status LuaState::call(int nargs, int results, const std::string& chunk_name) {
+  lua_State* L = state_;
+  const int base = lua_gettop(L) - nargs;  // the function's slot
+  lua_pushcfunction(L, traceback_handler);
+  lua_insert(L, base);
   budget_->instructions = 0;
   budget_->deadline = std::chrono::steady_clock::now() + budget_->limits.max_wall_time;
   lua_sethook(L, limit_hook, LUA_MASKCOUNT, kHookEvery);
-  const std::string name = "@" + chunk_name;
-  const int top = lua_gettop(L);
-  const bool ok = luaL_loadbuffer(L, chunk.data(), chunk.size(), name.c_str()) == 0 && lua_pcall(L, 0, results, 0) == 0;
+  const bool ok = lua_pcall(L, nargs, results, base) == 0;
   lua_sethook(L, nullptr, 0, 0);
   if (!ok) {
-    std::string message = lua_tostring(L, -1) ? lua_tostring(L, -1) : "unknown Lua error";
-    lua_settop(L, top);
+    // The handler left "message\n<frames>": the message, then one note of the frames.
+    const std::string text = lua_tostring(L, -1) ? lua_tostring(L, -1) : "unknown Lua error";
+    lua_settop(L, base - 1);
     lua_gc(L, LUA_GCCOLLECT, 0);  // LuaJIT has no emergency GC: free what a failed chunk left
-    return fail(Error(Errc::kInvalidArgument, std::move(message)).with_file(chunk_name));
+    const std::size_t cut = text.find(kFramesMark);
+    if (cut == std::string::npos) return fail(Error(Errc::kInvalidArgument, text).with_file(chunk_name));
+    return fail(Error(Errc::kInvalidArgument, text.substr(0, cut))
+                    .with_note("traceback: " + text.substr(cut + kFramesMark.size()))
+                    .with_file(chunk_name));
   }
+  lua_remove(L, base);
   return {};
 }
 

@@ -1,8 +1,14 @@
+// Recipe evaluation: the sandboxed chunk runs once; qload.recipe{...} checks the table's shape
+// at the call site (keys, types); then its data is read out here and checked for meaning
+// (device names, dtypes, rule actions), every error naming the recipe file and line.
 #include "qload/scripts/recipe.hpp"
+
+#include <glob.h>
 
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -12,13 +18,22 @@
 
 #include <fmt/format.h>
 
+#include "qload/io/digest.hpp"
+#include "qload/runtime/cuda.hpp"
+#include "qload/runtime/device.hpp"
 #include "qload/runtime/units.hpp"
+#include "recipe_hooks.hpp"
+#include "recipe_library.hpp"
 
 namespace qload::scripts {
 namespace {
 
-constexpr std::array<std::string_view, 3> kRecipeKeys{"source", "devices", "io"};
+constexpr std::array<std::string_view, 9> kRecipeKeys{"source",   "devices", "placement", "dtype", "quant",
+                                                      "parallel", "io",      "verify",    "trace"};
 constexpr std::array<std::string_view, 5> kIoKeys{"engine", "queue_depth", "direct", "chunk", "staging"};
+constexpr std::array<std::string_view, 3> kParallelKeys{"tensor", "pipeline", "data"};
+constexpr std::array<std::string_view, 7> kRuleKeys{"match",      "pattern",  "keep",  "skip",
+                                                    "dequantize", "quantize", "repack"};
 const char kRecipeMark = 0;     // registry key (its address): metatable marking qload.recipe tables
 const char kRecipeContext = 0;  // registry key (its address): the RecipeContext of this parse
 
@@ -43,8 +58,8 @@ int line_of(std::string_view text, std::string_view word) {
   if (word.empty()) return 0;
   const auto is_name = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
   for (std::size_t at = text.find(word); at != std::string_view::npos; at = text.find(word, at + 1)) {
-    const bool starts = at == 0 || !is_name(text[at - 1]);
-    const bool ends = at + word.size() == text.size() || !is_name(text[at + word.size()]);
+    const bool starts = at == 0 || !is_name(text[at - 1]) || !is_name(word.front());
+    const bool ends = at + word.size() == text.size() || !is_name(text[at + word.size()]) || !is_name(word.back());
     if (starts && ends)
       return 1 + static_cast<int>(std::count(text.begin(), text.begin() + static_cast<long>(at), '\n'));
   }
@@ -97,13 +112,52 @@ std::string check_keys(lua_State* L, int index, std::string_view where, const st
   return {};
 }
 
-std::string expect_type(lua_State* L, int table, const char* key, int type, std::string_view what) {
+// "" when the field is absent or of one of the `types`, else a message naming key and type.
+std::string expect_type(lua_State* L, int table, const char* key, std::initializer_list<int> types,
+                        std::string_view what) {
   lua_getfield(L, table, key);
   const int actual = lua_type(L, -1);
   lua_pop(L, 1);
-  if (actual == LUA_TNIL || actual == type) return {};
+  if (actual == LUA_TNIL || std::find(types.begin(), types.end(), actual) != types.end()) return {};
   context_of(L)->key = key;
   return fmt::format("'{}' must be {}, not a {}", key, what, lua_typename(L, actual));
+}
+
+// The quant rules' shape: a list of tables with known keys, each naming its weights by
+// exactly one of match (glob) and pattern (Lua pattern).
+std::string check_rules(lua_State* L, int rules) {
+  const auto count = static_cast<int>(lua_objlen(L, rules));
+  int pairs = 0;
+  lua_pushnil(L);
+  while (lua_next(L, rules) != 0) {
+    lua_pop(L, 1);
+    ++pairs;
+  }
+  context_of(L)->key = "quant";
+  if (pairs != count) return "'quant' must be a list of rules { match = ..., <action> }";
+  for (int i = 1; i <= count; ++i) {
+    lua_rawgeti(L, rules, i);
+    const int rule = lua_gettop(L);
+    std::string message;
+    const std::string where = fmt::format("quant[{}]", i);
+    if (lua_type(L, rule) != LUA_TTABLE) message = fmt::format("{} must be a table", where);
+    if (message.empty()) message = check_keys(L, rule, where, kRuleKeys);
+    for (const char* key : {"match", "pattern", "dequantize", "quantize"})
+      if (message.empty()) message = expect_type(L, rule, key, {LUA_TSTRING}, "a string");
+    for (const char* key : {"keep", "skip", "repack"})
+      if (message.empty()) message = expect_type(L, rule, key, {LUA_TBOOLEAN}, "true or false");
+    if (message.empty()) {
+      lua_getfield(L, rule, "match");
+      lua_getfield(L, rule, "pattern");
+      const int named = !lua_isnil(L, -2) + !lua_isnil(L, -1);
+      lua_pop(L, 2);
+      if (named != 1)
+        message = fmt::format("{} needs exactly one of 'match' (a glob) and 'pattern' (a Lua pattern)", where);
+    }
+    lua_pop(L, 1);
+    if (!message.empty()) return message;
+  }
+  return {};
 }
 
 // Validates the shape of the recipe table (argument 1). Returns an error text or "".
@@ -114,21 +168,40 @@ std::string validate(lua_State* L) {
   const bool has_source = lua_type(L, -1) == LUA_TSTRING;
   lua_pop(L, 1);
   if (!has_source) return "qload.recipe needs 'source', a path string";
-  lua_getfield(L, 1, "devices");
-  const int devices = lua_type(L, -1);
-  lua_pop(L, 1);
-  if (devices != LUA_TNIL && devices != LUA_TSTRING && devices != LUA_TTABLE)
-    return "'devices' must be a string like \"cpu\" or a list of them";
-  if (std::string m = expect_type(L, 1, "io", LUA_TTABLE, "a table"); !m.empty()) return m;
-  lua_getfield(L, 1, "io");
+  const std::pair<const char*, std::string> checks[] = {
+      {"devices", expect_type(L, 1, "devices", {LUA_TSTRING, LUA_TTABLE}, "a string like \"cpu\" or a list of them")},
+      {"placement", expect_type(L, 1, "placement", {LUA_TSTRING, LUA_TFUNCTION}, "a string or a function")},
+      {"dtype", expect_type(L, 1, "dtype", {LUA_TSTRING}, "a string")},
+      {"quant", expect_type(L, 1, "quant", {LUA_TTABLE, LUA_TFUNCTION}, "a list of rules or a function")},
+      {"parallel", expect_type(L, 1, "parallel", {LUA_TTABLE}, "a table")},
+      {"io", expect_type(L, 1, "io", {LUA_TTABLE}, "a table")},
+      {"verify", expect_type(L, 1, "verify", {LUA_TSTRING}, "a lockfile path")},
+      {"trace", expect_type(L, 1, "trace", {LUA_TSTRING}, "a file path")},
+  };
+  for (const auto& [key, message] : checks)
+    if (!message.empty()) return message;
   std::string message;
+  lua_getfield(L, 1, "io");
   if (lua_type(L, -1) == LUA_TTABLE) {
     const int io = lua_gettop(L);
     message = check_keys(L, io, "io", kIoKeys);
-    if (message.empty()) message = expect_type(L, io, "queue_depth", LUA_TNUMBER, "a number");
+    if (message.empty()) message = expect_type(L, io, "queue_depth", {LUA_TNUMBER}, "a number");
     for (const char* key : {"engine", "direct"})
-      if (message.empty()) message = expect_type(L, io, key, LUA_TSTRING, "a string");
+      if (message.empty()) message = expect_type(L, io, key, {LUA_TSTRING}, "a string");
   }
+  lua_pop(L, 1);
+  if (!message.empty()) return message;
+  lua_getfield(L, 1, "parallel");
+  if (lua_type(L, -1) == LUA_TTABLE) {
+    const int parallel = lua_gettop(L);
+    message = check_keys(L, parallel, "parallel", kParallelKeys);
+    for (const char* key : {"tensor", "pipeline", "data"})
+      if (message.empty()) message = expect_type(L, parallel, key, {LUA_TNUMBER}, "a number");
+  }
+  lua_pop(L, 1);
+  if (!message.empty()) return message;
+  lua_getfield(L, 1, "quant");
+  if (lua_type(L, -1) == LUA_TTABLE) message = check_rules(L, lua_gettop(L));
   lua_pop(L, 1);
   return message;
 }
@@ -161,6 +234,11 @@ void install_qload_table(lua_State* L) {
   lua_pushcfunction(L, l_recipe);
   lua_setfield(L, -2, "recipe");
   lua_setglobal(L, "qload");
+  // string.find as it was before the recipe ran, for pattern rules at plan time.
+  lua_getglobal(L, "string");
+  lua_getfield(L, -1, "find");
+  lua_setfield(L, LUA_REGISTRYINDEX, "qload.string_find");
+  lua_pop(L, 1);
 }
 
 bool is_recipe(lua_State* L, int index) {
@@ -180,10 +258,36 @@ std::optional<std::string> string_field(lua_State* L, int table, const char* key
   return out;
 }
 
-Result<std::vector<std::string>> read_devices(lua_State* L, const std::string& path) {
-  lua_getfield(L, -1, "devices");
-  std::vector<std::string> devices;
-  if (lua_type(L, -1) == LUA_TSTRING) devices.emplace_back(lua_tostring(L, -1));
+// An error about the recipe at `line` (0: no line known).
+Error recipe_error(const std::string& path, int line, Errc code, std::string message) {
+  const std::string where = line > 0 ? fmt::format("{}:{}: ", path, line) : fmt::format("{}: ", path);
+  return Error(code, where + message).with_file(path);
+}
+
+// A path from the recipe, relative to the recipe's folder unless absolute.
+std::string resolve(const std::filesystem::path& base, const std::string& p) {
+  return std::filesystem::path(p).is_absolute() || base.empty() ? p : (base / p).string();
+}
+
+// A source may be a glob naming exactly one directory, file or index.
+Result<std::string> resolve_source(const std::string& path, int line, const std::string& source) {
+  if (source.find_first_of("*?[") == std::string::npos) return source;
+  glob_t matches{};
+  const int rc = ::glob(source.c_str(), 0, nullptr, &matches);
+  std::vector<std::string> found;
+  for (std::size_t i = 0; rc == 0 && i < matches.gl_pathc; ++i) found.emplace_back(matches.gl_pathv[i]);
+  ::globfree(&matches);
+  if (found.size() != 1)
+    return fail(recipe_error(
+        path, line, Errc::kNotFound,
+        fmt::format("source '{}' matches {} paths; a source is one directory, file or index", source, found.size())));
+  return found.front();
+}
+
+Result<std::vector<std::string>> read_devices(lua_State* L, int recipe, const std::string& path, int line) {
+  lua_getfield(L, recipe, "devices");
+  std::vector<std::string> given;
+  if (lua_type(L, -1) == LUA_TSTRING) given.emplace_back(lua_tostring(L, -1));
   if (lua_type(L, -1) == LUA_TTABLE) {
     for (int i = 1;; ++i) {
       lua_rawgeti(L, -1, i);
@@ -192,22 +296,38 @@ Result<std::vector<std::string>> read_devices(lua_State* L, const std::string& p
         break;
       }
       const bool ok = lua_type(L, -1) == LUA_TSTRING;
-      if (ok) devices.emplace_back(lua_tostring(L, -1));
+      if (ok) given.emplace_back(lua_tostring(L, -1));
       lua_pop(L, 1);
       if (!ok) {
         lua_pop(L, 1);
-        return fail(Error(Errc::kInvalidArgument, fmt::format("devices[{}] must be a string", i)).with_file(path));
+        return fail(recipe_error(path, line, Errc::kInvalidArgument, fmt::format("devices[{}] must be a string", i)));
       }
     }
   }
   lua_pop(L, 1);
-  if (devices.empty()) devices.emplace_back("cpu");
+  if (given.empty()) given.emplace_back("cpu");
+  std::vector<std::string> devices;
+  for (const std::string& d : given) {
+    if (d == "cuda:*") {  // every GPU this machine has
+      const CudaInfo info = probe_cuda();
+      if (info.devices.empty())
+        return fail(recipe_error(path, line, Errc::kUnsupported,
+                                 fmt::format("devices 'cuda:*': no GPU visible ({})", info.unavailable_reason)));
+      for (const CudaDevice& gpu : info.devices) devices.push_back(fmt::format("cuda:{}", gpu.index));
+      continue;
+    }
+    auto parsed = parse_device(d);
+    if (!parsed) return fail(recipe_error(path, line, Errc::kInvalidArgument, parsed.error().message()));
+    devices.push_back(parsed->to_string());
+  }
+  auto list = parse_device_list(fmt::format("{}", fmt::join(devices, ",")));
+  if (!list) return fail(recipe_error(path, line, Errc::kInvalidArgument, list.error().message()));
   return devices;
 }
 
-Result<RecipeIo> read_io(lua_State* L, const std::string& path) {
+Result<RecipeIo> read_io(lua_State* L, int recipe, const std::string& path, int line) {
   RecipeIo io;
-  lua_getfield(L, -1, "io");
+  lua_getfield(L, recipe, "io");
   if (lua_type(L, -1) == LUA_TTABLE) {
     const int t = lua_gettop(L);
     io.engine = string_field(L, t, "engine");
@@ -217,7 +337,8 @@ Result<RecipeIo> read_io(lua_State* L, const std::string& path) {
       const double depth = lua_tonumber(L, -1);
       if (depth < 1 || depth > 4096 || depth != static_cast<double>(static_cast<std::uint32_t>(depth))) {
         lua_pop(L, 2);
-        return fail(Error(Errc::kInvalidArgument, "io.queue_depth must be a whole number in 1..4096").with_file(path));
+        return fail(
+            recipe_error(path, line, Errc::kInvalidArgument, "io.queue_depth must be a whole number in 1..4096"));
       }
       io.queue_depth = static_cast<std::uint32_t>(depth);
     }
@@ -240,6 +361,84 @@ Result<RecipeIo> read_io(lua_State* L, const std::string& path) {
   return io;
 }
 
+Result<RecipeParallel> read_parallel(lua_State* L, int recipe, const std::string& path, int line) {
+  RecipeParallel parallel;
+  lua_getfield(L, recipe, "parallel");
+  if (lua_type(L, -1) == LUA_TTABLE) {
+    for (auto [key, out] : {std::pair{"tensor", &parallel.tensor}, std::pair{"pipeline", &parallel.pipeline},
+                            std::pair{"data", &parallel.data}}) {
+      lua_getfield(L, -1, key);
+      const bool present = lua_type(L, -1) == LUA_TNUMBER;
+      const double v = present ? lua_tonumber(L, -1) : 1;
+      lua_pop(L, 1);
+      if (v < 1 || v > 4096 || v != std::floor(v)) {
+        lua_pop(L, 1);
+        return fail(recipe_error(path, line, Errc::kInvalidArgument,
+                                 fmt::format("parallel.{} must be a whole number in 1..4096", key)));
+      }
+      *out = static_cast<std::uint32_t>(v);
+    }
+  }
+  lua_pop(L, 1);
+  return parallel;
+}
+
+Result<DType> read_dtype(const std::string& path, int line, const std::string& text) {
+  if (text == "bf16" || text == "bfloat16") return DType::kBF16;
+  if (text == "f16" || text == "float16") return DType::kF16;
+  if (text == "f32" || text == "float32") return DType::kF32;
+  return fail(
+      recipe_error(path, line, Errc::kInvalidArgument, fmt::format("dtype '{}' is not bf16, f16 or f32", text)));
+}
+
+// The static quant rules (their shape was checked by qload.recipe; here their actions).
+Result<std::vector<QuantRule>> read_rules(lua_State* L, int recipe, const std::string& path, std::string_view text) {
+  std::vector<QuantRule> rules;
+  lua_getfield(L, recipe, "quant");
+  if (lua_type(L, -1) == LUA_TTABLE) {
+    const int table = lua_gettop(L);
+    const auto count = static_cast<int>(lua_objlen(L, table));
+    for (int i = 1; i <= count; ++i) {
+      lua_rawgeti(L, table, i);
+      QuantRule rule;
+      rule.glob = string_field(L, lua_gettop(L), "match").value_or("");
+      rule.pattern = string_field(L, lua_gettop(L), "pattern").value_or("");
+      rule.line = line_of(text, rule.glob.empty() ? rule.pattern : rule.glob);
+      auto policy = detail::read_rule_action(L, -1, fmt::format("quant[{}]", i));
+      lua_pop(L, 1);
+      if (!policy) {
+        lua_pop(L, 1);
+        return fail(recipe_error(path, rule.line, Errc::kInvalidArgument, policy.error().message()));
+      }
+      rule.policy = *policy;
+      rules.push_back(std::move(rule));
+    }
+  }
+  lua_pop(L, 1);
+  return rules;
+}
+
+// A registry reference to the function in field `key` of the recipe, or LUA_NOREF.
+int function_ref(lua_State* L, int recipe, const char* key) {
+  lua_getfield(L, recipe, key);
+  if (lua_type(L, -1) != LUA_TFUNCTION) {
+    lua_pop(L, 1);
+    return LUA_NOREF;
+  }
+  return luaL_ref(L, LUA_REGISTRYINDEX);
+}
+
+std::uint64_t recipe_hash(const std::string& text, const std::vector<detail::RequiredModule>& modules) {
+  std::string all = text;
+  for (const detail::RequiredModule& m : modules) {
+    all += '\0';
+    all += m.name;
+    all += '\0';
+    all += m.text;
+  }
+  return io::xxh3_64(std::as_bytes(std::span(all)));
+}
+
 }  // namespace
 
 Result<Recipe> parse_recipe(const std::string& text, const std::string& path, const SandboxLimits& limits) {
@@ -250,22 +449,52 @@ Result<Recipe> parse_recipe(const std::string& text, const std::string& path, co
   lua_pushlightuserdata(L, const_cast<char*>(&kRecipeContext));
   lua_pushlightuserdata(L, &context);
   lua_rawset(L, LUA_REGISTRYINDEX);
-  if (Status ran = state.run(text, path, 1); !ran) {
-    if (!context.failed) return fail(std::move(ran.error()));
+  const std::filesystem::path base = std::filesystem::path(path).parent_path();
+  detail::RequireContext modules{.recipe_dir = base.empty() ? std::filesystem::path(".") : base, .modules = {}};
+  QLOAD_TRY(detail::install_recipe_library(state, &modules));
+  const Status ran = state.run(text, path, 1);
+  detail::uninstall_require(state);
+  lua_pushlightuserdata(L, const_cast<char*>(&kRecipeContext));
+  lua_pushnil(L);
+  lua_rawset(L, LUA_REGISTRYINDEX);
+  if (!ran) {
+    if (!context.failed) return fail(ran.error());
     int line = line_of(text, context.key);
     if (line == 0) line = line_of(text, "recipe");
-    return fail(
-        Error(Errc::kInvalidArgument, fmt::format("{}:{}: {}", path, line, ran.error().message())).with_file(path));
+    return fail(recipe_error(path, line, Errc::kInvalidArgument, ran.error().message()));
   }
   if (!is_recipe(L, -1))
     return fail(Error(Errc::kInvalidArgument, "a recipe must end with: return qload.recipe { ... }").with_file(path));
+  const int t = lua_gettop(L);
+  const auto line = [&](std::string_view key) { return line_of(text, key); };
+
   Recipe recipe;
   recipe.path = path;
-  const std::string source = string_field(L, lua_gettop(L), "source").value_or("");
-  const std::filesystem::path base = std::filesystem::path(path).parent_path();
-  recipe.source = std::filesystem::path(source).is_absolute() || base.empty() ? source : (base / source).string();
-  QLOAD_ASSIGN_OR_RETURN(recipe.devices, read_devices(L, path));
-  QLOAD_ASSIGN_OR_RETURN(recipe.io, read_io(L, path));
+  QLOAD_ASSIGN_OR_RETURN(
+      recipe.source, resolve_source(path, line("source"), resolve(base, string_field(L, t, "source").value_or(""))));
+  QLOAD_ASSIGN_OR_RETURN(recipe.devices, read_devices(L, t, path, line("devices")));
+  if (const auto p = string_field(L, t, "placement")) {
+    if (auto parsed = scheduler::parse_placement(*p); !parsed)
+      return fail(recipe_error(path, line("placement"), Errc::kInvalidArgument, parsed.error().message()));
+    recipe.placement = *p;
+  }
+  if (const auto d = string_field(L, t, "dtype")) {
+    QLOAD_ASSIGN_OR_RETURN(recipe.dtype, read_dtype(path, line("dtype"), *d));
+  }
+  QLOAD_ASSIGN_OR_RETURN(recipe.quant, read_rules(L, t, path, text));
+  QLOAD_ASSIGN_OR_RETURN(recipe.parallel, read_parallel(L, t, path, line("parallel")));
+  QLOAD_ASSIGN_OR_RETURN(recipe.io, read_io(L, t, path, line("io")));
+  if (const auto v = string_field(L, t, "verify")) recipe.verify = resolve(base, *v);
+  if (const auto tr = string_field(L, t, "trace")) recipe.trace = resolve(base, *tr);
+  for (const detail::RequiredModule& m : modules.modules) recipe.modules.push_back(m.path);
+  recipe.hash = recipe_hash(text, modules.modules);
+
+  const int place_ref = function_ref(L, t, "placement");
+  const int quant_ref = function_ref(L, t, "quant");
+  const bool patterns = std::ranges::any_of(recipe.quant, [](const QuantRule& r) { return !r.pattern.empty(); });
+  lua_settop(L, 0);
+  if (place_ref != LUA_NOREF || quant_ref != LUA_NOREF || patterns)
+    recipe.hooks = std::make_shared<detail::RecipeHooks>(std::move(state), path, place_ref, quant_ref);
   return recipe;
 }
 

@@ -40,8 +40,14 @@ class LuaState {
 
   // Loads `chunk` (text only, never bytecode) named `chunk_name` and runs it in protected
   // mode under the sandbox limits, leaving its `results` return values on the stack.
-  // Errors carry Lua's message (with file and line) and name the chunk as the file.
+  // Errors carry Lua's message (with file and line), name the chunk as the file, and note the
+  // traceback when the error came through more than one Lua function.
   Status run(const std::string& chunk, const std::string& chunk_name, int results);
+
+  // Calls the function under `nargs` arguments on the stack in protected mode, under fresh
+  // sandbox limits, leaving `results` values (a plan-time hook). Errors as run(), with the Lua
+  // frames the error passed through added as a one-line note ("traceback: ...").
+  Status call(int nargs, int results, const std::string& chunk_name);
 
   // run() and convert the first result to a string (as Lua's tostring would).
   Result<std::string> eval_to_string(const std::string& chunk, const std::string& chunk_name);

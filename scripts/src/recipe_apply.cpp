@@ -1,0 +1,112 @@
+// A parsed recipe put to use: its rules and hooks answer the scheduler's per-weight and
+// per-tensor questions at plan time, and its settings become load options.
+#include <fnmatch.h>
+
+#include <fmt/format.h>
+
+#include "qload/runtime/device.hpp"
+#include "qload/scripts/recipe.hpp"
+#include "recipe_hooks.hpp"
+
+namespace qload::scripts {
+
+bool Recipe::has_place_hook() const {
+  return hooks && hooks->has_place();
+}
+bool Recipe::has_quant_hook() const {
+  return hooks &&
+         (hooks->has_quant() || std::ranges::any_of(quant, [](const QuantRule& r) { return !r.pattern.empty(); }));
+}
+
+Result<std::optional<scheduler::WeightPolicy>> Recipe::weight_policy(std::string_view name) const {
+  if (hooks && hooks->has_quant()) return hooks->quant(name);
+  const std::string n(name);
+  for (const QuantRule& rule : quant) {
+    bool matches = false;
+    if (!rule.glob.empty()) {
+      matches = ::fnmatch(rule.glob.c_str(), n.c_str(), 0) == 0;
+    } else {
+      QLOAD_ASSIGN_OR_RETURN(matches, hooks->find(name, rule.pattern));
+    }
+    if (matches) return std::optional<scheduler::WeightPolicy>(rule.policy);
+  }
+  return std::optional<scheduler::WeightPolicy>();
+}
+
+Result<std::optional<std::uint32_t>> Recipe::place(std::string_view name) const {
+  if (!has_place_hook()) return std::optional<std::uint32_t>();
+  QLOAD_ASSIGN_OR_RETURN(const std::optional<std::string> device, hooks->place(name));
+  if (!device) return std::optional<std::uint32_t>();
+  auto parsed = parse_device(*device);
+  if (parsed) {
+    const std::string canonical = parsed->to_string();
+    for (std::uint32_t i = 0; i < devices.size(); ++i)
+      if (devices[i] == canonical) return std::optional<std::uint32_t>(i);
+  }
+  return fail(Error(Errc::kInvalidArgument,
+                    fmt::format("the placement function put '{}' on '{}', which is not one of the recipe's devices "
+                                "({})",
+                                name, *device, fmt::join(devices, ", ")))
+                  .with_file(path));
+}
+
+namespace {
+
+Status apply_io(const RecipeIo& io, scheduler::LoadOptions& o) {
+  if (io.engine) {
+    QLOAD_ASSIGN_OR_RETURN(o.io.engine, io::parse_engine(*io.engine));
+  }
+  if (io.direct) {
+    if (*io.direct == "auto")
+      o.io.direct = io::DirectMode::kAuto;
+    else if (*io.direct == "on")
+      o.io.direct = io::DirectMode::kOn;
+    else if (*io.direct == "off")
+      o.io.direct = io::DirectMode::kOff;
+    else
+      return fail(Errc::kInvalidArgument, fmt::format("io.direct '{}' is not auto, on or off", *io.direct));
+  }
+  if (io.queue_depth) o.io.queue_depth = o.reads_in_flight = *io.queue_depth;
+  if (io.chunk_bytes) o.plan.chunk_bytes = o.staging.slot_bytes = *io.chunk_bytes;
+  if (io.staging_bytes) o.staging.total_bytes = *io.staging_bytes;
+  return {};
+}
+
+}  // namespace
+
+Status Recipe::apply(scheduler::LoadOptions& options) const {
+  const auto error = [this](Errc code, std::string message) {
+    return fail(Error(code, std::move(message)).with_file(path));
+  };
+  QLOAD_ASSIGN_OR_RETURN(options.plan.devices, parse_device_list(fmt::format("{}", fmt::join(devices, ","))));
+  if (parallel.tensor > 1 || parallel.data > 1)
+    return error(Errc::kUnsupported,
+                 fmt::format("parallel = {{ tensor = {}, data = {} }}: tensor and data parallel placement are not "
+                             "implemented yet (only pipeline stages are)",
+                             parallel.tensor, parallel.data));
+  if (placement) {
+    QLOAD_ASSIGN_OR_RETURN(options.plan.placement, scheduler::parse_placement(*placement));
+  }
+  if (parallel.pipeline > 1) {
+    // One stage per device, whole layers in order: the by-layer placement.
+    if (parallel.pipeline != devices.size())
+      return error(Errc::kInvalidArgument, fmt::format("parallel.pipeline = {} needs {} devices; the recipe lists {}",
+                                                       parallel.pipeline, parallel.pipeline, devices.size()));
+    if (placement && *placement != "by-layer")
+      return error(
+          Errc::kInvalidArgument,
+          fmt::format("parallel.pipeline places whole layers per stage; placement '{}' contradicts it", *placement));
+    options.plan.placement = scheduler::Placement::kByLayer;
+  }
+  if (dtype) options.plan.dtype = *dtype;
+  // The hooks hold a copy of this recipe (and through it the Lua state), so the options do
+  // not depend on this object's lifetime.
+  const auto self = std::make_shared<const Recipe>(*this);
+  if (!quant.empty() || has_quant_hook())
+    options.plan.weight_policy = [self](std::string_view name) { return self->weight_policy(name); };
+  if (has_place_hook()) options.plan.place = [self](std::string_view name) { return self->place(name); };
+  if (Status s = apply_io(io, options); !s) return fail(std::move(s.error()).with_file(path));
+  return {};
+}
+
+}  // namespace qload::scripts
