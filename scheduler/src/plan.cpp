@@ -287,6 +287,7 @@ Result<Plan> make_plan(const formats::Catalog& catalog, const PlanOptions& optio
     return fail(Errc::kUnsupported, fmt::format("{} tensors is too many", catalog.tensors.size()));
   Plan plan;
   plan.mode = options.mode;
+  plan.tensor_alignment = options.mode == LoadMode::kRead ? options.tensor_alignment : 0;
   plan.tensors.resize(catalog.tensors.size());
   for (const formats::TensorEntry& t : catalog.tensors) {
     QLOAD_TRY(validate_tensor(catalog, t));

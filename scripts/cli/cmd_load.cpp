@@ -140,18 +140,25 @@ nlohmann::json report_json(const scheduler::LoadReport& r, const std::string& de
 }  // namespace
 
 int run_load(const LoadArgs& args) {
-  auto req = build_request(args);
-  if (!req) return report(req.error());
+  auto planned = plan_request(args);
+  if (!planned) return report(planned.error());
+  LoadRequest* req = &planned->request;
+  auto locked = lock_path(args, *req);
+  if (!locked) return report(locked.error());
+  if (!locked->empty())
+    if (Status s = apply_lock(*locked, *planned); !s) return report(s.error());
+  std::string trace_path = args.trace;
+  if (trace_path.empty() && req->recipe && req->recipe->trace) trace_path = *req->recipe->trace;
   TraceRecorder trace;
-  if (!args.trace.empty()) req->options.trace = &trace;
+  if (!trace_path.empty()) req->options.trace = &trace;
   ProgressBar bar(!args.json && ::isatty(STDERR_FILENO));
   req->options.progress = [&bar](std::uint64_t done, std::uint64_t total) { bar.update(done, total); };
 
-  auto model = scheduler::load_source(req->source, req->options);
+  auto model = scheduler::load(planned->catalog, planned->plan, req->options);
   bar.finish();
   if (!model) return report(model.error());
-  if (!args.trace.empty())
-    if (Status s = trace.write(args.trace); !s) return report(s.error());
+  if (!trace_path.empty())
+    if (Status s = trace.write(trace_path); !s) return report(s.error());
   if (!args.dump.empty())
     if (Status s = dump(*model, args.dump); !s) return report(s.error());
 

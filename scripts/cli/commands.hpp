@@ -55,8 +55,25 @@ struct LoadArgs {
   bool no_digests = false;  // skip the per-tensor XXH3-64 (saves a pass of hashing CPU)
   std::string trace;
   std::string dump;
+  std::string locked;  // a lockfile the load must match (also a recipe's `verify`)
 };
 int run_load(const LoadArgs& args);
+
+// `qload plan`: the load's plan (what goes where, decoded how) without reading tensor data.
+int run_plan(const LoadArgs& args);
+
+struct LockArgs {
+  LoadArgs load;  // what to lock: a checkpoint or recipe, and load options
+  std::string out = "qload.lock";
+};
+int run_lock(const LockArgs& args);
+
+struct VerifyArgs {
+  std::string path;  // checkpoint or recipe
+  std::string lock;
+  bool json = false;
+};
+int run_verify(const VerifyArgs& args);
 
 struct ConvertArgs {
   std::string source;

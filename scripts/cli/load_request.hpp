@@ -21,4 +21,23 @@ struct LoadRequest {
 
 Result<LoadRequest> build_request(const LoadArgs& args);
 
+// A request with its checkpoint opened and planned: what `qload plan`, `qload lock` and
+// `qload load` share.
+struct PlannedLoad {
+  LoadRequest request;
+  formats::Catalog catalog;
+  scheduler::Plan plan;
+  std::uint64_t plan_hash = 0;  // plan_report.hpp
+};
+Result<PlannedLoad> plan_request(const LoadArgs& args);
+
+// The lockfile a load must match: --locked, else the recipe's `verify`; empty for none.
+// kInvalidArgument when both are given and differ.
+Result<std::string> lock_path(const LoadArgs& args, const LoadRequest& request);
+
+// Before anything is read: kChecksumMismatch naming the lock unless the recipe hash, the plan
+// hash, the files (names, sizes) and the tensor names match it; then every tensor's digest
+// becomes an expected digest, so the load fails (exposing nothing) if any byte differs.
+Status apply_lock(const std::string& lock_file, PlannedLoad& load);
+
 }  // namespace qload::cli

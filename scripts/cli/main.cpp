@@ -46,25 +46,47 @@ int main(int argc, char** argv) {
       "--quant", so.quant,
       fmt::format("Write the linear weights quantized: {}", fmt::join(qload::scripts::kSynthQuantNames, ", ")));
 
+  // What to load and how: shared by load, plan and lock (a recipe's settings are the defaults).
+  const auto add_load_options = [](CLI::App* cmd, qload::cli::LoadArgs& a) {
+    cmd->add_option("path", a.path, "Checkpoint (directory, .safetensors, index json) or recipe (.lua)")->required();
+    cmd->add_option("--device,--devices", a.device,
+                    "Destination device(s), comma-separated: cpu, cpu:N, cuda:N (default cpu, or the recipe's)");
+    cmd->add_option("--placement", a.placement, "With several devices: round-robin (default) or by-layer");
+    cmd->add_option("--dtype", a.dtype, "Convert floating tensors (f16/bf16/f32) to bf16, f16 or f32 on load");
+    cmd->add_option("--dequantize", a.dequantize, "Dequantize quantized weights to bf16, f16 or f32");
+    cmd->add_option("--quantize", a.quantize,
+                    "Quantize linear weights on load: fp8[:per-tensor|per-channel|block] or int8");
+    cmd->add_flag("--repack", a.repack,
+                  "Repack GPTQ v1 / AWQ GEMM / act-order weights to GPTQ v2 with contiguous groups (<p>.perm)");
+    cmd->add_flag("--mmap", a.mmap, "Zero-copy: tensors point into read-only file mappings");
+  };
+
   qload::cli::LoadArgs load_args;
   auto* load = app.add_subcommand("load", "Load a checkpoint (or run a recipe) and report how it went");
-  load->add_option("path", load_args.path, "Checkpoint (directory, .safetensors, index json) or recipe (.lua)")
-      ->required();
-  load->add_option("--device,--devices", load_args.device,
-                   "Destination device(s), comma-separated: cpu, cpu:N, cuda:N (default cpu, or the recipe's)");
-  load->add_option("--placement", load_args.placement, "With several devices: round-robin (default) or by-layer");
-  load->add_option("--dtype", load_args.dtype, "Convert floating tensors (f16/bf16/f32) to bf16, f16 or f32 on load");
-  load->add_option("--dequantize", load_args.dequantize, "Dequantize quantized weights to bf16, f16 or f32");
-  load->add_option("--quantize", load_args.quantize,
-                   "Quantize linear weights on load: fp8[:per-tensor|per-channel|block] or int8");
-  load->add_flag("--repack", load_args.repack,
-                 "Repack GPTQ v1 / AWQ GEMM / act-order weights to GPTQ v2 with contiguous groups (<p>.perm)");
+  add_load_options(load, load_args);
   load->add_flag("--json", load_args.json, "One JSON object on stdout instead of the summary");
-  load->add_flag("--mmap", load_args.mmap, "Zero-copy: tensors point into read-only file mappings");
   load->add_flag("--no-digests", load_args.no_digests,
                  "Skip the per-tensor XXH3-64 digests (less CPU; nothing to check bytes against)");
   load->add_option("--trace", load_args.trace, "Write a Chrome trace (Perfetto) of the load to this file");
   load->add_option("--dump", load_args.dump, "Write what was loaded to DIR/<device>.safetensors");
+  load->add_option("--locked", load_args.locked,
+                   "Load only if the checkpoint, recipe and plan match this lockfile (`qload lock`)");
+
+  qload::cli::LoadArgs plan_args;
+  auto* plan = app.add_subcommand("plan", "Print what a load would do (no tensor data read) and its plan hash");
+  add_load_options(plan, plan_args);
+  plan->add_flag("--json", plan_args.json, "The plan as one JSON object");
+
+  qload::cli::LockArgs lock_args;
+  auto* lock = app.add_subcommand("lock", "Write a lockfile: recipe and plan hashes, file and tensor digests");
+  add_load_options(lock, lock_args.load);
+  lock->add_option("-o,--output", lock_args.out, "The lockfile to write")->capture_default_str();
+
+  qload::cli::VerifyArgs verify_args;
+  auto* verify = app.add_subcommand("verify", "Re-hash a checkpoint (or a recipe's) against a lockfile");
+  verify->add_option("path", verify_args.path, "Checkpoint or recipe (.lua)")->required();
+  verify->add_option("--lock", verify_args.lock, "The lockfile")->required();
+  verify->add_flag("--json", verify_args.json, "One JSON object on stdout");
 
   qload::cli::ConvertArgs convert_args;
   auto* convert = app.add_subcommand(
@@ -98,6 +120,9 @@ int main(int argc, char** argv) {
   if (*convert) return qload::cli::run_convert(convert_args);
   if (*synth) return qload::cli::run_synth(synth_args);
   if (*load) return qload::cli::run_load(load_args);
+  if (*plan) return qload::cli::run_plan(plan_args);
+  if (*lock) return qload::cli::run_lock(lock_args);
+  if (*verify) return qload::cli::run_verify(verify_args);
   std::fputs(app.help().c_str(), stdout);
   return 0;
 }

@@ -194,6 +194,7 @@ struct Plan {
   std::string quant_warning;                       // why detection failed when no policy needed it (the load goes on)
   std::vector<DecodeJob> decodes;
   std::uint32_t scratch_region = kNoRegion;  // index of the scratch arena in `arenas`, if any
+  std::uint64_t tensor_alignment = 0;        // PlanOptions::tensor_alignment (read mode)
   std::uint64_t tensor_bytes = 0;            // sum of tensor sizes as stored
   std::uint64_t placed_bytes = 0;            // sum of tensor sizes as placed (after conversion)
   std::uint32_t converted_tensors = 0;       // tensors whose dtype the policy changes

@@ -1,0 +1,50 @@
+// `qload plan PATH|RECIPE`: what a load would do, without reading a tensor byte: per tensor its
+// file range, where it lands or which decode takes it; per decode what it makes; the plan hash
+// a lock records. Same recipe and same files: same plan, same hash.
+#include <fmt/format.h>
+
+#include "commands.hpp"
+#include "load_request.hpp"
+#include "plan_report.hpp"
+#include "qload/io/digest.hpp"
+#include "qload/runtime/units.hpp"
+
+namespace qload::cli {
+
+int run_plan(const LoadArgs& args) {
+  auto planned = plan_request(args);
+  if (!planned) return report(planned.error());
+  nlohmann::json plan = plan_json(planned->catalog, planned->plan);
+  if (args.json) {
+    plan["plan_xxh3_64"] = io::hex64(planned->plan_hash);
+    fmt::print("{}\n", plan.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
+    return 0;
+  }
+  fmt::print("{:<52} {:>9} {:>12} {:<8} {:>12} {:>12} {}\n", "tensor", "file", "offset", "device", "arena off", "bytes",
+             "dtype / decode");
+  for (const nlohmann::json& t : plan["tensors"]) {
+    const std::string name = escape_for_terminal(t["name"].get<std::string>());
+    const std::string file = escape_for_terminal(t["file"].get<std::string>());
+    if (t.contains("placed")) {
+      const nlohmann::json& p = t["placed"];
+      fmt::print("{:<52} {:>9} {:>12} {:<8} {:>12} {:>12} {}\n", name, file, t["file_offset"].get<std::uint64_t>(),
+                 p["device"].get<std::string>(), p["offset"].get<std::uint64_t>(), p["bytes"].get<std::uint64_t>(),
+                 p["dtype"].get<std::string>());
+    } else {
+      fmt::print("{:<52} {:>9} {:>12} {:<8} {:>12} {:>12} -> {}\n", name, file, t["file_offset"].get<std::uint64_t>(),
+                 "", "", t["bytes"].get<std::uint64_t>(), t.value("decode", std::string("(no bytes)")));
+    }
+  }
+  for (const nlohmann::json& d : plan["decodes"])
+    for (const nlohmann::json& o : d["outputs"])
+      fmt::print("{:<52} {:>9} {:>12} {:<8} {:>12} {:>12} {} ({})\n", escape_for_terminal(o["name"].get<std::string>()),
+                 "", "", o["device"].get<std::string>(), o["offset"].get<std::uint64_t>(),
+                 o["bytes"].get<std::uint64_t>(), o["dtype"].get<std::string>(), d["kind"].get<std::string>());
+  const scheduler::Plan& p = planned->plan;
+  fmt::print("plan: {} tensors, {} stored, {} placed, {} decode jobs over {} arena(s); plan hash {}\n",
+             planned->catalog.tensors.size(), format_bytes(p.tensor_bytes), format_bytes(p.placed_bytes),
+             p.decodes.size(), p.arenas.size(), io::hex64(planned->plan_hash));
+  return 0;
+}
+
+}  // namespace qload::cli

@@ -1,0 +1,22 @@
+// The plan of a load as data (`qload plan --json`, and what a lock's plan hash covers): for
+// every stored tensor its source range and where it lands (device, arena offset, dtype,
+// bytes) or which decode consumes it; for every decode job what it makes and where. Read
+// chunks, the staging pool and other execution details are left out: they decide how fast,
+// not what is loaded. File paths are relative to the checkpoint's root, so the same files
+// anywhere give the same plan and the same hash.
+#pragma once
+
+#include <cstdint>
+
+#include <nlohmann/json.hpp>
+
+#include "qload/formats/catalog.hpp"
+#include "qload/scheduler/plan.hpp"
+
+namespace qload::cli {
+
+nlohmann::json plan_json(const formats::Catalog& catalog, const scheduler::Plan& plan);
+// XXH3-64 of the plan's canonical JSON text (plan_json dumped without indentation).
+std::uint64_t plan_hash(const nlohmann::json& plan);
+
+}  // namespace qload::cli
