@@ -151,7 +151,8 @@ int run_load(const LoadArgs& args) {
   if (trace_path.empty() && req->recipe && req->recipe->trace) trace_path = *req->recipe->trace;
   TraceRecorder trace;
   if (!trace_path.empty()) req->options.trace = &trace;
-  ProgressBar bar(!args.json && ::isatty(STDERR_FILENO));
+  const bool json = args.json || (req->recipe && req->recipe->json_report);
+  ProgressBar bar(!json && ::isatty(STDERR_FILENO));
   req->options.progress = [&bar](std::uint64_t done, std::uint64_t total) { bar.update(done, total); };
 
   auto model = scheduler::load(planned->catalog, planned->plan, req->options);
@@ -164,7 +165,7 @@ int run_load(const LoadArgs& args) {
 
   const scheduler::LoadReport& r = model->report();
   const std::uint64_t rss = peak_rss_bytes();
-  if (args.json) {
+  if (json) {
     fmt::print("{}\n", report_json(r, req->devices, rss).dump(2));
   } else {
     fmt::print("{}", r.summary());

@@ -28,8 +28,8 @@
 namespace qload::scripts {
 namespace {
 
-constexpr std::array<std::string_view, 9> kRecipeKeys{"source",   "devices", "placement", "dtype", "quant",
-                                                      "parallel", "io",      "verify",    "trace"};
+constexpr std::array<std::string_view, 10> kRecipeKeys{"source",   "devices", "placement", "dtype",  "quant",
+                                                       "parallel", "io",      "verify",    "report", "trace"};
 constexpr std::array<std::string_view, 5> kIoKeys{"engine", "queue_depth", "direct", "chunk", "staging"};
 constexpr std::array<std::string_view, 3> kParallelKeys{"tensor", "pipeline", "data"};
 constexpr std::array<std::string_view, 7> kRuleKeys{"match",      "pattern",  "keep",  "skip",
@@ -177,6 +177,7 @@ std::string validate(lua_State* L) {
       {"io", expect_type(L, 1, "io", {LUA_TTABLE}, "a table")},
       {"verify", expect_type(L, 1, "verify", {LUA_TSTRING}, "a lockfile path")},
       {"trace", expect_type(L, 1, "trace", {LUA_TSTRING}, "a file path")},
+      {"report", expect_type(L, 1, "report", {LUA_TSTRING}, "\"text\" or \"json\"")},
   };
   for (const auto& [key, message] : checks)
     if (!message.empty()) return message;
@@ -486,6 +487,12 @@ Result<Recipe> parse_recipe(const std::string& text, const std::string& path, co
   QLOAD_ASSIGN_OR_RETURN(recipe.io, read_io(L, t, path, line("io")));
   if (const auto v = string_field(L, t, "verify")) recipe.verify = resolve(base, *v);
   if (const auto tr = string_field(L, t, "trace")) recipe.trace = resolve(base, *tr);
+  if (const auto rep = string_field(L, t, "report")) {
+    if (*rep != "text" && *rep != "json")
+      return fail(recipe_error(path, line("report"), Errc::kInvalidArgument,
+                               fmt::format("report '{}' is not \"text\" or \"json\"", *rep)));
+    recipe.json_report = *rep == "json";
+  }
   for (const detail::RequiredModule& m : modules.modules) recipe.modules.push_back(m.path);
   recipe.hash = recipe_hash(text, modules.modules);
 

@@ -45,6 +45,7 @@ TEST_CASE("a recipe's placement, dtype, rules, parallel, verify and trace are re
       parallel  = { pipeline = 2 },
       verify    = "qload.lock",
       trace     = "/tmp/t.json",
+      report    = "json",
     })";
   auto r = scripts::parse_recipe(text, "/work/r/recipe.lua");
   if (!r) FAIL(r.error().to_string());
@@ -58,6 +59,7 @@ TEST_CASE("a recipe's placement, dtype, rules, parallel, verify and trace are re
   CHECK(r->parallel.pipeline == 2);
   CHECK(r->verify == "/work/r/qload.lock");
   CHECK(r->trace == "/tmp/t.json");
+  CHECK(r->json_report);
 
   // First match wins; a glob's * crosses dots; a pattern is found anywhere in the name.
   CHECK(policy(*r, "lm_head.weight")->action == Action::kKeep);
@@ -183,6 +185,7 @@ TEST_CASE("recipe language mistakes name the file and line", "[scripts][recipe]"
       {"return qload.recipe { source = 'm', devices = 'gpu0' }", "gpu0"},
       {"return qload.recipe { source = 'm', devices = { 'cpu', 'cpu' } }", "twice"},
       {"return qload.recipe { source = 'm', verify = true }", "'verify' must be a lockfile path"},
+      {"return qload.recipe { source = 'm', report = 'xml' }", "report 'xml' is not \"text\" or \"json\""},
       {"return qload.recipe { source = '/nonexistent/*/model' }", "matches 0 paths"},
   };
   for (const Case& c : cases) {

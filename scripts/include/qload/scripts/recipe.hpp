@@ -18,6 +18,7 @@
 //     io        = { engine = "auto", queue_depth = 32, direct = "auto", chunk = "16MiB", staging = "256MiB" },
 //     verify    = "qload.lock",          -- load only if every tensor matches this lock
 //     trace     = "load.trace.json",     -- a Chrome trace of the load
+//     report    = "json",                -- the load's report as JSON ("text" by default)
 //   }
 //
 // A recipe is evaluated once, in the sandbox (lua_state.hpp). Only data leaves Lua, except the
@@ -79,6 +80,7 @@ struct Recipe {
   RecipeIo io;
   std::optional<std::string> verify;  // a lockfile, resolved against the recipe's directory
   std::optional<std::string> trace;   // resolved likewise
+  bool json_report = false;           // report = "json": the load's report as JSON
   // XXH3-64 over the recipe's text and every module it required (name and text, in the order
   // they were loaded): a lock records it, so an edited recipe or helper is noticed.
   std::uint64_t hash = 0;
