@@ -72,6 +72,20 @@ std::vector<DeviceTensor> describe_tensors(const formats::Catalog& catalog, cons
     const formats::TensorEntry& t = catalog.tensors[i];
     const TensorPlacement& p = plan.tensors[i];
     if (!mmap && plan.arenas[p.region].scratch) continue;  // a decode input, not part of the model
+    for (std::uint32_t k = p.first_shard; k < p.first_shard + p.shard_count; ++k) {  // parallel layouts
+      const ShardPlacement& shard = plan.shards[k];
+      const Device device = device_of(shard.region);
+      out.push_back(DeviceTensor{.name = t.name,
+                                 .device = device.to_string(),
+                                 .data = regions[shard.region] + shard.offset,
+                                 .writable = writable,
+                                 .host = device.is_cpu(),
+                                 .dtype = shard.dtype,
+                                 .shape = shard.slice.shape,
+                                 .strides = shard.slice.shape.contiguous_strides(),
+                                 .nbytes = shard.bytes});
+    }
+    if (p.shard_count > 0) continue;
     const Device device = device_of(p.region);
     out.push_back(DeviceTensor{.name = t.name,
                                .device = device.to_string(),
@@ -129,6 +143,9 @@ void fill_report(LoadReport& report, const formats::Catalog& catalog, const Plan
                  const std::vector<std::uint64_t>& digests, const ExecutionStats& stats, LoadClock::time_point begin) {
   report.mode = plan.mode;
   report.tensors = catalog.tensors.size();
+  if (!plan.shards.empty())  // every copy counts: a shard or replica is a tensor of its device
+    report.tensors += plan.shards.size() -
+                      std::ranges::count_if(plan.tensors, [](const TensorPlacement& p) { return p.shard_count > 0; });
   if (plan.scratch_region != kNoRegion) {  // decode inputs are not in the model; their outputs are
     report.tensors = 0;
     for (const TensorPlacement& p : plan.tensors) report.tensors += p.region == plan.scratch_region ? 0 : 1;

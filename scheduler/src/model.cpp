@@ -25,6 +25,14 @@ const DeviceTensor* Model::find(std::string_view name) const {
   return &parts_.tensors[*it];
 }
 
+const DeviceTensor* Model::find(std::string_view name, std::string_view device) const {
+  auto it = std::lower_bound(by_name_.begin(), by_name_.end(), name,
+                             [&](std::uint32_t i, std::string_view n) { return parts_.tensors[i].name < n; });
+  for (; it != by_name_.end() && parts_.tensors[*it].name == name; ++it)
+    if (parts_.tensors[*it].device == device) return &parts_.tensors[*it];
+  return nullptr;
+}
+
 Result<const DeviceTensor*> Model::get(std::string_view name) const {
   if (const DeviceTensor* t = find(name)) return t;
   return fail(Error(Errc::kNotFound, "no such tensor in the loaded model").with_tensor(std::string(name)));

@@ -14,6 +14,7 @@
 #include "decode_plan.hpp"
 #include "placement.hpp"
 #include "qload/formats/convert.hpp"
+#include "qload/formats/model_config.hpp"
 #include "qload/io/reader.hpp"
 
 namespace qload::scheduler {
@@ -103,9 +104,85 @@ Result<std::uint64_t> take(std::uint64_t& cursor, std::uint64_t bytes, std::uint
 // the scratch arena), in file order, so reads and copies walk the arenas forwards; decode
 // outputs follow on the device of their first input. Each arena is exactly as long as its
 // last tensor's end.
+// Under a parallel layout: tensor i's copies, one per tensor rank of its pipeline stage, in
+// every data replica, each at the next aligned offset of its device's arena.
+Status place_shards(const formats::Catalog& catalog, std::uint32_t i, std::uint32_t stage, DType dtype,
+                    const PlanOptions& options, const formats::ModelGeometry& geometry,
+                    std::vector<std::uint64_t>& cursor, Plan& plan) {
+  const formats::TensorEntry& t = catalog.tensors[i];
+  const ParallelLayout& par = options.parallel;
+  Split split = Split::kReplicate;
+  if (par.tensor > 1) {
+    std::optional<Split> chosen;
+    if (options.split) {
+      auto asked = options.split(t.name);
+      if (!asked) return fail(std::move(asked.error()).with_tensor(t.name));
+      chosen = *asked;
+    }
+    split = chosen.value_or(llama_split(t.name));
+  }
+  QLOAD_ASSIGN_OR_RETURN(std::vector<ShardSlice> slices, shard_slices(t, split, par.tensor, geometry));
+  TensorPlacement& placed = plan.tensors[i];
+  placed = TensorPlacement{.first_shard = static_cast<std::uint32_t>(plan.shards.size()),
+                           .shard_count = par.tensor * par.data,
+                           .dtype = dtype};
+  const std::uint64_t element = dtype_info(dtype).block_bytes;
+  for (std::uint32_t d = 0; d < par.data; ++d)
+    for (std::uint32_t r = 0; r < par.tensor; ++r) {
+      const std::uint32_t device = (d * par.pipeline + stage) * par.tensor + r;
+      QLOAD_ASSIGN_OR_RETURN(const std::uint64_t numel, slices[r].shape.numel());
+      const std::uint64_t bytes = numel * element;  // at most the tensor's placed bytes
+      auto offset = take(cursor[device], bytes, options.tensor_alignment, options.devices[device].to_string());
+      if (!offset) return fail(tensor_error(catalog, t, Errc::kOverflow, offset.error().message()));
+      plan.shards.push_back(ShardPlacement{.tensor = i,
+                                           .rank = r,
+                                           .region = device,
+                                           .offset = *offset,
+                                           .dtype = dtype,
+                                           .bytes = bytes,
+                                           .split = split,
+                                           .slice = slices[r]});
+      QLOAD_ASSIGN_OR_RETURN(plan.placed_bytes, checked_add(plan.placed_bytes, bytes));
+    }
+  placed.region = plan.shards[placed.first_shard].region;
+  placed.offset = plan.shards[placed.first_shard].offset;
+  placed.bytes = plan.shards[placed.first_shard].bytes;
+  return {};
+}
+
+Status check_parallel(const formats::Catalog& catalog, const PlanOptions& options, const Plan& plan) {
+  const ParallelLayout& par = options.parallel;
+  if (par.tensor == 0 || par.pipeline == 0 || par.data == 0)
+    return fail(Errc::kInvalidArgument, "tensor, pipeline and data parallel sizes must be at least 1");
+  if (options.devices.size() != par.devices())
+    return fail(Errc::kInvalidArgument,
+                fmt::format("tensor {} x pipeline {} x data {} parallel needs {} devices, {} given", par.tensor,
+                            par.pipeline, par.data, par.devices(), options.devices.size()));
+  if (options.place) return fail(Errc::kInvalidArgument, "a placement hook cannot be combined with a parallel layout");
+  if (!plan.decodes.empty() && (par.tensor > 1 || par.data > 1))
+    return fail(Errc::kUnsupported,
+                "decoding on load (dequantize, quantize, repack) with tensor or data parallelism is not supported yet");
+  if (par.tensor > 1 && plan.quant && !plan.quant->logical.empty())
+    return fail(Error(Errc::kUnsupported,
+                      "tensor-parallel sharding of quantized weights (packed-aware splits) is not supported yet")
+                    .with_tensor(plan.quant->logical.front().name)
+                    .with_file(catalog.source));
+  return {};
+}
+
 Status place_in_arenas(const formats::Catalog& catalog, const std::vector<std::uint32_t>& order,
                        const PlanOptions& options, const TensorRoles& roles, Plan& plan) {
   const auto device_count = static_cast<std::uint32_t>(options.devices.size());
+  const bool parallel = !options.parallel.trivial();
+  formats::ModelGeometry geometry;
+  std::vector<std::uint32_t> stage_of;
+  if (parallel) {
+    QLOAD_TRY(check_parallel(catalog, options, plan));
+    if (options.parallel.tensor > 1) {
+      QLOAD_ASSIGN_OR_RETURN(geometry, formats::read_geometry(catalog));
+    }
+    stage_of = detail::assign_devices(catalog, order, Placement::kByLayer, options.parallel.pipeline);
+  }
   std::vector<std::uint32_t> device_of = detail::assign_devices(catalog, order, options.placement, device_count);
   if (options.place) {
     for (std::uint32_t i = 0; i < catalog.tensors.size(); ++i) {
@@ -129,6 +206,11 @@ Status place_in_arenas(const formats::Catalog& catalog, const std::vector<std::u
     // At most twice the stored bytes (f16 -> f32); a tensor's stored bytes are < 2^63 in any
     // file that passed validation, so this cannot overflow.
     const std::uint64_t bytes = dtype == t.dtype ? t.nbytes : formats::converted_bytes(t.nbytes, t.dtype, dtype);
+    if (parallel && d != scratch) {
+      QLOAD_TRY(place_shards(catalog, i, stage_of[i], dtype, options, geometry, cursor, plan));
+      plan.converted_tensors += dtype != t.dtype ? 1 : 0;
+      continue;
+    }
     const std::string arena = d == scratch ? "scratch" : options.devices[d].to_string();
     auto offset = take(cursor[d], bytes, options.tensor_alignment, arena);
     if (!offset) return fail(tensor_error(catalog, t, Errc::kOverflow, offset.error().message()));
@@ -144,7 +226,8 @@ Status place_in_arenas(const formats::Catalog& catalog, const std::vector<std::u
     plan.placed_bytes = *placed;
   }
   for (DecodeJob& job : plan.decodes) {
-    const std::uint32_t d = device_of[job.inputs.front()];
+    // (Under a parallel layout only pipeline stages reach here: the stage is the device.)
+    const std::uint32_t d = parallel ? stage_of[job.inputs.front()] : device_of[job.inputs.front()];
     for (DecodeOutput& out : job.outputs) {
       QLOAD_ASSIGN_OR_RETURN(out.offset,
                              take(cursor[d], out.bytes, options.tensor_alignment, options.devices[d].to_string()));
@@ -261,6 +344,8 @@ Status PlanOptions::validate() const {
     return fail(Errc::kUnsupported, "mmap mode maps files for one cpu device only");
   if (repack && dequantize)
     return fail(Errc::kInvalidArgument, "repack keeps weights packed; it cannot be combined with dequantize");
+  if (mode == LoadMode::kMmap && !parallel.trivial())
+    return fail(Errc::kUnsupported, "mmap mode maps files for one device: no parallel layout");
   if (mode == LoadMode::kMmap && (dtype || dequantize || quantize || repack || weight_policy))
     return fail(Errc::kInvalidArgument,
                 "mmap mode cannot convert, dequantize or quantize (the tensors are the file's bytes)");

@@ -1,6 +1,7 @@
 #include "read_graph.hpp"
 
 #include "decode_graph.hpp"
+#include "shard_delivery.hpp"
 
 #include <cstring>
 #include <optional>
@@ -45,7 +46,13 @@ Status deliver_chunk(ReadLoadState& s, std::uint32_t index, Wanted wanted) {
   std::vector<std::vector<Delivery>> by_region(s.targets.size());
   for (const ChunkPiece& piece : s.plan.chunks[index].pieces) {
     const TensorPlacement& p = s.plan.tensors[piece.tensor];
-    if (!wanted(p.region)) continue;
+    for (std::uint32_t k = p.first_shard; k < p.first_shard + p.shard_count; ++k) {
+      const ShardPlacement& shard = s.plan.shards[k];
+      if (wanted(shard.region))
+        shard_deliveries(s.catalog.tensors[piece.tensor], shard, piece, piece_bytes(s, index, piece),
+                         by_region[shard.region]);
+    }
+    if (p.shard_count > 0 || !wanted(p.region)) continue;
     const DType from = s.catalog.tensors[piece.tensor].dtype;
     // A converted tensor is split at element boundaries (chunker), so this is exact.
     const std::uint64_t placed_offset =
@@ -105,7 +112,12 @@ struct DeliveryIds {
 std::optional<TaskId> add_deliveries(TaskGraph& g, ReadLoadState& s, std::uint32_t i, const DeliveryIds& ids,
                                      const std::string& name, std::int64_t priority) {
   std::vector<std::uint64_t> bytes(s.targets.size(), 0);
-  for (const ChunkPiece& p : s.plan.chunks[i].pieces) bytes[s.plan.tensors[p.tensor].region] += p.bytes;
+  for (const ChunkPiece& p : s.plan.chunks[i].pieces) {
+    const TensorPlacement& placed = s.plan.tensors[p.tensor];
+    if (placed.shard_count == 0) bytes[placed.region] += p.bytes;
+    for (std::uint32_t k = placed.first_shard; k < placed.first_shard + placed.shard_count; ++k)
+      bytes[s.plan.shards[k].region] += shard_piece_size(s.catalog.tensors[p.tensor], s.plan.shards[k], p).bytes;
+  }
   auto add = [&](TaskSpec spec) {
     const TaskId task = g.add(std::move(spec));
     g.depends_on(task, ids.read);

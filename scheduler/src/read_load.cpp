@@ -9,6 +9,7 @@
 #include "qload/runtime/host_buffer.hpp"
 #include "qload/scheduler/executor.hpp"
 #include "read_graph.hpp"
+#include "shard_delivery.hpp"
 
 namespace qload::scheduler::detail {
 namespace {
@@ -61,7 +62,12 @@ std::vector<std::uint64_t> device_scratch(const formats::Catalog& catalog, const
     std::ranges::fill(chunk, 0);
     for (const ChunkPiece& p : c.pieces) {
       const TensorPlacement& placed = plan.tensors[p.tensor];
-      if (placed.dtype != catalog.tensors[p.tensor].dtype) chunk[placed.region] += (p.bytes + 15) / 16 * 16;
+      if (placed.dtype == catalog.tensors[p.tensor].dtype) continue;
+      if (placed.shard_count == 0) chunk[placed.region] += (p.bytes + 15) / 16 * 16;
+      for (std::uint32_t k = placed.first_shard; k < placed.first_shard + placed.shard_count; ++k) {
+        const ShardPieceSize size = shard_piece_size(catalog.tensors[p.tensor], plan.shards[k], p);
+        chunk[plan.shards[k].region] += size.bytes + 16 * size.runs;  // each run 16-byte aligned
+      }
     }
     for (std::size_t r = 0; r < most.size(); ++r) most[r] = std::max(most[r], chunk[r]);
   }

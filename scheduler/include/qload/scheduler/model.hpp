@@ -102,12 +102,16 @@ class Model {
   Model(Model&&) noexcept = default;
   Model& operator=(Model&&) noexcept = default;
 
-  // Every tensor: stored ones in catalog (file) order, then those decoding produced (a
-  // dequantized weight, a quantized weight and its scale).
+  // Every tensor: stored ones in catalog (file) order (under a parallel layout, each copy in
+  // device order), then those decoding produced (a dequantized weight, a quantized weight and
+  // its scale).
   std::span<const DeviceTensor> tensors() const noexcept { return parts_.tensors; }
   std::size_t size() const noexcept { return parts_.tensors.size(); }
-  // The tensor called `name`, or null. O(log n).
+  // The tensor called `name`, or null. O(log n). Under a parallel layout a name has a copy
+  // (a shard or replica) per device: this is the first device's.
   const DeviceTensor* find(std::string_view name) const;
+  // The copy of `name` on `device` ("cpu:1", "cuda:0"), or null.
+  const DeviceTensor* find(std::string_view name, std::string_view device) const;
   // Like find, but kNotFound naming the tensor.
   Result<const DeviceTensor*> get(std::string_view name) const;
   const LoadReport& report() const noexcept { return parts_.report; }

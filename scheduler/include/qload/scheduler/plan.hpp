@@ -29,6 +29,7 @@
 #include "qload/runtime/device.hpp"
 #include "qload/runtime/dtype.hpp"
 #include "qload/runtime/error.hpp"
+#include "qload/scheduler/sharding.hpp"
 
 namespace qload::scheduler {
 
@@ -64,6 +65,19 @@ struct WeightPolicy {
   formats::QuantizeTarget target = formats::QuantizeTarget::kFp8Tensor;  // kQuantize
 };
 
+// The parallel layout of a load (docs/parallel.md): devices = data x pipeline x tensor, in
+// that order, device index (d * pipeline + p) * tensor + t. Pipeline stage p holds whole
+// decoder layers (as the by-layer placement assigns them), tensor rank t one shard of each of
+// its tensors (PlanOptions::split), data replica d a full copy. Every byte of the checkpoint
+// is still read once: a staged chunk feeds every shard and replica.
+struct ParallelLayout {
+  std::uint32_t tensor = 1;
+  std::uint32_t pipeline = 1;
+  std::uint32_t data = 1;
+  std::uint32_t devices() const noexcept { return tensor * pipeline * data; }
+  bool trivial() const noexcept { return devices() == 1; }
+};
+
 struct PlanOptions {
   LoadMode mode = LoadMode::kRead;
   // Destinations, one arena each (no duplicates). mmap mode: exactly one cpu device.
@@ -94,6 +108,14 @@ struct PlanOptions {
   // time: an index into `devices`, or nullopt for `placement`. A decode output goes where its
   // first input goes. An error fails the plan.
   std::function<Result<std::optional<std::uint32_t>>(std::string_view name)> place;
+  // Tensor, pipeline and data parallel placement; when not trivial it replaces `placement`
+  // and needs exactly parallel.devices() devices. Read mode only; quantized weights cannot be
+  // sharded yet (kUnsupported), nor decode outputs split or replicated.
+  ParallelLayout parallel;
+  // How each stored tensor splits over the tensor ranks (a recipe's rules), asked once per
+  // tensor at plan time when parallel.tensor > 1; nullopt: the llama-style default
+  // (sharding.hpp llama_split).
+  std::function<Result<std::optional<Split>>(std::string_view name)> split;
   std::uint64_t tensor_alignment = 256;  // each tensor's arena offset is a multiple (power of two)
   // Largest coalesced read; must fit a staging slot. 16 MiB: see StagingOptions.
   std::uint64_t chunk_bytes = std::uint64_t{16} << 20;
@@ -122,6 +144,10 @@ inline constexpr std::uint32_t kNoRegion = 0xffffffffu;
 struct TensorPlacement {
   std::uint32_t region = 0;
   std::uint64_t offset = 0;
+  // Under a parallel layout, the tensor's copies are Plan::shards[first_shard, +shard_count)
+  // (region and offset are then the first shard's); 0: placed once, here.
+  std::uint32_t first_shard = 0;
+  std::uint32_t shard_count = 0;
   bool direct = false;       // read mode: read straight into the arena, not through staging
   DType dtype = DType::kU8;  // as placed (the stored dtype unless the dtype policy converts it)
   std::uint64_t bytes = 0;   // as placed
@@ -140,6 +166,19 @@ struct MappingPlan {
   std::uint32_t file = 0;
   std::uint64_t offset = 0;  // page-aligned file offset where the mapping starts
   std::uint64_t bytes = 0;   // up to the end of the last tensor byte (never past it)
+};
+
+// One copy of a stored tensor under a parallel layout: its tensor-parallel shard (or the whole
+// tensor, replicated) on one device.
+struct ShardPlacement {
+  std::uint32_t tensor = 0;  // index into catalog.tensors
+  std::uint32_t rank = 0;    // tensor-parallel rank
+  std::uint32_t region = 0;  // arena
+  std::uint64_t offset = 0;
+  DType dtype = DType::kU8;  // as placed
+  std::uint64_t bytes = 0;   // as placed
+  Split split = Split::kReplicate;
+  ShardSlice slice;
 };
 
 // A slice of one tensor carried by a chunk.
@@ -193,6 +232,7 @@ struct Plan {
   std::optional<formats::QuantizedCatalog> quant;  // the detected scheme (none if detection failed)
   std::string quant_warning;                       // why detection failed when no policy needed it (the load goes on)
   std::vector<DecodeJob> decodes;
+  std::vector<ShardPlacement> shards;        // parallel layouts: every copy of every stored tensor
   std::uint32_t scratch_region = kNoRegion;  // index of the scratch arena in `arenas`, if any
   std::uint64_t tensor_alignment = 0;        // PlanOptions::tensor_alignment (read mode)
   std::uint64_t tensor_bytes = 0;            // sum of tensor sizes as stored

@@ -1,0 +1,52 @@
+// Tensor-parallel sharding: how one stored tensor splits over the tensor-parallel ranks.
+//
+// A tensor is viewed as [dim0, rest] (rest = the product of the other dimensions; 1 for 1-D).
+// A shard is a column range of that view and a list of row ranges, concatenated by rows:
+//   kRows     dim 0 in equal parts: column-parallel linears (q/k/v/gate/up weights and biases),
+//             vocab-parallel embeddings and lm_head
+//   kCols     dim 1 in equal parts (2-D only): row-parallel linears (o_proj, down_proj)
+//   kHeads    dim 0 by attention heads from config.json: q_proj (num_attention_heads),
+//             k_proj / v_proj (num_key_value_heads; each kv head replicated over
+//             tensor / kv_heads ranks when there are fewer kv heads than ranks), and a fused
+//             qkv_proj (its q, k and v sections, each split so)
+//   kHalves   dim 0 as two stacked halves, each split in equal parts (fused gate_up_proj)
+//   kReplicate every rank gets the whole tensor (norms, row-parallel biases, ...)
+// A split that does not divide evenly (rows, columns, heads) is refused, naming the tensor,
+// the dimension and the sizes: a shard never cuts an element, a head or a row in two.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "qload/formats/catalog.hpp"
+#include "qload/formats/model_config.hpp"
+#include "qload/runtime/error.hpp"
+#include "qload/runtime/shape.hpp"
+
+namespace qload::scheduler {
+
+enum class Split : std::uint8_t { kReplicate, kRows, kCols, kHeads, kHalves };
+std::string_view split_name(Split split) noexcept;
+// "replicate", "rows", "cols", "heads", "halves"; kInvalidArgument otherwise.
+Result<Split> parse_split(std::string_view text);
+
+// The default rule for llama-style names (Llama, Mistral, Qwen2, ...): see the table above.
+Split llama_split(std::string_view name);
+
+// One rank's part of a tensor: columns [col_begin, col_end) of the [dim0, rest] view, rows
+// from each range in turn.
+struct ShardSlice {
+  std::uint64_t col_begin = 0;
+  std::uint64_t col_end = 0;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> rows;  // [begin, end) ranges of dim 0
+  Shape shape;                                                // of the shard
+};
+
+// The slices of `tensor` for ranks 0..ranks-1. kInvalidArgument naming the tensor for a
+// split that does not fit (sizes, heads) or needs a geometry config.json does not give.
+Result<std::vector<ShardSlice>> shard_slices(const formats::TensorEntry& tensor, Split split, std::uint32_t ranks,
+                                             const formats::ModelGeometry& geometry);
+
+}  // namespace qload::scheduler

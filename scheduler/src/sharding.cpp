@@ -1,0 +1,153 @@
+#include "qload/scheduler/sharding.hpp"
+
+#include <fmt/format.h>
+
+namespace qload::scheduler {
+namespace {
+
+using Rows = std::vector<std::pair<std::uint64_t, std::uint64_t>>;
+
+Error split_error(const formats::TensorEntry& t, std::string message) {
+  return Error(Errc::kInvalidArgument, std::move(message)).with_tensor(t.name);
+}
+
+bool contains(std::string_view name, std::string_view part) {
+  return name.find(part) != std::string_view::npos;
+}
+
+// Rank r's rows when `count` units of `unit` rows each, starting at row `base`, are split
+// over `ranks` ranks; units fewer than ranks are replicated (unit r * count / ranks).
+Rows unit_rows(std::uint64_t base, std::uint64_t count, std::uint64_t unit, std::uint32_t rank, std::uint32_t ranks) {
+  if (count >= ranks) {
+    const std::uint64_t per = count / ranks;
+    return {{base + rank * per * unit, base + (rank + 1) * per * unit}};
+  }
+  const std::uint64_t u = std::uint64_t{rank} * count / ranks;
+  return {{base + u * unit, base + (u + 1) * unit}};
+}
+
+}  // namespace
+
+std::string_view split_name(Split split) noexcept {
+  switch (split) {
+    case Split::kReplicate: return "replicate";
+    case Split::kRows: return "rows";
+    case Split::kCols: return "cols";
+    case Split::kHeads: return "heads";
+    case Split::kHalves: return "halves";
+  }
+  return "?";
+}
+
+Result<Split> parse_split(std::string_view text) {
+  for (Split s : {Split::kReplicate, Split::kRows, Split::kCols, Split::kHeads, Split::kHalves})
+    if (split_name(s) == text) return s;
+  return fail(Errc::kInvalidArgument, fmt::format("split '{}' is not replicate, rows, cols, heads or halves", text));
+}
+
+Split llama_split(std::string_view name) {
+  const bool weight = name.ends_with(".weight");
+  const bool bias = name.ends_with(".bias");
+  if (!weight && !bias) return Split::kReplicate;
+  if (contains(name, "q_proj.") || contains(name, "k_proj.") || contains(name, "v_proj.") ||
+      contains(name, "qkv_proj."))
+    return Split::kHeads;
+  if (contains(name, "gate_up_proj.")) return Split::kHalves;
+  if (contains(name, "gate_proj.") || contains(name, "up_proj.")) return Split::kRows;
+  // Row-parallel: the input dimension splits; the bias is added once, after the reduction.
+  if (contains(name, "o_proj.") || contains(name, "down_proj.")) return weight ? Split::kCols : Split::kReplicate;
+  if (weight && (contains(name, "embed_tokens.") || name.starts_with("lm_head."))) return Split::kRows;
+  return Split::kReplicate;
+}
+
+Result<std::vector<ShardSlice>> shard_slices(const formats::TensorEntry& t, Split split, std::uint32_t ranks,
+                                             const formats::ModelGeometry& g) {
+  const Shape& shape = t.shape;
+  const std::uint64_t dim0 = shape.rank() == 0 ? 1 : shape[0];
+  std::uint64_t rest = 1;
+  for (std::size_t i = 1; i < shape.rank(); ++i) rest *= shape[i];
+  std::vector<Rows> rows(ranks);
+  std::uint64_t col_parts = 1;  // kCols: columns split in `ranks` parts
+  switch (split) {
+    case Split::kReplicate:
+      for (Rows& r : rows) r = {{0, dim0}};
+      break;
+    case Split::kRows:
+      if (dim0 % ranks != 0)
+        return fail(split_error(t, fmt::format("cannot split dim 0 of {} over {} ranks: {} is not a multiple of {}",
+                                               shape.to_string(), ranks, dim0, ranks)));
+      for (std::uint32_t r = 0; r < ranks; ++r) rows[r] = unit_rows(0, ranks, dim0 / ranks, r, ranks);
+      break;
+    case Split::kCols:
+      if (shape.rank() != 2 || shape[1] % ranks != 0)
+        return fail(split_error(t, fmt::format("cannot split dim 1 of {} over {} ranks: it must be 2-D with dim 1 a "
+                                               "multiple of {}",
+                                               shape.to_string(), ranks, ranks)));
+      for (Rows& r : rows) r = {{0, dim0}};
+      col_parts = ranks;
+      break;
+    case Split::kHalves:
+      if (dim0 % (2 * std::uint64_t{ranks}) != 0)
+        return fail(split_error(t, fmt::format("cannot split the two halves of dim 0 of {} over {} ranks: {} is not a "
+                                               "multiple of {}",
+                                               shape.to_string(), ranks, dim0, 2 * ranks)));
+      for (std::uint32_t r = 0; r < ranks; ++r) {
+        rows[r] = unit_rows(0, ranks, dim0 / 2 / ranks, r, ranks);
+        const Rows second = unit_rows(dim0 / 2, ranks, dim0 / 2 / ranks, r, ranks);
+        rows[r].push_back(second.front());
+      }
+      break;
+    case Split::kHeads: {
+      if (!g.heads || !g.kv_heads || !g.head_dim)
+        return fail(split_error(t,
+                                "a split by heads needs num_attention_heads, num_key_value_heads and head_dim (or "
+                                "hidden_size) in config.json"));
+      const std::uint64_t h = *g.heads, kv = *g.kv_heads, d = *g.head_dim;
+      if (h % ranks != 0)
+        return fail(split_error(t, fmt::format("cannot split {} attention heads over {} ranks", h, ranks)));
+      if (kv >= ranks ? kv % ranks != 0 : ranks % kv != 0)
+        return fail(
+            split_error(t, fmt::format("cannot split or replicate {} key/value heads over {} ranks", kv, ranks)));
+      for (std::uint32_t r = 0; r < ranks; ++r) {
+        if (dim0 == h * d) {
+          rows[r] = unit_rows(0, h, d, r, ranks);
+        } else if (dim0 == kv * d) {
+          rows[r] = unit_rows(0, kv, d, r, ranks);
+        } else if (dim0 == (h + 2 * kv) * d) {  // fused q, k, v
+          rows[r] = unit_rows(0, h, d, r, ranks);
+          rows[r].push_back(unit_rows(h * d, kv, d, r, ranks).front());
+          rows[r].push_back(unit_rows((h + kv) * d, kv, d, r, ranks).front());
+        } else {
+          return fail(split_error(t, fmt::format("dim 0 of {} is not heads x head_dim ({} x {}), kv_heads x head_dim "
+                                                 "({} x {}) or their fused q, k, v ({})",
+                                                 shape.to_string(), h, d, kv, d, (h + 2 * kv) * d)));
+        }
+      }
+      break;
+    }
+  }
+  std::vector<ShardSlice> out(ranks);
+  for (std::uint32_t r = 0; r < ranks; ++r) {
+    ShardSlice& s = out[r];
+    s.col_begin = col_parts > 1 ? rest / col_parts * r : 0;
+    s.col_end = col_parts > 1 ? rest / col_parts * (r + 1) : rest;
+    s.rows = std::move(rows[r]);
+    std::uint64_t n = 0;
+    for (const auto& [b, e] : s.rows) n += e - b;
+    std::vector<std::uint64_t> dims;
+    if (shape.rank() == 0) {
+      s.shape = shape;
+      continue;
+    }
+    dims.push_back(n);
+    if (col_parts > 1) {
+      dims.push_back(s.col_end - s.col_begin);
+    } else {
+      for (std::size_t i = 1; i < shape.rank(); ++i) dims.push_back(shape[i]);
+    }
+    s.shape = Shape(std::move(dims));
+  }
+  return out;
+}
+
+}  // namespace qload::scheduler
