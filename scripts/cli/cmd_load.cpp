@@ -79,6 +79,21 @@ Result<LoadRequest> build_request(const LoadArgs& args) {
     QLOAD_ASSIGN_OR_RETURN(req.options.plan.quantize, formats::parse_quantize_target(args.quantize));
   }
   req.options.plan.repack = args.repack;
+  if (args.tensor_parallel != 0 || args.pipeline_parallel != 0 || args.data_parallel != 0) {
+    // Flags set the layout only where the recipe has none (a contradiction is an error).
+    scheduler::ParallelLayout& layout = req.options.plan.parallel;
+    const auto set = [&](std::uint32_t given, std::uint32_t& field, std::string_view flag) -> Status {
+      if (given == 0) return {};
+      if (field != 1 && field != given)
+        return fail(Error(Errc::kInvalidArgument, fmt::format("{} {} contradicts the recipe's {}", flag, given, field))
+                        .with_file(args.path));
+      field = given;
+      return {};
+    };
+    QLOAD_TRY(set(args.tensor_parallel, layout.tensor, "--tp"));
+    QLOAD_TRY(set(args.pipeline_parallel, layout.pipeline, "--pp"));
+    QLOAD_TRY(set(args.data_parallel, layout.data, "--dp"));
+  }
   if (args.mmap) req.options.plan.mode = scheduler::LoadMode::kMmap;
   if (args.no_digests) req.options.compute_digests = false;
   QLOAD_TRY(req.options.apply_environment(std::getenv));

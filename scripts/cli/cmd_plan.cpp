@@ -25,7 +25,13 @@ int run_plan(const LoadArgs& args) {
   for (const nlohmann::json& t : plan["tensors"]) {
     const std::string name = escape_for_terminal(t["name"].get<std::string>());
     const std::string file = escape_for_terminal(t["file"].get<std::string>());
-    if (t.contains("placed")) {
+    if (t.contains("shards")) {
+      for (const nlohmann::json& sh : t["shards"])
+        fmt::print("{:<52} {:>9} {:>12} {:<8} {:>12} {:>12} {} {} (rank {})\n", name, file,
+                   t["file_offset"].get<std::uint64_t>(), sh["device"].get<std::string>(),
+                   sh["offset"].get<std::uint64_t>(), sh["bytes"].get<std::uint64_t>(), sh["dtype"].get<std::string>(),
+                   sh["split"].get<std::string>(), sh["rank"].get<std::uint32_t>());
+    } else if (t.contains("placed")) {
       const nlohmann::json& p = t["placed"];
       fmt::print("{:<52} {:>9} {:>12} {:<8} {:>12} {:>12} {}\n", name, file, t["file_offset"].get<std::uint64_t>(),
                  p["device"].get<std::string>(), p["offset"].get<std::uint64_t>(), p["bytes"].get<std::uint64_t>(),

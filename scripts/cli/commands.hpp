@@ -55,7 +55,10 @@ struct LoadArgs {
   bool no_digests = false;  // skip the per-tensor XXH3-64 (saves a pass of hashing CPU)
   std::string trace;
   std::string dump;
-  std::string locked;  // a lockfile the load must match (also a recipe's `verify`)
+  std::string locked;                 // a lockfile the load must match (also a recipe's `verify`)
+  std::uint32_t tensor_parallel = 0;  // 0: the recipe's, else 1
+  std::uint32_t pipeline_parallel = 0;
+  std::uint32_t data_parallel = 0;
 };
 int run_load(const LoadArgs& args);
 

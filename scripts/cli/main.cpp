@@ -59,6 +59,12 @@ int main(int argc, char** argv) {
     cmd->add_flag("--repack", a.repack,
                   "Repack GPTQ v1 / AWQ GEMM / act-order weights to GPTQ v2 with contiguous groups (<p>.perm)");
     cmd->add_flag("--mmap", a.mmap, "Zero-copy: tensors point into read-only file mappings");
+    cmd->add_option("--tp,--tensor-parallel", a.tensor_parallel,
+                    "Tensor-parallel ranks: each tensor split over them (llama-style rules; docs/parallel.md)")
+        ->check(CLI::PositiveNumber);
+    cmd->add_option("--pp,--pipeline-parallel", a.pipeline_parallel, "Pipeline stages: whole layers per stage")
+        ->check(CLI::PositiveNumber);
+    cmd->add_option("--dp,--data-parallel", a.data_parallel, "Data-parallel replicas")->check(CLI::PositiveNumber);
   };
 
   qload::cli::LoadArgs load_args;

@@ -70,6 +70,23 @@ json plan_json(const formats::Catalog& catalog, const scheduler::Plan& plan) {
                   {"bytes", t.nbytes}};
     if (!consumed_by[i].empty()) {
       entry["decode"] = consumed_by[i];
+    } else if (p.shard_count > 0) {  // a parallel layout: one copy per device that holds it
+      json shards = json::array();
+      for (std::uint32_t k = p.first_shard; k < p.first_shard + p.shard_count; ++k) {
+        const scheduler::ShardPlacement& shard = plan.shards[k];
+        json rows = json::array();
+        for (const auto& [first, last] : shard.slice.rows) rows.push_back({first, last});
+        shards.push_back({{"device", device_of(plan, shard.region)},
+                          {"rank", shard.rank},
+                          {"split", std::string(scheduler::split_name(shard.split))},
+                          {"rows", rows},
+                          {"cols", {shard.slice.col_begin, shard.slice.col_end}},
+                          {"shape", shape_json(shard.slice.shape)},
+                          {"offset", shard.offset},
+                          {"dtype", std::string(dtype_name(shard.dtype))},
+                          {"bytes", shard.bytes}});
+      }
+      entry["shards"] = std::move(shards);
     } else if (p.region != scheduler::kNoRegion) {
       entry["placed"] = {{"device", device_of(plan, p.region)},
                          {"offset", p.offset},

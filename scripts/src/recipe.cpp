@@ -31,7 +31,8 @@ namespace {
 constexpr std::array<std::string_view, 10> kRecipeKeys{"source",   "devices", "placement", "dtype",  "quant",
                                                        "parallel", "io",      "verify",    "report", "trace"};
 constexpr std::array<std::string_view, 5> kIoKeys{"engine", "queue_depth", "direct", "chunk", "staging"};
-constexpr std::array<std::string_view, 3> kParallelKeys{"tensor", "pipeline", "data"};
+constexpr std::array<std::string_view, 4> kParallelKeys{"tensor", "pipeline", "data", "rules"};
+constexpr std::array<std::string_view, 3> kSplitRuleKeys{"match", "pattern", "split"};
 constexpr std::array<std::string_view, 7> kRuleKeys{"match",      "pattern",  "keep",  "skip",
                                                     "dequantize", "quantize", "repack"};
 const char kRecipeMark = 0;     // registry key (its address): metatable marking qload.recipe tables
@@ -123,9 +124,12 @@ std::string expect_type(lua_State* L, int table, const char* key, std::initializ
   return fmt::format("'{}' must be {}, not a {}", key, what, lua_typename(L, actual));
 }
 
-// The quant rules' shape: a list of tables with known keys, each naming its weights by
-// exactly one of match (glob) and pattern (Lua pattern).
-std::string check_rules(lua_State* L, int rules) {
+// A rule list's shape: a list of tables with the keys `keys` (strings, or booleans where
+// `flags` names them), each naming its tensors by exactly one of match (glob) and pattern (Lua
+// pattern). `name` is how messages call the list ("quant", "parallel.rules").
+template <std::size_t N>
+std::string check_rules(lua_State* L, int rules, const char* name, const std::array<std::string_view, N>& keys,
+                        std::initializer_list<const char*> flags) {
   const auto count = static_cast<int>(lua_objlen(L, rules));
   int pairs = 0;
   lua_pushnil(L);
@@ -133,19 +137,23 @@ std::string check_rules(lua_State* L, int rules) {
     lua_pop(L, 1);
     ++pairs;
   }
-  context_of(L)->key = "quant";
-  if (pairs != count) return "'quant' must be a list of rules { match = ..., <action> }";
+  context_of(L)->key = name;
+  if (pairs != count) return fmt::format("'{}' must be a list of rules {{ match = ..., ... }}", name);
   for (int i = 1; i <= count; ++i) {
     lua_rawgeti(L, rules, i);
     const int rule = lua_gettop(L);
     std::string message;
-    const std::string where = fmt::format("quant[{}]", i);
+    const std::string where = fmt::format("{}[{}]", name, i);
     if (lua_type(L, rule) != LUA_TTABLE) message = fmt::format("{} must be a table", where);
-    if (message.empty()) message = check_keys(L, rule, where, kRuleKeys);
-    for (const char* key : {"match", "pattern", "dequantize", "quantize"})
-      if (message.empty()) message = expect_type(L, rule, key, {LUA_TSTRING}, "a string");
-    for (const char* key : {"keep", "skip", "repack"})
-      if (message.empty()) message = expect_type(L, rule, key, {LUA_TBOOLEAN}, "true or false");
+    if (message.empty()) message = check_keys(L, rule, where, keys);
+    for (std::string_view key : keys) {
+      if (!message.empty()) break;
+      const std::string k(key);
+      const bool flag =
+          std::find_if(flags.begin(), flags.end(), [&](const char* f) { return key == f; }) != flags.end();
+      message = flag ? expect_type(L, rule, k.c_str(), {LUA_TBOOLEAN}, "true or false")
+                     : expect_type(L, rule, k.c_str(), {LUA_TSTRING}, "a string");
+    }
     if (message.empty()) {
       lua_getfield(L, rule, "match");
       lua_getfield(L, rule, "pattern");
@@ -198,11 +206,17 @@ std::string validate(lua_State* L) {
     message = check_keys(L, parallel, "parallel", kParallelKeys);
     for (const char* key : {"tensor", "pipeline", "data"})
       if (message.empty()) message = expect_type(L, parallel, key, {LUA_TNUMBER}, "a number");
+    if (message.empty()) message = expect_type(L, parallel, "rules", {LUA_TTABLE}, "a list of rules");
+    lua_getfield(L, parallel, "rules");
+    if (message.empty() && lua_type(L, -1) == LUA_TTABLE)
+      message = check_rules(L, lua_gettop(L), "parallel.rules", kSplitRuleKeys, {});
+    lua_pop(L, 1);
   }
   lua_pop(L, 1);
   if (!message.empty()) return message;
   lua_getfield(L, 1, "quant");
-  if (lua_type(L, -1) == LUA_TTABLE) message = check_rules(L, lua_gettop(L));
+  if (lua_type(L, -1) == LUA_TTABLE)
+    message = check_rules(L, lua_gettop(L), "quant", kRuleKeys, {"keep", "skip", "repack"});
   lua_pop(L, 1);
   return message;
 }
@@ -384,6 +398,42 @@ Result<RecipeParallel> read_parallel(lua_State* L, int recipe, const std::string
   return parallel;
 }
 
+// parallel.rules: which split each matching tensor takes over the tensor ranks.
+Result<std::vector<SplitRule>> read_split_rules(lua_State* L, int recipe, const std::string& path,
+                                                std::string_view text) {
+  std::vector<SplitRule> rules;
+  lua_getfield(L, recipe, "parallel");
+  if (lua_type(L, -1) == LUA_TTABLE) {
+    lua_getfield(L, -1, "rules");
+    if (lua_type(L, -1) == LUA_TTABLE) {
+      const int table = lua_gettop(L);
+      const auto count = static_cast<int>(lua_objlen(L, table));
+      for (int i = 1; i <= count; ++i) {
+        lua_rawgeti(L, table, i);
+        const int rule = lua_gettop(L);
+        SplitRule r;
+        r.glob = string_field(L, rule, "match").value_or("");
+        r.pattern = string_field(L, rule, "pattern").value_or("");
+        r.line = line_of(text, r.glob.empty() ? r.pattern : r.glob);
+        const std::optional<std::string> split = string_field(L, rule, "split");
+        lua_pop(L, 1);
+        auto parsed = split ? scheduler::parse_split(*split)
+                            : Result<scheduler::Split>(fail(Errc::kInvalidArgument, "a split rule needs 'split'"));
+        if (!parsed) {
+          lua_pop(L, 2);
+          return fail(recipe_error(path, r.line, Errc::kInvalidArgument,
+                                   fmt::format("parallel.rules[{}]: {}", i, parsed.error().message())));
+        }
+        r.split = *parsed;
+        rules.push_back(std::move(r));
+      }
+    }
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+  return rules;
+}
+
 Result<DType> read_dtype(const std::string& path, int line, const std::string& text) {
   if (text == "bf16" || text == "bfloat16") return DType::kBF16;
   if (text == "f16" || text == "float16") return DType::kF16;
@@ -484,6 +534,7 @@ Result<Recipe> parse_recipe(const std::string& text, const std::string& path, co
   }
   QLOAD_ASSIGN_OR_RETURN(recipe.quant, read_rules(L, t, path, text));
   QLOAD_ASSIGN_OR_RETURN(recipe.parallel, read_parallel(L, t, path, line("parallel")));
+  QLOAD_ASSIGN_OR_RETURN(recipe.split_rules, read_split_rules(L, t, path, text));
   QLOAD_ASSIGN_OR_RETURN(recipe.io, read_io(L, t, path, line("io")));
   if (const auto v = string_field(L, t, "verify")) recipe.verify = resolve(base, *v);
   if (const auto tr = string_field(L, t, "trace")) recipe.trace = resolve(base, *tr);
@@ -498,7 +549,8 @@ Result<Recipe> parse_recipe(const std::string& text, const std::string& path, co
 
   const int place_ref = function_ref(L, t, "placement");
   const int quant_ref = function_ref(L, t, "quant");
-  const bool patterns = std::ranges::any_of(recipe.quant, [](const QuantRule& r) { return !r.pattern.empty(); });
+  const bool patterns = std::ranges::any_of(recipe.quant, [](const QuantRule& r) { return !r.pattern.empty(); }) ||
+                        std::ranges::any_of(recipe.split_rules, [](const SplitRule& r) { return !r.pattern.empty(); });
   lua_settop(L, 0);
   if (place_ref != LUA_NOREF || quant_ref != LUA_NOREF || patterns)
     recipe.hooks = std::make_shared<detail::RecipeHooks>(std::move(state), path, place_ref, quant_ref);

@@ -18,19 +18,32 @@ bool Recipe::has_quant_hook() const {
          (hooks->has_quant() || std::ranges::any_of(quant, [](const QuantRule& r) { return !r.pattern.empty(); }));
 }
 
+namespace {
+
+// Whether rule (glob or Lua pattern) names `name`.
+template <typename Rule>
+Result<bool> rule_matches(const Rule& rule, const std::shared_ptr<detail::RecipeHooks>& hooks, std::string_view name) {
+  if (!rule.glob.empty()) return ::fnmatch(rule.glob.c_str(), std::string(name).c_str(), 0) == 0;
+  return hooks->find(name, rule.pattern);
+}
+
+}  // namespace
+
 Result<std::optional<scheduler::WeightPolicy>> Recipe::weight_policy(std::string_view name) const {
   if (hooks && hooks->has_quant()) return hooks->quant(name);
-  const std::string n(name);
   for (const QuantRule& rule : quant) {
-    bool matches = false;
-    if (!rule.glob.empty()) {
-      matches = ::fnmatch(rule.glob.c_str(), n.c_str(), 0) == 0;
-    } else {
-      QLOAD_ASSIGN_OR_RETURN(matches, hooks->find(name, rule.pattern));
-    }
+    QLOAD_ASSIGN_OR_RETURN(const bool matches, rule_matches(rule, hooks, name));
     if (matches) return std::optional<scheduler::WeightPolicy>(rule.policy);
   }
   return std::optional<scheduler::WeightPolicy>();
+}
+
+Result<std::optional<scheduler::Split>> Recipe::split(std::string_view name) const {
+  for (const SplitRule& rule : split_rules) {
+    QLOAD_ASSIGN_OR_RETURN(const bool matches, rule_matches(rule, hooks, name));
+    if (matches) return std::optional<scheduler::Split>(rule.split);
+  }
+  return std::optional<scheduler::Split>();
 }
 
 Result<std::optional<std::uint32_t>> Recipe::place(std::string_view name) const {
@@ -79,25 +92,25 @@ Status Recipe::apply(scheduler::LoadOptions& options) const {
     return fail(Error(code, std::move(message)).with_file(path));
   };
   QLOAD_ASSIGN_OR_RETURN(options.plan.devices, parse_device_list(fmt::format("{}", fmt::join(devices, ","))));
-  if (parallel.tensor > 1 || parallel.data > 1)
-    return error(Errc::kUnsupported,
-                 fmt::format("parallel = {{ tensor = {}, data = {} }}: tensor and data parallel placement are not "
-                             "implemented yet (only pipeline stages are)",
-                             parallel.tensor, parallel.data));
   if (placement) {
     QLOAD_ASSIGN_OR_RETURN(options.plan.placement, scheduler::parse_placement(*placement));
   }
-  if (parallel.pipeline > 1) {
-    // One stage per device, whole layers in order: the by-layer placement.
-    if (parallel.pipeline != devices.size())
-      return error(Errc::kInvalidArgument, fmt::format("parallel.pipeline = {} needs {} devices; the recipe lists {}",
-                                                       parallel.pipeline, parallel.pipeline, devices.size()));
-    if (placement && *placement != "by-layer")
-      return error(
-          Errc::kInvalidArgument,
-          fmt::format("parallel.pipeline places whole layers per stage; placement '{}' contradicts it", *placement));
-    options.plan.placement = scheduler::Placement::kByLayer;
+  const scheduler::ParallelLayout layout{
+      .tensor = parallel.tensor, .pipeline = parallel.pipeline, .data = parallel.data};
+  if (!layout.trivial()) {
+    if (layout.devices() != devices.size())
+      return error(Errc::kInvalidArgument,
+                   fmt::format("parallel = {{ tensor = {}, pipeline = {}, data = {} }} needs {} devices; the recipe "
+                               "lists {}",
+                               layout.tensor, layout.pipeline, layout.data, layout.devices(), devices.size()));
+    if (placement || has_place_hook())
+      return error(Errc::kInvalidArgument,
+                   "'placement' contradicts 'parallel': a parallel layout places every tensor itself (pipeline "
+                   "stages by layer, tensor shards, data replicas)");
+    options.plan.parallel = layout;
   }
+  if (!split_rules.empty() && layout.tensor == 1)
+    return error(Errc::kInvalidArgument, "parallel.rules need parallel.tensor greater than 1");
   if (dtype) options.plan.dtype = *dtype;
   // The hooks hold a copy of this recipe (and through it the Lua state), so the options do
   // not depend on this object's lifetime.
@@ -105,6 +118,7 @@ Status Recipe::apply(scheduler::LoadOptions& options) const {
   if (!quant.empty() || has_quant_hook())
     options.plan.weight_policy = [self](std::string_view name) { return self->weight_policy(name); };
   if (has_place_hook()) options.plan.place = [self](std::string_view name) { return self->place(name); };
+  if (!split_rules.empty()) options.plan.split = [self](std::string_view name) { return self->split(name); };
   if (Status s = apply_io(io, options); !s) return fail(std::move(s.error()).with_file(path));
   return {};
 }

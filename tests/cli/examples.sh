@@ -82,6 +82,24 @@ for staged in pipeline split_by_hook; do
 done
 grep -q "^lm_head.weight F32$" <<<"$(tensors split_by_hook cpu:1)" || { echo "split_by_hook: dtype not applied"; exit 1; }
 
+load tensor_parallel
+python3 - "$dir/tensor_parallel.dump" <<'PY'
+import json, struct, sys
+def header(device):
+    with open(f"{sys.argv[1]}/{device}.safetensors", "rb") as f:
+        return json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+ranks = {d: header(d) for d in ("cpu", "cpu:1", "cpu:2", "cpu:3")}
+# Stage 0 (cpu, cpu:1) holds layer 0 and the embeddings, stage 1 (cpu:2, cpu:3) layer 1 and lm_head.
+q = "model.layers.0.self_attn.q_proj.weight"
+assert ranks["cpu"][q]["shape"] == ranks["cpu:1"][q]["shape"] == [128, 256], ranks["cpu"][q]
+assert q not in ranks["cpu:2"]
+down = "model.layers.1.mlp.down_proj.weight"
+assert ranks["cpu:2"][down]["shape"] == [256, 344], ranks["cpu:2"][down]  # columns split
+assert ranks["cpu:3"]["lm_head.weight"]["shape"] == [1024, 256]             # the rule: replicated
+assert ranks["cpu"]["model.embed_tokens.weight"]["shape"] == [512, 256]     # vocabulary rows split
+print("tensor_parallel: shards on the right ranks and stages")
+PY
+
 # The GPU example loads where a GPU is visible; elsewhere it fails cleanly, naming the device.
 set +e
 out=$("$qload" load examples/recipes/gpu_bf16.lua 2>&1)

@@ -28,12 +28,11 @@ std::optional<WeightPolicy> policy(const scripts::Recipe& r, std::string_view na
 
 }  // namespace
 
-TEST_CASE("a recipe's placement, dtype, rules, parallel, verify and trace are read", "[scripts][recipe]") {
+TEST_CASE("a recipe's devices, dtype, rules, parallel, verify, trace and report are read", "[scripts][recipe]") {
   const std::string text = R"(
     return qload.recipe {
       source    = "m",
       devices   = { "cpu", "cpu:1" },
-      placement = "by-layer",
       dtype     = "f16",
       quant     = {
         { match = "lm_head.*", skip = true },
@@ -50,11 +49,10 @@ TEST_CASE("a recipe's placement, dtype, rules, parallel, verify and trace are re
   auto r = scripts::parse_recipe(text, "/work/r/recipe.lua");
   if (!r) FAIL(r.error().to_string());
   CHECK(r->devices == std::vector<std::string>{"cpu", "cpu:1"});
-  CHECK(r->placement == "by-layer");
   CHECK(r->dtype == DType::kF16);
   REQUIRE(r->quant.size() == 5);
   CHECK(r->quant[1].glob == "*.mlp.*");
-  CHECK(r->quant[1].line == 9);  // the text starts with a newline
+  CHECK(r->quant[1].line == 8);  // the text starts with a newline
   CHECK(r->quant[2].pattern == "self_attn%.[qk]_proj");
   CHECK(r->parallel.pipeline == 2);
   CHECK(r->verify == "/work/r/qload.lock");
@@ -75,7 +73,7 @@ TEST_CASE("a recipe's placement, dtype, rules, parallel, verify and trace are re
   scheduler::LoadOptions o;
   REQUIRE(r->apply(o));
   CHECK(o.plan.devices.size() == 2);
-  CHECK(o.plan.placement == scheduler::Placement::kByLayer);
+  CHECK(o.plan.parallel.pipeline == 2);
   CHECK(o.plan.dtype == DType::kF16);
   REQUIRE(o.plan.weight_policy);
   CHECK(o.plan.weight_policy("model.layers.0.mlp.up_proj.weight").value()->action == Action::kDequantize);
@@ -197,35 +195,64 @@ TEST_CASE("recipe language mistakes name the file and line", "[scripts][recipe]"
   }
 }
 
-TEST_CASE("a recipe becomes load options: pipeline stages are layers per device; tensor parallel is not yet",
-          "[scripts][recipe]") {
-  auto staged = scripts::parse_recipe(
-      "return qload.recipe { source = 'm', devices = { 'cpu', 'cpu:1', 'cpu:2' }, parallel = { pipeline = 3 } }",
-      "r.lua");
-  REQUIRE(staged);
+TEST_CASE("a recipe's parallel layout and split rules become load options", "[scripts][recipe]") {
+  auto r = scripts::parse_recipe(R"(
+    return qload.recipe {
+      source   = 'm',
+      devices  = { 'cpu:0', 'cpu:1', 'cpu:2', 'cpu:3' },
+      parallel = { tensor = 2, pipeline = 2, rules = {
+        { match = "*.wo.weight", split = "cols" },
+        { pattern = "%.w[13]%.", split = "rows" },
+        { match = "*norm*", split = "replicate" },
+      } },
+    })",
+                                 "r.lua");
+  if (!r) FAIL(r.error().to_string());
+  REQUIRE(r->split_rules.size() == 3);
+  CHECK(r->split("layers.0.attention.wo.weight").value() == scheduler::Split::kCols);
+  CHECK(r->split("layers.0.feed_forward.w1.weight").value() == scheduler::Split::kRows);
+  CHECK_FALSE(r->split("layers.0.feed_forward.w2.weight").value().has_value());  // the llama default applies
   scheduler::LoadOptions o;
-  REQUIRE(staged->apply(o));
-  CHECK(o.plan.placement == scheduler::Placement::kByLayer);
-  CHECK(o.plan.devices.size() == 3);
+  REQUIRE(r->apply(o));
+  CHECK(o.plan.parallel.tensor == 2);
+  CHECK(o.plan.parallel.pipeline == 2);
+  CHECK(o.plan.parallel.data == 1);
+  REQUIRE(o.plan.split);
+  CHECK(o.plan.split("x.wo.weight").value() == scheduler::Split::kCols);
 
   const std::pair<const char*, const char*> refused[] = {
       {"return qload.recipe { source = 'm', devices = { 'cpu', 'cpu:1' }, parallel = { pipeline = 3 } }",
-       "parallel.pipeline = 3 needs 3 devices"},
+       "needs 3 devices; the recipe lists 2"},
       {"return qload.recipe { source = 'm', devices = { 'cpu', 'cpu:1' }, placement = 'round-robin', parallel = { "
        "pipeline = 2 } }",
-       "contradicts it"},
-      {"return qload.recipe { source = 'm', devices = { 'cpu', 'cpu:1' }, parallel = { tensor = 2 } }",
-       "tensor and data parallel placement are not implemented yet"},
+       "'placement' contradicts 'parallel'"},
+      {"return qload.recipe { source = 'm', parallel = { rules = { { match = '*', split = 'rows' } } } }",
+       "parallel.rules need parallel.tensor greater than 1"},
   };
   for (const auto& [text, expect] : refused) {
     INFO(text);
-    auto r = scripts::parse_recipe(text, "r.lua");
-    REQUIRE(r);
+    auto bad = scripts::parse_recipe(text, "r.lua");
+    REQUIRE(bad);
     scheduler::LoadOptions options;
-    const Status s = r->apply(options);
+    const Status s = bad->apply(options);
     REQUIRE_FALSE(s);
     CHECK(s.error().file() == "r.lua");
     CHECK_THAT(s.error().to_string(), Catch::Contains(expect));
+  }
+  const std::pair<const char*, const char*> malformed[] = {
+      {"return qload.recipe { source = 'm', parallel = { tensor = 2, rules = { { match = '*', split = 'diagonal' } } } "
+       "}",
+       "parallel.rules[1]: split 'diagonal' is not replicate, rows, cols, heads or halves"},
+      {"return qload.recipe { source = 'm', parallel = { tensor = 2, rules = { { match = '*', splt = 'rows' } } } }",
+       "unknown key 'splt' in parallel.rules[1] (did you mean 'split'?)"},
+      {"return qload.recipe { source = 'm', parallel = { tensor = 2, rules = { { split = 'rows' } } } }",
+       "needs exactly one of 'match'"},
+  };
+  for (const auto& [text, expect] : malformed) {
+    INFO(text);
+    auto bad = scripts::parse_recipe(text, "r.lua");
+    REQUIRE_FALSE(bad);
+    CHECK_THAT(bad.error().to_string(), Catch::Contains(expect));
   }
 }
 

@@ -14,7 +14,8 @@
 //       { match = "lm_head.*",          skip = true },                -- leave as stored
 //       { match = "*",                  repack = true },
 //     },
-//     parallel  = { pipeline = 2 },      -- pipeline stages = devices, by layer; tensor / data: issue 7
+//     parallel  = { tensor = 2, pipeline = 2, data = 1,   -- devices = data x pipeline x tensor
+//                   rules = { { match = "*.wo.weight", split = "cols" } } },   -- else llama defaults
 //     io        = { engine = "auto", queue_depth = 32, direct = "auto", chunk = "16MiB", staging = "256MiB" },
 //     verify    = "qload.lock",          -- load only if every tensor matches this lock
 //     trace     = "load.trace.json",     -- a Chrome trace of the load
@@ -65,6 +66,15 @@ struct QuantRule {
   int line = 0;  // in the recipe file, for messages
 };
 
+// One parallel.rules entry: which tensors (a glob or a Lua pattern) split how over the tensor
+// ranks (sharding.hpp: "rows", "cols", "heads", "halves", "replicate").
+struct SplitRule {
+  std::string glob;
+  std::string pattern;
+  scheduler::Split split = scheduler::Split::kReplicate;
+  int line = 0;
+};
+
 namespace detail {
 class RecipeHooks;  // the Lua state the plan-time hooks run in
 }
@@ -77,6 +87,7 @@ struct Recipe {
   std::optional<DType> dtype;
   std::vector<QuantRule> quant;
   RecipeParallel parallel;
+  std::vector<SplitRule> split_rules;  // parallel.rules, first match wins; none: the llama default
   RecipeIo io;
   std::optional<std::string> verify;  // a lockfile, resolved against the recipe's directory
   std::optional<std::string> trace;   // resolved likewise
@@ -93,6 +104,9 @@ struct Recipe {
   // The placement function's device for tensor `name`, as an index into `devices`; nullopt
   // when there is no function or it returns nil.
   Result<std::optional<std::uint32_t>> place(std::string_view name) const;
+  // The split of tensor `name` over the tensor ranks from parallel.rules; nullopt when no rule
+  // matches (the scheduler's llama-style default applies).
+  Result<std::optional<scheduler::Split>> split(std::string_view name) const;
   bool has_place_hook() const;
   bool has_quant_hook() const;  // a quant function, or pattern rules
   // Applies the recipe to load options: devices, placement, dtype, rules and hooks, pipeline
