@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Parallel placement benchmark (issue 7): tensor parallel over tp = 1, 2, 4, 8 cpu devices
+# (distinct host arenas, the same planning and delivery code as GPUs) against the baseline most
+# servers implement: every rank reads the whole checkpoint and keeps its slice, here tp
+# concurrent `qload load` processes of the whole checkpoint (each a rank reading everything).
+# Both runs warm (the files are read once before each run), best of RUNS rounds. Printed per tp:
+# bytes read from storage (each load's read_bytes), wall seconds of the whole command(s),
+# process start included for both, peak RSS (the sum over the baseline's processes), and
+# qload / baseline ratios.
+#
+# Usage: bench/parallel_bench.sh [BUILD_DIR] [WORK_DIR]   (defaults: build, /tmp/qload-parallel-bench)
+# Environment: LAYERS HIDDEN INTERMEDIATE VOCAB HEADS KV_HEADS SHARDS (model shape; defaults
+# 8 2048 5632 32000 16 4 2, ~1.1 GB of bf16), TPS (default "1 2 4 8"), RUNS (default 3), KEEP=1.
+set -euo pipefail
+build=${1:-build}
+work=${2:-/tmp/qload-parallel-bench}
+qload="$build/qload"
+runs=${RUNS:-3}
+mkdir -p "$work"
+model="$work/model"
+if [ ! -f "$model/config.json" ]; then
+  "$qload" synth "$model" --layers "${LAYERS:-8}" --hidden "${HIDDEN:-2048}" --intermediate "${INTERMEDIATE:-5632}" \
+    --vocab "${VOCAB:-32000}" --heads "${HEADS:-16}" --kv-heads "${KV_HEADS:-4}" --shards "${SHARDS:-2}" >/dev/null
+fi
+warm() { cat "$model"/*.safetensors > /dev/null; }
+echo "== $(du -sh "$model" | cut -f1) checkpoint; $(nproc) cores; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+results="$work/results.tsv"
+: > "$results"
+for ((round = 0; round < runs; round++)); do
+  for tp in ${TPS:-1 2 4 8}; do
+    devices=$(seq -s, -f "cpu:%g" 0 $((tp - 1)))
+    warm
+    start=$(date +%s.%N)
+    "$qload" load "$model" --devices "$devices" --tp "$tp" --json > "$work/qload.json"
+    end=$(date +%s.%N)
+    python3 - "$work/qload.json" "$tp" "$start" "$end" >> "$results" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print("qload", sys.argv[2], float(sys.argv[4]) - float(sys.argv[3]), r["read_bytes"], r["peak_rss_bytes"], sep="\t")
+PY
+    warm
+    start=$(date +%s.%N)
+    for ((rank = 0; rank < tp; rank++)); do
+      "$qload" load "$model" --json > "$work/rank$rank.json" &
+    done
+    wait
+    end=$(date +%s.%N)
+    python3 - "$work" "$tp" "$start" "$end" >> "$results" <<'PY'
+import json, sys
+d, tp, start, end = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+reports = [json.load(open(f"{d}/rank{r}.json")) for r in range(tp)]
+print("baseline", tp, end - start, sum(r["read_bytes"] for r in reports), sum(r["peak_rss_bytes"] for r in reports),
+      sep="\t")
+PY
+  done
+done
+python3 - "$results" <<'PY'
+import sys
+best = {}
+for line in open(sys.argv[1]):
+    kind, tp, sec, read, rss = line.split("\t")
+    key = (kind, int(tp))
+    sec, read, rss = float(sec), int(read), int(rss)
+    if key not in best or sec < best[key][0]:
+        best[key] = (sec, read, max(rss, best.get(key, (0, 0, 0))[2]))
+print(f"\n{'tp':>3} {'qload read GB':>13} {'baseline read GB':>16} {'read ratio':>10} {'qload s':>8} {'baseline s':>10} "
+      f"{'time ratio':>10} {'qload RSS':>10} {'baseline RSS':>12}")
+for tp in sorted({k[1] for k in best}):
+    q, b = best[("qload", tp)], best[("baseline", tp)]
+    print(f"{tp:>3} {q[1] / 1e9:13.3f} {b[1] / 1e9:16.3f} {q[1] / b[1]:10.3f} {q[0]:8.3f} {b[0]:10.3f} {q[0] / b[0]:10.3f} "
+          f"{q[2] / 2**20:8.0f}Mi {b[2] / 2**20:10.0f}Mi")
+print("ratios are qload / baseline (lower is better); times are the best of the rounds, RSS the worst")
+PY
+[ "${KEEP:-0}" = 1 ] || rm -rf "$model"
