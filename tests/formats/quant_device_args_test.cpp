@@ -31,45 +31,20 @@ std::vector<const std::byte*> host_pointers(const Weight& w) {
   return out;
 }
 
-bool is_nan(DType dtype, const std::byte* p) {
-  if (dtype == DType::kF32) {
-    std::uint32_t x;
-    std::memcpy(&x, p, 4);
-    return (x & 0x7fffffffu) > 0x7f800000u;
-  }
-  std::uint16_t h;
-  std::memcpy(&h, p, 2);
-  return dtype == DType::kBF16 ? (h & 0x7fffu) > 0x7f80u : (h & 0x7fffu) > 0x7c00u;
-}
-
 // Rows [a, b) through describe_dequantize + the element functions, compared with dequantize_rows.
 void check_rows(const Case& c, std::uint64_t a, std::uint64_t b, DType out_dtype) {
   const Weight& w = c.weight;
-  const std::uint64_t elem = dtype_info(out_dtype).block_bytes;
-  const std::uint64_t bytes = (b - a) * w.t.cols * elem;
+  const std::vector<std::byte> want = cpu_rows(c, a, b, out_dtype);
+  std::vector<std::byte> got(std::max<std::size_t>(want.size(), 4), std::byte{0xA5});  // poisoned
   const std::vector<PartBytes> views = w.views();
-  std::vector<std::byte> want(bytes);
-  const Status cpu = dequantize_rows(w.t, views, a, b, out_dtype, want);
-  if (!cpu) FAIL(cpu.error().to_string());
-
-  std::vector<std::byte> got(std::max<std::uint64_t>(bytes, 4), std::byte{0xA5});  // poisoned
-  const std::vector<const std::byte*> pointers = host_pointers(w);
   const Result<detail::DequantArgs> args =
-      detail::describe_dequantize(w.t, views, pointers, a, b, out_dtype, got.data());
+      detail::describe_dequantize(w.t, views, host_pointers(w), a, b, out_dtype, got.data());
   if (!args) FAIL(args.error().to_string());
   for (std::uint64_t n = a; n < b; ++n)
     for (std::uint64_t k = 0; k < w.t.cols; ++k)
       detail::element::store_element(*args, (n - a) * w.t.cols + k, detail::element::dequantize_element(*args, n, k));
-
-  for (std::uint64_t i = 0; i < bytes; i += elem) {
-    const bool same = std::memcmp(want.data() + i, got.data() + i, elem) == 0 ||
-                      (is_nan(out_dtype, want.data() + i) && is_nan(out_dtype, got.data() + i));
-    if (!same) {
-      const std::uint64_t e = i / elem;
-      FAIL(fmt::format("{} to {}, rows [{}, {}): first difference at row {}, column {}", c.label, dtype_name(out_dtype),
-                       a, b, a + e / w.t.cols, e % w.t.cols));
-    }
-  }
+  got.resize(want.size());
+  require_same_decode(c, a, b, out_dtype, want, got);
 }
 
 Status describe(const Weight& w, std::vector<const std::byte*> pointers, std::uint64_t a, std::uint64_t b,

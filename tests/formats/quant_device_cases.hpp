@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -136,6 +137,36 @@ inline std::vector<Case> device_cases(bool large) {
   cases.push_back({"gptq 4-bit large act-order", make_gptq({4, 128, 2, false, true, DType::kF16}, 4128, 2600, rng)});
   cases.push_back({"fp8 block large", fp8_weight(DType::kF8_E4M3, ScaleLayout::kBlock, DType::kF32, 2600, 4128, rng)});
   return cases;
+}
+
+// The CPU decoder's rows [a, b) of the case's weight as `out_dtype`.
+inline std::vector<std::byte> cpu_rows(const Case& c, std::uint64_t a, std::uint64_t b, DType out_dtype) {
+  std::vector<std::byte> out((b - a) * c.weight.t.cols * dtype_info(out_dtype).block_bytes);
+  const std::vector<PartBytes> views = c.weight.views();
+  const Status st = dequantize_rows(c.weight.t, views, a, b, out_dtype, out);
+  if (!st) FAIL(st.error().to_string());
+  return out;
+}
+
+// Element-wise equality of two decodes of rows [a, b), where any NaN equals any NaN (a GPU
+// returns the canonical NaN; docs/formats.md); FAILs naming the first differing element.
+inline void require_same_decode(const Case& c, std::uint64_t a, std::uint64_t b, DType out_dtype,
+                                const std::vector<std::byte>& want, const std::vector<std::byte>& got) {
+  REQUIRE(got.size() == want.size());
+  const std::uint64_t elem = dtype_info(out_dtype).block_bytes;
+  const auto is_nan = [&](const std::byte* p) {
+    std::uint32_t x = 0;
+    std::memcpy(&x, p, elem);
+    if (elem == 4) return (x & 0x7fffffffu) > 0x7f800000u;
+    return out_dtype == DType::kBF16 ? (x & 0x7fffu) > 0x7f80u : (x & 0x7fffu) > 0x7c00u;
+  };
+  for (std::uint64_t i = 0; i < want.size(); i += elem) {
+    if (std::memcmp(want.data() + i, got.data() + i, elem) == 0 || (is_nan(want.data() + i) && is_nan(got.data() + i)))
+      continue;
+    const std::uint64_t e = i / elem;
+    FAIL(fmt::format("{} to {}, rows [{}, {}): first difference at row {}, column {}", c.label, dtype_name(out_dtype), a,
+                     b, a + e / c.weight.t.cols, e % c.weight.t.cols));
+  }
 }
 
 }  // namespace qload::testing::quant_ref

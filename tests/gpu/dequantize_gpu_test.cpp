@@ -45,47 +45,23 @@ DeviceWeight upload(const Weight& w, const cuda::Stream& stream) {
   return d;
 }
 
-bool is_nan(DType dtype, const std::byte* p) {
-  if (dtype == DType::kF32) {
-    std::uint32_t x;
-    std::memcpy(&x, p, 4);
-    return (x & 0x7fffffffu) > 0x7f800000u;
-  }
-  std::uint16_t h;
-  std::memcpy(&h, p, 2);
-  return dtype == DType::kBF16 ? (h & 0x7fffu) > 0x7f80u : (h & 0x7fffu) > 0x7c00u;
-}
-
 // Rows [a, b) on the CPU and on the GPU (output poisoned first), compared element by element.
 void check_rows(const Case& c, const DeviceWeight& d, std::uint64_t a, std::uint64_t b, DType out_dtype,
                 const cuda::Stream& stream) {
   const Weight& w = c.weight;
-  const std::uint64_t elem = dtype_info(out_dtype).block_bytes;
-  const std::uint64_t bytes = (b - a) * w.t.cols * elem;
-  const std::vector<PartBytes> views = w.views();
-  std::vector<std::byte> host(bytes);
-  const Status cpu = dequantize_rows(w.t, views, a, b, out_dtype, host);
-  if (!cpu) FAIL(cpu.error().to_string());
-
+  const std::vector<std::byte> host = cpu_rows(c, a, b, out_dtype);
+  const std::uint64_t bytes = host.size();
   auto out = cuda::DeviceBuffer::allocate(stream.device(), std::max<std::uint64_t>(bytes, 1));
   REQUIRE(out);
   std::vector<std::byte> device(bytes, std::byte{0xA5});  // poison: unwritten elements show
   if (bytes != 0) REQUIRE(cuda::copy_to_device_async(out->data(), device.data(), bytes, stream));
+  const std::vector<PartBytes> views = w.views();
   const Status launched = dequantize_on_device(w.t, views, d.pointers, a, b, out_dtype, out->data(), stream);
   if (!launched) FAIL(launched.error().to_string());
   const Status done = stream.synchronize();
   if (!done) FAIL(done.error().to_string());
   if (bytes != 0) REQUIRE(cuda::copy_to_host(device.data(), out->data(), bytes, stream.device()));
-
-  for (std::uint64_t i = 0; i < bytes; i += elem) {
-    const bool same = std::memcmp(host.data() + i, device.data() + i, elem) == 0 ||
-                      (is_nan(out_dtype, host.data() + i) && is_nan(out_dtype, device.data() + i));
-    if (!same) {
-      const std::uint64_t e = i / elem;
-      FAIL(fmt::format("{} to {}, rows [{}, {}): first difference at row {}, column {}", c.label, dtype_name(out_dtype),
-                       a, b, a + e / w.t.cols, e % w.t.cols));
-    }
-  }
+  require_same_decode(c, a, b, out_dtype, host, device);
 }
 
 bool have_gpu(CudaInfo& info) {
