@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <map>
 #include <thread>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -122,6 +123,28 @@ std::vector<QuantizedWeight> describe_quantized(const formats::Catalog& catalog,
   if (!plan.quant || dequantized) return out;
   std::map<std::string_view, std::uint32_t> index;
   for (std::uint32_t i = 0; i < tensors.size(); ++i) index.emplace(tensors[i].name, i);
+  if (!plan.shards.empty()) {
+    // A parallel layout: one description per copy (a tensor rank's shard, or a replica), on
+    // its device, with the shard's N and K; its parts are that device's copies.
+    std::map<std::pair<std::string_view, std::string_view>, std::uint32_t> on_device;
+    for (std::uint32_t i = 0; i < tensors.size(); ++i)
+      on_device.emplace(std::pair<std::string_view, std::string_view>(tensors[i].name, tensors[i].device), i);
+    for (std::uint32_t l = 0; l < plan.quant->logical.size(); ++l) {
+      const formats::LogicalTensor& lt = plan.quant->logical[l];
+      const TensorPlacement& first_part = plan.tensors[lt.parts.front().second];
+      const auto dims = plan.sharded_weights.find(l);
+      for (std::uint32_t c = 0; c < first_part.shard_count; ++c) {
+        const ShardPlacement& shard = plan.shards[first_part.first_shard + c];
+        QuantizedWeight w{.name = lt.name, .params = lt.params, .rows = lt.rows, .cols = lt.cols};
+        w.device = plan.arenas[shard.region].device.to_string();
+        if (dims != plan.sharded_weights.end()) std::tie(w.rows, w.cols) = dims->second[shard.rank];
+        for (const auto& [role, part] : lt.parts)
+          w.parts.emplace_back(role, on_device.at({catalog.tensors[part].name, w.device}));
+        out.push_back(std::move(w));
+      }
+    }
+    return out;
+  }
   std::map<std::uint32_t, const DecodeJob*> repacked;  // logical index -> its repack job
   for (const DecodeJob& job : plan.decodes)
     if (job.kind == DecodeJob::Kind::kRepack) repacked[job.logical] = &job;
@@ -134,6 +157,7 @@ std::vector<QuantizedWeight> describe_quantized(const formats::Catalog& catalog,
     } else {
       for (const auto& [role, part] : lt.parts) w.parts.emplace_back(role, index.at(catalog.tensors[part].name));
     }
+    w.device = tensors[w.parts.front().second].device;
     out.push_back(std::move(w));
   }
   return out;

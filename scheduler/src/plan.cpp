@@ -16,6 +16,7 @@
 #include "qload/formats/convert.hpp"
 #include "qload/formats/model_config.hpp"
 #include "qload/io/reader.hpp"
+#include "quant_sharding.hpp"
 
 namespace qload::scheduler {
 namespace {
@@ -106,22 +107,57 @@ Result<std::uint64_t> take(std::uint64_t& cursor, std::uint64_t bytes, std::uint
 // last tensor's end.
 // Under a parallel layout: tensor i's copies, one per tensor rank of its pipeline stage, in
 // every data replica, each at the next aligned offset of its device's arena.
+// The split of tensor (or quantized weight) `name` over the tensor ranks: the rule's, else the
+// llama default.
+Result<Split> split_of(const PlanOptions& options, const std::string& name) {
+  if (options.parallel.tensor == 1) return Split::kReplicate;
+  if (options.split) {
+    auto asked = options.split(name);
+    if (!asked) return fail(std::move(asked.error()).with_tensor(name));
+    if (*asked) return **asked;
+  }
+  return llama_split(name);
+}
+
+// The parts of quantized weights cut consistently per weight (quant_sharding.hpp): catalog
+// index -> its slices per rank, with the split of its weight.
+struct PartShards {
+  Split split = Split::kReplicate;
+  std::vector<ShardSlice> slices;
+};
+
+Result<std::map<std::uint32_t, PartShards>> plan_quantized_shards(const formats::Catalog& catalog,
+                                                                  const PlanOptions& options,
+                                                                  const formats::ModelGeometry& geometry, Plan& plan) {
+  std::map<std::uint32_t, PartShards> out;
+  if (options.parallel.tensor == 1 || !plan.quant) return out;
+  for (std::uint32_t l = 0; l < plan.quant->logical.size(); ++l) {
+    const formats::LogicalTensor& lt = plan.quant->logical[l];
+    QLOAD_ASSIGN_OR_RETURN(const Split split, split_of(options, lt.name));
+    QLOAD_ASSIGN_OR_RETURN(detail::QuantShards shards,
+                           detail::quantized_shard_slices(catalog, lt, split, options.parallel.tensor, geometry));
+    for (std::size_t p = 0; p < lt.parts.size(); ++p)
+      out[lt.parts[p].second] = PartShards{.split = split, .slices = std::move(shards.parts[p])};
+    plan.sharded_weights[l] = std::move(shards.dims);
+  }
+  return out;
+}
+
 Status place_shards(const formats::Catalog& catalog, std::uint32_t i, std::uint32_t stage, DType dtype,
                     const PlanOptions& options, const formats::ModelGeometry& geometry,
-                    std::vector<std::uint64_t>& cursor, Plan& plan) {
+                    const std::map<std::uint32_t, PartShards>& part_shards, std::vector<std::uint64_t>& cursor,
+                    Plan& plan) {
   const formats::TensorEntry& t = catalog.tensors[i];
   const ParallelLayout& par = options.parallel;
   Split split = Split::kReplicate;
-  if (par.tensor > 1) {
-    std::optional<Split> chosen;
-    if (options.split) {
-      auto asked = options.split(t.name);
-      if (!asked) return fail(std::move(asked.error()).with_tensor(t.name));
-      chosen = *asked;
-    }
-    split = chosen.value_or(llama_split(t.name));
+  std::vector<ShardSlice> slices;
+  if (const auto it = part_shards.find(i); it != part_shards.end()) {  // a part of a quantized weight
+    split = it->second.split;
+    slices = it->second.slices;
+  } else {
+    QLOAD_ASSIGN_OR_RETURN(split, split_of(options, t.name));
+    QLOAD_ASSIGN_OR_RETURN(slices, shard_slices(t, split, par.tensor, geometry));
   }
-  QLOAD_ASSIGN_OR_RETURN(std::vector<ShardSlice> slices, shard_slices(t, split, par.tensor, geometry));
   TensorPlacement& placed = plan.tensors[i];
   placed = TensorPlacement{.first_shard = static_cast<std::uint32_t>(plan.shards.size()),
                            .shard_count = par.tensor * par.data,
@@ -150,7 +186,7 @@ Status place_shards(const formats::Catalog& catalog, std::uint32_t i, std::uint3
   return {};
 }
 
-Status check_parallel(const formats::Catalog& catalog, const PlanOptions& options, const Plan& plan) {
+Status check_parallel(const PlanOptions& options, const Plan& plan) {
   const ParallelLayout& par = options.parallel;
   if (par.tensor == 0 || par.pipeline == 0 || par.data == 0)
     return fail(Errc::kInvalidArgument, "tensor, pipeline and data parallel sizes must be at least 1");
@@ -162,11 +198,6 @@ Status check_parallel(const formats::Catalog& catalog, const PlanOptions& option
   if (!plan.decodes.empty() && (par.tensor > 1 || par.data > 1))
     return fail(Errc::kUnsupported,
                 "decoding on load (dequantize, quantize, repack) with tensor or data parallelism is not supported yet");
-  if (par.tensor > 1 && plan.quant && !plan.quant->logical.empty())
-    return fail(Error(Errc::kUnsupported,
-                      "tensor-parallel sharding of quantized weights (packed-aware splits) is not supported yet")
-                    .with_tensor(plan.quant->logical.front().name)
-                    .with_file(catalog.source));
   return {};
 }
 
@@ -177,11 +208,15 @@ Status place_in_arenas(const formats::Catalog& catalog, const std::vector<std::u
   formats::ModelGeometry geometry;
   std::vector<std::uint32_t> stage_of;
   if (parallel) {
-    QLOAD_TRY(check_parallel(catalog, options, plan));
+    QLOAD_TRY(check_parallel(options, plan));
     if (options.parallel.tensor > 1) {
       QLOAD_ASSIGN_OR_RETURN(geometry, formats::read_geometry(catalog));
     }
     stage_of = detail::assign_devices(catalog, order, Placement::kByLayer, options.parallel.pipeline);
+  }
+  std::map<std::uint32_t, PartShards> part_shards;
+  if (parallel) {
+    QLOAD_ASSIGN_OR_RETURN(part_shards, plan_quantized_shards(catalog, options, geometry, plan));
   }
   std::vector<std::uint32_t> device_of = detail::assign_devices(catalog, order, options.placement, device_count);
   if (options.place) {
@@ -207,7 +242,7 @@ Status place_in_arenas(const formats::Catalog& catalog, const std::vector<std::u
     // file that passed validation, so this cannot overflow.
     const std::uint64_t bytes = dtype == t.dtype ? t.nbytes : formats::converted_bytes(t.nbytes, t.dtype, dtype);
     if (parallel && d != scratch) {
-      QLOAD_TRY(place_shards(catalog, i, stage_of[i], dtype, options, geometry, cursor, plan));
+      QLOAD_TRY(place_shards(catalog, i, stage_of[i], dtype, options, geometry, part_shards, cursor, plan));
       plan.converted_tensors += dtype != t.dtype ? 1 : 0;
       continue;
     }

@@ -164,8 +164,8 @@ inline void require_same_decode(const Case& c, std::uint64_t a, std::uint64_t b,
     if (std::memcmp(want.data() + i, got.data() + i, elem) == 0 || (is_nan(want.data() + i) && is_nan(got.data() + i)))
       continue;
     const std::uint64_t e = i / elem;
-    FAIL(fmt::format("{} to {}, rows [{}, {}): first difference at row {}, column {}", c.label, dtype_name(out_dtype), a,
-                     b, a + e / c.weight.t.cols, e % c.weight.t.cols));
+    FAIL(fmt::format("{} to {}, rows [{}, {}): first difference at row {}, column {}", c.label, dtype_name(out_dtype),
+                     a, b, a + e / c.weight.t.cols, e % c.weight.t.cols));
   }
 }
 

@@ -16,6 +16,7 @@
 #include "qload/formats/convert.hpp"
 #include "qload/formats/safetensors_writer.hpp"
 #include "qload/scheduler/load.hpp"
+#include "support/llama_splits.hpp"
 #include "support/scratch.hpp"
 
 using namespace qload;
@@ -75,57 +76,6 @@ void make_model(Llama& m) {
 
 bool has(std::string_view name, std::string_view part) {
   return name.find(part) != std::string_view::npos;
-}
-
-// The reference: which rows of the [dim0, rest] view rank r of `tp` holds, in order, and which
-// column range; written from the rules' definitions, sharing no code with sharding.cpp.
-struct Expect {
-  std::vector<std::uint64_t> rows;
-  std::uint64_t col_begin = 0, col_end = 0;
-};
-
-std::vector<std::uint64_t> head_rows(std::uint64_t base, std::uint64_t heads, std::uint64_t r, std::uint64_t tp) {
-  std::vector<std::uint64_t> out;
-  // Heads split evenly; with fewer heads than ranks, rank r holds head r * heads / tp.
-  const std::uint64_t first = heads >= tp ? r * (heads / tp) : r * heads / tp;
-  const std::uint64_t count = heads >= tp ? heads / tp : 1;
-  for (std::uint64_t h = first; h < first + count; ++h)
-    for (std::uint64_t d = 0; d < kHd; ++d) out.push_back(base + h * kHd + d);
-  return out;
-}
-
-Expect expect(const std::string& name, const Shape& shape, std::uint64_t r, std::uint64_t tp) {
-  const std::uint64_t dim0 = shape[0];
-  const std::uint64_t rest = shape.rank() == 2 ? shape[1] : 1;
-  Expect e{.col_begin = 0, .col_end = rest};
-  const auto all_rows = [&] {
-    for (std::uint64_t i = 0; i < dim0; ++i) e.rows.push_back(i);
-  };
-  const auto even_rows = [&](std::uint64_t base, std::uint64_t n) {
-    for (std::uint64_t i = r * n / tp; i < (r + 1) * n / tp; ++i) e.rows.push_back(base + i);
-  };
-  if (has(name, "qkv_proj.")) {  // before v_proj: "qkv_proj." contains "v_proj."
-    e.rows = head_rows(0, kHeads, r, tp);
-    for (std::uint64_t x : head_rows(kHeads * kHd, kKv, r, tp)) e.rows.push_back(x);
-    for (std::uint64_t x : head_rows((kHeads + kKv) * kHd, kKv, r, tp)) e.rows.push_back(x);
-  } else if (has(name, "q_proj.")) {
-    e.rows = head_rows(0, kHeads, r, tp);
-  } else if (has(name, "k_proj.") || has(name, "v_proj.")) {
-    e.rows = head_rows(0, kKv, r, tp);
-  } else if (has(name, "gate_up_proj.")) {
-    even_rows(0, dim0 / 2);
-    even_rows(dim0 / 2, dim0 / 2);
-  } else if (has(name, "gate_proj.") || has(name, "up_proj.") || has(name, "embed_tokens.") ||
-             name.starts_with("lm_head.")) {
-    even_rows(0, dim0);
-  } else if ((has(name, "o_proj.") || has(name, "down_proj.")) && name.ends_with(".weight")) {
-    all_rows();
-    e.col_begin = r * rest / tp;
-    e.col_end = (r + 1) * rest / tp;
-  } else {
-    all_rows();  // replicated
-  }
-  return e;
 }
 
 // The pipeline stage of a tensor: layer L on stage L * pp / layers; embeddings first, the rest
@@ -188,7 +138,7 @@ TEST_CASE("parallel: every tp x pp x dp layout up to 8 devices places exactly th
                 const DeviceTensor* t = model->find(name, Device{.index = static_cast<int>(device)}.to_string());
                 INFO("rank " << r << " replica " << d << " on cpu:" << device);
                 REQUIRE(t != nullptr);
-                const Expect e = expect(name, shape, r, tp);
+                const SplitExpect e = expected_split(name, shape, r, tp, {kHeads, kKv, kHd});
                 const std::uint64_t width = e.col_end - e.col_begin;
                 REQUIRE(t->shape.numel().value() == e.rows.size() * width);
                 CHECK(t->shape[0] == e.rows.size());

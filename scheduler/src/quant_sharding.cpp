@@ -1,0 +1,164 @@
+#include "quant_sharding.hpp"
+
+#include <numeric>
+
+#include <fmt/format.h>
+
+namespace qload::scheduler::detail {
+namespace {
+
+using Range = std::pair<std::uint64_t, std::uint64_t>;
+
+// How one logical dimension (N or K) lies along one dimension of a part: logical index x is
+// stored index x * num / den (packed words, groups, blocks), on stored dim `dim`.
+struct Axis {
+  int dim = -1;  // -1: the part does not vary along this logical dimension (replicated over it)
+  std::uint64_t num = 1;
+  std::uint64_t den = 1;
+};
+struct PartMap {
+  Axis n, k;
+};
+
+Error weight_error(const formats::LogicalTensor& lt, std::string message) {
+  return Error(Errc::kUnsupported, std::move(message)).with_tensor(lt.name);
+}
+
+// The part map of `role` for the weight's scheme and scale layout.
+Result<PartMap> part_map(const formats::LogicalTensor& lt, std::string_view role) {
+  const formats::QuantParams& p = lt.params;
+  const std::uint64_t g =
+      p.group_size == 0 || p.group_size > lt.cols ? std::max<std::uint64_t>(lt.cols, 1) : p.group_size;
+  const auto scale_map = [&](std::uint64_t block_rows, std::uint64_t block_cols) -> PartMap {
+    switch (p.scale_layout) {
+      case formats::ScaleLayout::kTensor: return {};
+      case formats::ScaleLayout::kRow: return {.n = {0, 1, 1}};
+      case formats::ScaleLayout::kGroup: return {.n = {0, 1, 1}, .k = {1, 1, g}};
+      case formats::ScaleLayout::kBlock: return {.n = {0, 1, block_rows}, .k = {1, 1, block_cols}};
+    }
+    return {};
+  };
+  switch (p.scheme) {
+    case formats::QuantScheme::kGptq:
+      if (role == "qweight") return PartMap{.n = {1, 1, 1}, .k = {0, p.bits, 32}};
+      if (role == "qzeros") return PartMap{.n = {1, p.bits, 32}, .k = {0, 1, g}};
+      if (role == "scales") return PartMap{.n = {1, 1, 1}, .k = {0, 1, g}};
+      if (role == "g_idx") return PartMap{.k = {0, 1, 1}};
+      break;
+    case formats::QuantScheme::kAwqGemm:
+      if (role == "qweight") return PartMap{.n = {1, 1, 8}, .k = {0, 1, 1}};
+      if (role == "qzeros") return PartMap{.n = {1, 1, 8}, .k = {0, 1, g}};
+      if (role == "scales") return PartMap{.n = {1, 1, 1}, .k = {0, 1, g}};
+      break;
+    case formats::QuantScheme::kFp8:
+      if (role == "weight") return PartMap{.n = {0, 1, 1}, .k = {1, 1, 1}};
+      if (role == "weight_scale" || role == "weight_scale_inv") return scale_map(p.block_rows, p.block_cols);
+      if (role == "input_scale") return PartMap{};
+      break;
+    case formats::QuantScheme::kCtInt:
+      if (role == "weight") return PartMap{.n = {0, 1, 1}, .k = {1, 1, 1}};
+      if (role == "weight_scale" || role == "weight_zero_point") return scale_map(1, 1);
+      if (role == "weight_g_idx") return PartMap{.k = {0, 1, 1}};
+      break;
+    case formats::QuantScheme::kAwqGemv:
+    case formats::QuantScheme::kCtPacked:
+      return fail(weight_error(lt, fmt::format("tensor-parallel splits of {} weights are not supported",
+                                               formats::quant_scheme_name(p.scheme))));
+  }
+  return fail(weight_error(lt, fmt::format("no tensor-parallel split is known for its '{}' part", role)));
+}
+
+// Logical range [a, b) of a dimension of `total` as stored indices; a boundary must fall on a
+// stored index (the end of the dimension may be a partial word or block).
+Result<Range> stored_range(const formats::LogicalTensor& lt, std::string_view role, char which, Range r,
+                           std::uint64_t total, const Axis& axis) {
+  const auto at = [&](std::uint64_t x) -> Result<std::uint64_t> {
+    if (x == total) return (x * axis.num + axis.den - 1) / axis.den;
+    if (x * axis.num % axis.den != 0)
+      return fail(
+          Error(Errc::kInvalidArgument,
+                fmt::format("a rank boundary at {} = {} falls inside a packed word, group or scale block of its "
+                            "'{}' part ({} of {} per stored index)",
+                            which, x, role, axis.den / std::gcd(axis.num, axis.den), which))
+              .with_tensor(lt.name));
+    return x * axis.num / axis.den;
+  };
+  QLOAD_ASSIGN_OR_RETURN(const std::uint64_t a, at(r.first));
+  QLOAD_ASSIGN_OR_RETURN(const std::uint64_t b, at(r.second));
+  return Range{a, b};
+}
+
+}  // namespace
+
+Result<QuantShards> quantized_shard_slices(const formats::Catalog& catalog, const formats::LogicalTensor& lt,
+                                           Split split, std::uint32_t ranks, const formats::ModelGeometry& geometry) {
+  // The logical split, as a plain [N, K] tensor would take it.
+  formats::TensorEntry logical;
+  logical.name = lt.name;
+  logical.shape = Shape{lt.rows, lt.cols};
+  QLOAD_ASSIGN_OR_RETURN(const std::vector<ShardSlice> logical_slices, shard_slices(logical, split, ranks, geometry));
+  QuantShards out;
+  for (const ShardSlice& s : logical_slices) {
+    std::uint64_t n = 0;
+    for (const Range& r : s.rows) n += r.second - r.first;
+    out.dims.emplace_back(n, s.col_end - s.col_begin);
+  }
+  const bool splits_k = split == Split::kCols;
+  for (const auto& [role, index] : lt.parts) {
+    QLOAD_ASSIGN_OR_RETURN(const PartMap map, part_map(lt, role));
+    const formats::TensorEntry& part = catalog.tensors[index];
+    if (splits_k && map.k.dim >= 0 && (role == "g_idx" || role == "weight_g_idx"))
+      return fail(weight_error(lt,
+                               "a split along K (row-parallel) of a weight with g_idx is not supported: its group "
+                               "indices are global"));
+    const std::uint64_t dim0 = part.shape.rank() == 0 ? 1 : part.shape[0];
+    std::uint64_t rest = 1;
+    for (std::size_t i = 1; i < part.shape.rank(); ++i) rest *= part.shape[i];
+    std::vector<ShardSlice> slices;
+    for (std::uint32_t r = 0; r < ranks; ++r) {
+      const ShardSlice& ls = logical_slices[r];
+      ShardSlice s{.col_begin = 0, .col_end = rest, .rows = {{0, dim0}}, .shape = {}};
+      const Axis& axis = splits_k ? map.k : map.n;
+      if (axis.dim >= 0) {
+        std::vector<Range> ranges;
+        if (splits_k) {
+          ranges.push_back({ls.col_begin, ls.col_end});
+        } else {
+          ranges = ls.rows;
+        }
+        std::vector<Range> stored;
+        for (const Range& range : ranges) {
+          QLOAD_ASSIGN_OR_RETURN(
+              const Range st, stored_range(lt, role, splits_k ? 'K' : 'N', range, splits_k ? lt.cols : lt.rows, axis));
+          stored.push_back(st);
+        }
+        if (axis.dim == 0) {
+          s.rows = stored;
+        } else {
+          if (stored.size() != 1 || part.shape.rank() != 2)
+            return fail(weight_error(lt, fmt::format("its '{}' part packs N along columns: a split into several ranges "
+                                                     "(fused heads) is not supported",
+                                                     role)));
+          s.col_begin = stored.front().first;
+          s.col_end = stored.front().second;
+        }
+      }
+      std::uint64_t rows = 0;
+      for (const Range& range : s.rows) rows += range.second - range.first;
+      std::vector<std::uint64_t> dims;
+      if (part.shape.rank() == 0) {
+        s.shape = part.shape;
+      } else {
+        dims.push_back(rows);
+        if (part.shape.rank() == 2) dims.push_back(s.col_end - s.col_begin);
+        for (std::size_t i = 2; i < part.shape.rank(); ++i) dims.push_back(part.shape[i]);
+        s.shape = Shape(std::move(dims));
+      }
+      slices.push_back(std::move(s));
+    }
+    out.parts.push_back(std::move(slices));
+  }
+  return out;
+}
+
+}  // namespace qload::scheduler::detail

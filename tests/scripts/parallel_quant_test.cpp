@@ -1,0 +1,140 @@
+// Tensor-parallel splits of quantized weights, on checkpoints written by `qload synth --quant`:
+// every rank's parts, decoded by the CPU decoder as a weight of the shard's N and K (from
+// Model::quantized()), equal the matching slice (llama_splits.hpp, an independent reference of
+// the rules) of the unsplit weight decoded; packed words, groups and scale blocks are never
+// cut, and splits that would cut one are refused by name.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "qload/formats/quant_codec.hpp"
+#include "qload/scheduler/load.hpp"
+#include "qload/scripts/synth.hpp"
+#include "support/llama_splits.hpp"
+#include "support/scratch.hpp"
+
+using namespace qload;
+using namespace qload::scheduler;
+using namespace qload::testing;
+
+namespace {
+
+constexpr std::uint64_t kHeads = 4, kKv = 2, kHeadDim = 128;
+
+std::string synth(const ScratchDir& dir, const std::string& quant) {
+  scripts::SynthOptions o;
+  o.layers = 2;
+  o.hidden = 512;
+  o.intermediate = 1024;
+  o.vocab = 512;
+  o.heads = kHeads;
+  o.kv_heads = kKv;
+  o.quant = quant;
+  const std::string out = dir.file(quant);
+  const auto made = scripts::synthesize(out, o);
+  if (!made) FAIL(made.error().to_string());
+  return out;
+}
+
+// The weight decoded to f32 from the parts the model holds for it.
+std::vector<float> decode(const Model& model, const QuantizedWeight& w) {
+  formats::LogicalTensor t;
+  t.name = w.name;
+  t.params = w.params;
+  t.rows = w.rows;
+  t.cols = w.cols;
+  std::vector<formats::PartBytes> parts;
+  for (const auto& [role, index] : w.parts) {
+    const DeviceTensor& part = model.tensors()[index];
+    parts.push_back({.role = role, .dtype = part.dtype, .shape = part.shape, .bytes = part.bytes()});
+  }
+  std::vector<float> out(w.rows * w.cols);
+  const Status st = formats::dequantize_rows(t, parts, 0, w.rows, DType::kF32, std::as_writable_bytes(std::span(out)));
+  if (!st) FAIL(st.error().to_string());
+  return out;
+}
+
+LoadOptions over(std::uint32_t tp) {
+  LoadOptions o;
+  o.plan.parallel.tensor = tp;
+  o.plan.devices.clear();
+  for (std::uint32_t i = 0; i < tp; ++i) o.plan.devices.push_back(Device{.index = static_cast<int>(i)});
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("parallel: quantized weights split along their packed dimensions decode to the unsplit weight's slices",
+          "[scripts][parallel][quant]") {
+  ScratchDir dir;
+  for (const std::string quant : {"gptq4", "gptq8", "awq", "fp8-block", "fp8-channel", "fp8-tensor", "ct-fp8"}) {
+    const std::string path = synth(dir, quant);
+    auto whole = load_source(path, LoadOptions{});
+    REQUIRE(whole);
+    std::map<std::string, std::vector<float>> full;
+    for (const QuantizedWeight& w : whole->quantized()) full[w.name] = decode(*whole, w);
+    REQUIRE(full.size() == 14);  // 7 linears in each of 2 layers
+    for (const std::uint32_t tp : {2u, 4u}) {
+      INFO(quant << " tp " << tp);
+      LoadOptions o = over(tp);
+      // GPTQ's g_idx holds global group indices: its row-parallel linears stay whole here (a
+      // K split of them is refused; see below).
+      if (quant.starts_with("gptq"))
+        o.plan.split = [](std::string_view name) -> Result<std::optional<Split>> {
+          if (name.find("o_proj") != std::string_view::npos || name.find("down_proj") != std::string_view::npos)
+            return std::optional<Split>(Split::kReplicate);
+          return std::optional<Split>();
+        };
+      auto model = load_source(path, o);
+      if (!model) FAIL(model.error().to_string());
+      REQUIRE(model->quantized().size() == full.size() * tp);
+      for (const QuantizedWeight& w : model->quantized()) {
+        INFO(w.name << " on " << w.device);
+        const std::uint64_t rank = w.device == "cpu" ? 0 : std::stoul(w.device.substr(4));
+        const std::vector<float>& whole_weight = full.at(w.name);
+        const QuantizedWeight& unsplit =
+            *std::ranges::find_if(whole->quantized(), [&](const QuantizedWeight& u) { return u.name == w.name; });
+        const bool kept_whole = quant.starts_with("gptq") && (w.name.find("o_proj") != std::string::npos ||
+                                                              w.name.find("down_proj") != std::string::npos);
+        const SplitExpect e =
+            kept_whole ? expected_split("replicated", Shape{unsplit.rows, unsplit.cols}, rank, tp, {})
+                       : expected_split(w.name, Shape{unsplit.rows, unsplit.cols}, rank, tp, {kHeads, kKv, kHeadDim});
+        REQUIRE(w.rows == e.rows.size());
+        REQUIRE(w.cols == e.col_end - e.col_begin);
+        const std::vector<float> got = decode(*model, w);
+        for (std::uint64_t i = 0; i < w.rows; ++i)
+          for (std::uint64_t j = 0; j < w.cols; ++j) {
+            const float want = whole_weight[e.rows[i] * unsplit.cols + e.col_begin + j];
+            if (std::memcmp(&want, &got[i * w.cols + j], 4) != 0)
+              FAIL(fmt::format("element ({}, {}) is {}, the unsplit weight has {}", i, j, got[i * w.cols + j], want));
+          }
+      }
+    }
+  }
+}
+
+TEST_CASE("parallel: quantized splits that would cut a word, group or block, or lose g_idx, are refused by name",
+          "[scripts][parallel][quant]") {
+  ScratchDir dir;
+  // GPTQ row-parallel (K split) with g_idx: refused, naming the weight.
+  auto gptq = load_source(synth(dir, "gptq4"), over(2));
+  REQUIRE_FALSE(gptq);
+  CHECK(gptq.error().code() == Errc::kUnsupported);
+  CHECK_THAT(gptq.error().message(), Catch::Contains("g_idx"));
+  CHECK(gptq.error().tensor().has_value());
+  // FP8 128x128 blocks: splitting 512 rows 8 ways puts a boundary at 64, inside a block.
+  LoadOptions rows8 = over(8);
+  rows8.plan.split = [](std::string_view) -> Result<std::optional<Split>> {
+    return std::optional<Split>(Split::kRows);
+  };
+  auto fp8 = load_source(synth(dir, "fp8-block"), rows8);
+  REQUIRE_FALSE(fp8);
+  CHECK_THAT(fp8.error().message(), Catch::Contains("falls inside a packed word, group or scale block"));
+  // compressed-tensors pack-quantized records the unsplit shape in a part: refused.
+  auto ct = load_source(synth(dir, "ct-pack4"), over(2));
+  REQUIRE_FALSE(ct);
+  CHECK_THAT(ct.error().message(), Catch::Contains("not supported"));
+}
