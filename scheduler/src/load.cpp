@@ -66,8 +66,19 @@ std::vector<DeviceTensor> describe_tensors(const formats::Catalog& catalog, cons
   std::vector<DeviceTensor> out;
   out.reserve(catalog.tensors.size());
   const bool mmap = plan.mode == LoadMode::kMmap;
-  auto device_of = [&](std::uint32_t region) {
-    return mmap ? Device{} : plan.arenas[region].device;  // mmap regions are file mappings (host)
+  // One tensor of the model: `bytes` of `dtype` and `shape` at `offset` in `region`.
+  const auto add = [&](const std::string& name, std::uint32_t region, std::uint64_t offset, DType dtype,
+                       const Shape& shape, std::uint64_t bytes) {
+    const Device device = mmap ? Device{} : plan.arenas[region].device;  // mmap regions are file mappings (host)
+    out.push_back(DeviceTensor{.name = name,
+                               .device = device.to_string(),
+                               .data = region == kNoRegion ? nullptr : regions[region] + offset,
+                               .writable = writable,
+                               .host = device.is_cpu(),
+                               .dtype = dtype,
+                               .shape = shape,
+                               .strides = shape.contiguous_strides(),
+                               .nbytes = bytes});
   };
   for (std::size_t i = 0; i < catalog.tensors.size(); ++i) {
     const formats::TensorEntry& t = catalog.tensors[i];
@@ -75,42 +86,12 @@ std::vector<DeviceTensor> describe_tensors(const formats::Catalog& catalog, cons
     if (!mmap && plan.arenas[p.region].scratch) continue;  // a decode input, not part of the model
     for (std::uint32_t k = p.first_shard; k < p.first_shard + p.shard_count; ++k) {  // parallel layouts
       const ShardPlacement& shard = plan.shards[k];
-      const Device device = device_of(shard.region);
-      out.push_back(DeviceTensor{.name = t.name,
-                                 .device = device.to_string(),
-                                 .data = regions[shard.region] + shard.offset,
-                                 .writable = writable,
-                                 .host = device.is_cpu(),
-                                 .dtype = shard.dtype,
-                                 .shape = shard.slice.shape,
-                                 .strides = shard.slice.shape.contiguous_strides(),
-                                 .nbytes = shard.bytes});
+      add(t.name, shard.region, shard.offset, shard.dtype, shard.slice.shape, shard.bytes);
     }
-    if (p.shard_count > 0) continue;
-    const Device device = device_of(p.region);
-    out.push_back(DeviceTensor{.name = t.name,
-                               .device = device.to_string(),
-                               .data = p.region == kNoRegion ? nullptr : regions[p.region] + p.offset,
-                               .writable = writable,
-                               .host = device.is_cpu(),
-                               .dtype = p.dtype,
-                               .shape = t.shape,
-                               .strides = t.shape.contiguous_strides(),
-                               .nbytes = p.bytes});
+    if (p.shard_count == 0) add(t.name, p.region, p.offset, p.dtype, t.shape, p.bytes);
   }
   for (const DecodeJob& job : plan.decodes)
-    for (const DecodeOutput& o : job.outputs) {
-      const Device device = device_of(o.region);
-      out.push_back(DeviceTensor{.name = o.name,
-                                 .device = device.to_string(),
-                                 .data = regions[o.region] + o.offset,
-                                 .writable = writable,
-                                 .host = device.is_cpu(),
-                                 .dtype = o.dtype,
-                                 .shape = o.shape,
-                                 .strides = o.shape.contiguous_strides(),
-                                 .nbytes = o.bytes});
-    }
+    for (const DecodeOutput& o : job.outputs) add(o.name, o.region, o.offset, o.dtype, o.shape, o.bytes);
   return out;
 }
 

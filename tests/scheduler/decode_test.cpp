@@ -61,6 +61,14 @@ float bf16_value(std::uint16_t h) {
   return f;
 }
 
+// What `model` holds, written as a checkpoint (model.safetensors) with `config` as config.json.
+void write_loaded(const Model& model, const ScratchDir& dir, const std::string& config) {
+  std::vector<formats::WriterTensor> tensors;
+  for (const DeviceTensor& t : model.tensors()) tensors.push_back({t.name, t.dtype, t.shape, t.bytes(), {}});
+  REQUIRE(formats::write_safetensors(dir.file("model.safetensors"), tensors));
+  std::ofstream(dir.file("config.json")) << config;
+}
+
 LoadOptions small_chunks(std::vector<Device> devices) {
   LoadOptions o;
   o.plan.devices = std::move(devices);
@@ -129,11 +137,8 @@ TEST_CASE("decode: a quantized checkpoint written by qload is dequantized on loa
   auto quantized = load_source(c.dir.path().string(), q);
   REQUIRE(quantized);
   ScratchDir fp8;
-  std::vector<formats::WriterTensor> tensors;
-  for (const DeviceTensor& t : quantized->tensors()) tensors.push_back({t.name, t.dtype, t.shape, t.bytes(), {}});
-  REQUIRE(formats::write_safetensors(fp8.file("model.safetensors"), tensors));
-  std::ofstream(fp8.file("config.json"))
-      << R"({"quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}})";
+  write_loaded(*quantized, fp8,
+               R"({"quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}})");
   // Without a policy the parts load byte for byte, described for a server's own kernels.
   {
     auto kept = load_source(fp8.path().string(), small_chunks({Device{}}));
@@ -370,10 +375,7 @@ TEST_CASE("decode: per-weight rules dequantize some quantized weights and keep o
   auto quantized = load_source(c.dir.path().string(), q);
   REQUIRE(quantized);
   ScratchDir fp8;
-  std::vector<formats::WriterTensor> tensors;
-  for (const DeviceTensor& t : quantized->tensors()) tensors.push_back({t.name, t.dtype, t.shape, t.bytes(), {}});
-  REQUIRE(formats::write_safetensors(fp8.file("model.safetensors"), tensors));
-  std::ofstream(fp8.file("config.json")) << R"({"quantization_config": {"quant_method": "fbgemm_fp8"}})";
+  write_loaded(*quantized, fp8, R"({"quantization_config": {"quant_method": "fbgemm_fp8"}})");
 
   LoadOptions o = small_chunks({Device{}});
   o.plan.weight_policy = [](std::string_view name) -> Result<std::optional<WeightPolicy>> {
