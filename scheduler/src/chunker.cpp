@@ -83,10 +83,50 @@ void add_direct(const formats::TensorEntry& t, std::uint32_t index, std::uint64_
   }
 }
 
+// A tensor split by whole rows, each byte in exactly one shard, read straight into its
+// shards: each shard's row ranges, in file order (so hashing follows the reads), in pieces of
+// up to chunk_bytes.
+void add_direct_shards(const formats::TensorEntry& t, std::uint32_t index, const TensorPlacement& placed,
+                       const std::vector<ShardPlacement>& shards, std::uint64_t chunk_bytes,
+                       std::vector<ReadChunk>& out) {
+  struct Range {
+    std::uint64_t begin = 0;  // in the tensor
+    std::uint64_t bytes = 0;
+    std::uint32_t shard = 0;
+    std::uint64_t shard_offset = 0;
+  };
+  const std::uint64_t row_bytes = t.nbytes / (t.shape.rank() == 0 ? 1 : t.shape[0]);
+  std::vector<Range> ranges;
+  for (std::uint32_t k = placed.first_shard; k < placed.first_shard + placed.shard_count; ++k) {
+    std::uint64_t at = 0;
+    for (const auto& [first, last] : shards[k].slice.rows) {
+      ranges.push_back({first * row_bytes, (last - first) * row_bytes, k, at});
+      at += (last - first) * row_bytes;
+    }
+  }
+  std::ranges::sort(ranges, {}, &Range::begin);
+  for (const Range& r : ranges)
+    for (std::uint64_t done = 0; done < r.bytes;) {
+      const std::uint64_t n = std::min(chunk_bytes, r.bytes - done);
+      out.push_back(ReadChunk{.file = t.file,
+                              .file_offset = t.offset + r.begin + done,
+                              .bytes = n,
+                              .direct = true,
+                              .pieces = {ChunkPiece{.tensor = index,
+                                                    .chunk_offset = 0,
+                                                    .tensor_offset = r.begin + done,
+                                                    .bytes = n,
+                                                    .shard = r.shard,
+                                                    .shard_offset = r.shard_offset + done}}});
+      done += n;
+    }
+}
+
 }  // namespace
 
 std::vector<ReadChunk> make_chunks(const formats::Catalog& catalog, const std::vector<std::uint32_t>& order,
-                                   const std::vector<TensorPlacement>& placements, const PlanOptions& options) {
+                                   const std::vector<TensorPlacement>& placements,
+                                   const std::vector<ShardPlacement>& shards, const PlanOptions& options) {
   std::vector<ReadChunk> out;
   ChunkBuilder builder(catalog, options, out);
   for (const std::uint32_t i : order) {
@@ -94,7 +134,11 @@ std::vector<ReadChunk> make_chunks(const formats::Catalog& catalog, const std::v
     if (t.nbytes == 0) continue;
     if (placements[i].direct) {
       builder.close();
-      add_direct(t, i, options.chunk_bytes, out);
+      if (placements[i].shard_count > 0) {
+        add_direct_shards(t, i, placements[i], shards, options.chunk_bytes, out);
+      } else {
+        add_direct(t, i, options.chunk_bytes, out);
+      }
       continue;
     }
     if (t.nbytes <= options.chunk_bytes) {

@@ -9,9 +9,11 @@
 
 namespace qload::scheduler::detail {
 
-// `order` lists tensor indices in file order; `placements` says which are read directly.
-// Every tensor was validated (inside its file, no overflow) before this is called.
+// `order` lists tensor indices in file order; `placements` says which are read directly (a
+// sharded one straight into its `shards`, row range by row range). Every tensor was validated
+// (inside its file, no overflow) before this is called.
 std::vector<ReadChunk> make_chunks(const formats::Catalog& catalog, const std::vector<std::uint32_t>& order,
-                                   const std::vector<TensorPlacement>& placements, const PlanOptions& options);
+                                   const std::vector<TensorPlacement>& placements,
+                                   const std::vector<ShardPlacement>& shards, const PlanOptions& options);
 
 }  // namespace qload::scheduler::detail

@@ -183,6 +183,19 @@ Status place_shards(const formats::Catalog& catalog, std::uint32_t i, std::uint3
   placed.region = plan.shards[placed.first_shard].region;
   placed.offset = plan.shards[placed.first_shard].offset;
   placed.bytes = plan.shards[placed.first_shard].bytes;
+  // Large, unconverted, on host arenas, and split by whole rows with every byte in exactly one
+  // shard: read straight into the shards (no staging copy), as an unsplit tensor would be.
+  std::uint64_t total = 0;
+  bool eligible = dtype == t.dtype && options.direct_min_bytes > 0 && t.nbytes >= options.direct_min_bytes;
+  for (std::uint32_t k = placed.first_shard; eligible && k < placed.first_shard + placed.shard_count; ++k) {
+    const ShardPlacement& shard = plan.shards[k];
+    eligible =
+        options.devices[shard.region].is_cpu() && shard.slice.col_begin == 0 &&
+        shard.slice.col_end * dtype_info(t.dtype).block_bytes * (t.shape.rank() == 0 ? 1 : t.shape[0]) == t.nbytes;
+    total += shard.bytes;
+  }
+  placed.direct = eligible && total == t.nbytes;
+  plan.direct_tensors += placed.direct ? 1 : 0;
   return {};
 }
 
@@ -424,7 +437,7 @@ Result<Plan> make_plan(const formats::Catalog& catalog, const PlanOptions& optio
   }
   QLOAD_ASSIGN_OR_RETURN(const TensorRoles roles, plan_quantization(catalog, options, plan));
   QLOAD_TRY(place_in_arenas(catalog, order, options, roles, plan));
-  plan.chunks = detail::make_chunks(catalog, order, plan.tensors, options);
+  plan.chunks = detail::make_chunks(catalog, order, plan.tensors, plan.shards, options);
   for (const ReadChunk& c : plan.chunks) {
     plan.read_bytes += c.bytes;  // at most tensor_bytes plus one gap and alignment per chunk
     if (!c.direct) plan.max_staged_chunk_bytes = std::max(plan.max_staged_chunk_bytes, c.bytes);

@@ -11,13 +11,21 @@
 namespace qload::scheduler::detail {
 namespace {
 
+// Where a directly read piece lands: its tensor's arena slot, or its shard's.
+std::byte* direct_destination(const ReadLoadState& s, const ChunkPiece& piece) {
+  if (piece.shard != kNoRegion) {
+    const ShardPlacement& shard = s.plan.shards[piece.shard];
+    return s.targets[shard.region]->base() + shard.offset + piece.shard_offset;
+  }
+  const TensorPlacement& p = s.plan.tensors[piece.tensor];
+  return s.targets[p.region]->base() + p.offset + piece.tensor_offset;
+}
+
 Result<io::ReadRequest> prepare_read(ReadLoadState& s, std::uint32_t index) {
   const ReadChunk& chunk = s.plan.chunks[index];
   std::byte* dest = nullptr;
   if (chunk.direct) {
-    const ChunkPiece& piece = chunk.pieces.front();
-    const TensorPlacement& p = s.plan.tensors[piece.tensor];
-    dest = s.targets[p.region]->base() + p.offset + piece.tensor_offset;  // direct: host arenas only
+    dest = direct_destination(s, chunk.pieces.front());  // direct: host arenas only
   } else {
     s.leases[index] = s.pool.try_lease();
     // The executor's staging budget equals the pool's capacity, so this cannot happen.
@@ -31,11 +39,7 @@ Result<io::ReadRequest> prepare_read(ReadLoadState& s, std::uint32_t index) {
 
 // Where a piece's bytes are once its chunk has been read.
 const std::byte* piece_bytes(const ReadLoadState& s, std::uint32_t index, const ChunkPiece& piece) {
-  const ReadChunk& chunk = s.plan.chunks[index];
-  if (chunk.direct) {
-    const TensorPlacement& p = s.plan.tensors[piece.tensor];
-    return s.targets[p.region]->base() + p.offset + piece.tensor_offset;
-  }
+  if (s.plan.chunks[index].direct) return direct_destination(s, piece);
   return s.leases[index].bytes().data() + piece.chunk_offset;
 }
 

@@ -6,6 +6,7 @@
 // every data replica is whole, and the bytes read equal those of a plain single-device load.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -116,56 +117,78 @@ TEST_CASE("parallel: every tp x pp x dp layout up to 8 devices places exactly th
     for (std::uint32_t pp : {1u, 2u})
       for (std::uint32_t dp : {1u, 2u}) {
         if (tp * pp * dp > 8 || tp * pp * dp == 1) continue;
-        for (const bool convert : {false, true}) {
-          INFO("tp " << tp << " pp " << pp << " dp " << dp << (convert ? " f32" : " bf16"));
-          LoadOptions o = single;
-          o.plan.parallel = {.tensor = tp, .pipeline = pp, .data = dp};
-          o.plan.devices.clear();
-          for (std::uint32_t i = 0; i < tp * pp * dp; ++i)
-            o.plan.devices.push_back(Device{.kind = Device::Kind::kCpu, .index = static_cast<int>(i)});
-          if (convert) o.plan.dtype = DType::kF32;
-          auto model = load_source(m.dir.path().string(), o);
-          if (!model) FAIL(model.error().to_string());
-          // Every byte read once, whatever the layout.
-          CHECK(model->report().io.bytes == baseline->report().io.bytes);
-          CHECK(model->report().tensors == m.values.size() * tp * dp);
-          for (const auto& [name, shape] : m.shapes) {
-            INFO(name);
-            const std::uint64_t stage = stage_of(name, pp);
-            for (std::uint32_t d = 0; d < dp; ++d)
-              for (std::uint32_t r = 0; r < tp; ++r) {
-                const std::uint32_t device = (d * pp + static_cast<std::uint32_t>(stage)) * tp + r;
-                const DeviceTensor* t = model->find(name, Device{.index = static_cast<int>(device)}.to_string());
-                INFO("rank " << r << " replica " << d << " on cpu:" << device);
-                REQUIRE(t != nullptr);
-                const SplitExpect e = expected_split(name, shape, r, tp, {kHeads, kKv, kHd});
-                const std::uint64_t width = e.col_end - e.col_begin;
-                REQUIRE(t->shape.numel().value() == e.rows.size() * width);
-                CHECK(t->shape[0] == e.rows.size());
-                CHECK(t->dtype == (convert ? DType::kF32 : DType::kBF16));
-                for (std::uint64_t i = 0; i < e.rows.size(); ++i)
-                  for (std::uint64_t j = 0; j < width; ++j) {
-                    const std::uint16_t want = stored(m, name, e.rows[i], e.col_begin + j);
-                    const std::uint64_t at = i * width + j;
-                    bool same = false;
-                    if (convert) {
-                      float got;
-                      std::memcpy(&got, t->data + at * 4, 4);
-                      same = got == as_float(want);
-                    } else {
-                      std::uint16_t got;
-                      std::memcpy(&got, t->data + at * 2, 2);
-                      same = got == want;
+        for (const bool convert : {false, true})
+          for (const std::uint64_t direct : {std::uint64_t{0}, std::uint64_t{1024}}) {
+            INFO("tp " << tp << " pp " << pp << " dp " << dp << (convert ? " f32" : " bf16") << " direct from "
+                       << direct);
+            LoadOptions o = single;
+            o.plan.direct_min_bytes = direct;  // 1024: row-split shards of >= 1 KiB tensors read straight in
+            o.plan.parallel = {.tensor = tp, .pipeline = pp, .data = dp};
+            o.plan.devices.clear();
+            for (std::uint32_t i = 0; i < tp * pp * dp; ++i)
+              o.plan.devices.push_back(Device{.kind = Device::Kind::kCpu, .index = static_cast<int>(i)});
+            if (convert) o.plan.dtype = DType::kF32;
+            auto model = load_source(m.dir.path().string(), o);
+            if (!model) FAIL(model.error().to_string());
+            // Unconverted, undivided row splits go straight in (tp > 1, no replicas).
+            if (direct > 0 && !convert && dp == 1 && tp > 1) CHECK(model->report().direct_tensors > 0);
+            if (direct == 0 || convert || dp > 1) CHECK(model->report().direct_tensors == 0);
+            // Every byte read once, whatever the layout: each tensor byte is in exactly one read
+            // piece of the plan, and the I/O layer read what the plan says (with staging only,
+            // exactly what a single-device load reads).
+            auto catalog = open_source(m.dir.path().string());
+            REQUIRE(catalog);
+            auto plan = make_plan(*catalog, o.plan);
+            REQUIRE(plan);
+            std::vector<std::vector<bool>> seen(catalog->tensors.size());
+            for (std::size_t t = 0; t < seen.size(); ++t) seen[t].assign(catalog->tensors[t].nbytes, false);
+            for (const ReadChunk& chunk : plan->chunks)
+              for (const ChunkPiece& piece : chunk.pieces)
+                for (std::uint64_t b = piece.tensor_offset; b < piece.tensor_offset + piece.bytes; ++b) {
+                  if (seen[piece.tensor][b]) FAIL("byte " << b << " of tensor " << piece.tensor << " is read twice");
+                  seen[piece.tensor][b] = true;
+                }
+            for (const auto& bytes : seen) CHECK(std::ranges::all_of(bytes, [](bool b) { return b; }));
+            CHECK(model->report().io.bytes == plan->read_bytes);
+            if (direct == 0) CHECK(model->report().io.bytes == baseline->report().io.bytes);
+            CHECK(model->report().tensors == m.values.size() * tp * dp);
+            for (const auto& [name, shape] : m.shapes) {
+              INFO(name);
+              const std::uint64_t stage = stage_of(name, pp);
+              for (std::uint32_t d = 0; d < dp; ++d)
+                for (std::uint32_t r = 0; r < tp; ++r) {
+                  const std::uint32_t device = (d * pp + static_cast<std::uint32_t>(stage)) * tp + r;
+                  const DeviceTensor* t = model->find(name, Device{.index = static_cast<int>(device)}.to_string());
+                  INFO("rank " << r << " replica " << d << " on cpu:" << device);
+                  REQUIRE(t != nullptr);
+                  const SplitExpect e = expected_split(name, shape, r, tp, {kHeads, kKv, kHd});
+                  const std::uint64_t width = e.col_end - e.col_begin;
+                  REQUIRE(t->shape.numel().value() == e.rows.size() * width);
+                  CHECK(t->shape[0] == e.rows.size());
+                  CHECK(t->dtype == (convert ? DType::kF32 : DType::kBF16));
+                  for (std::uint64_t i = 0; i < e.rows.size(); ++i)
+                    for (std::uint64_t j = 0; j < width; ++j) {
+                      const std::uint16_t want = stored(m, name, e.rows[i], e.col_begin + j);
+                      const std::uint64_t at = i * width + j;
+                      bool same = false;
+                      if (convert) {
+                        float got;
+                        std::memcpy(&got, t->data + at * 4, 4);
+                        same = got == as_float(want);
+                      } else {
+                        std::uint16_t got;
+                        std::memcpy(&got, t->data + at * 2, 2);
+                        same = got == want;
+                      }
+                      if (!same) FAIL("element (" << i << ", " << j << ") differs");
                     }
-                    if (!same) FAIL("element (" << i << ", " << j << ") differs");
-                  }
-              }
-            // No other device holds it.
-            std::size_t copies = 0;
-            for (const DeviceTensor& t : model->tensors()) copies += t.name == name ? 1 : 0;
-            CHECK(copies == std::size_t{tp} * dp);
+                }
+              // No other device holds it.
+              std::size_t copies = 0;
+              for (const DeviceTensor& t : model->tensors()) copies += t.name == name ? 1 : 0;
+              CHECK(copies == std::size_t{tp} * dp);
+            }
           }
-        }
       }
 }
 

@@ -188,6 +188,10 @@ struct ChunkPiece {
   std::uint64_t chunk_offset = 0;   // where the slice starts in the chunk's read
   std::uint64_t tensor_offset = 0;  // where the slice starts in the tensor
   std::uint64_t bytes = 0;
+  // A direct read into one shard (Plan::shards index) of a tensor split by whole rows: the
+  // slice lands at `shard_offset` in that shard. kNoRegion otherwise.
+  std::uint32_t shard = kNoRegion;
+  std::uint64_t shard_offset = 0;
 };
 
 // One read request: bytes [file_offset, file_offset + bytes) of `file`.
