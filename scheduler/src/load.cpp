@@ -118,7 +118,10 @@ std::vector<QuantizedWeight> describe_quantized(const formats::Catalog& catalog,
         const ShardPlacement& shard = plan.shards[first_part.first_shard + c];
         QuantizedWeight w{.name = lt.name, .params = lt.params, .rows = lt.rows, .cols = lt.cols};
         w.device = plan.arenas[shard.region].device.to_string();
-        if (dims != plan.sharded_weights.end()) std::tie(w.rows, w.cols) = dims->second[shard.rank];
+        if (dims != plan.sharded_weights.end()) {
+          std::tie(w.rows, w.cols) = dims->second.dims[shard.rank];
+          w.params.groups = dims->second.groups;
+        }
         for (const auto& [role, part] : lt.parts)
           w.parts.emplace_back(role, on_device.at({catalog.tensors[part].name, w.device}));
         out.push_back(std::move(w));

@@ -138,7 +138,7 @@ Result<std::map<std::uint32_t, PartShards>> plan_quantized_shards(const formats:
                            detail::quantized_shard_slices(catalog, lt, split, options.parallel.tensor, geometry));
     for (std::size_t p = 0; p < lt.parts.size(); ++p)
       out[lt.parts[p].second] = PartShards{.split = split, .slices = std::move(shards.parts[p])};
-    plan.sharded_weights[l] = std::move(shards.dims);
+    plan.sharded_weights[l] = Plan::ShardedWeight{.dims = std::move(shards.dims), .groups = shards.groups};
   }
   return out;
 }

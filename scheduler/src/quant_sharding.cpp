@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "qload/formats/quant_pack.hpp"
+
 namespace qload::scheduler::detail {
 namespace {
 
@@ -104,13 +106,19 @@ Result<QuantShards> quantized_shard_slices(const formats::Catalog& catalog, cons
     out.dims.emplace_back(n, s.col_end - s.col_begin);
   }
   const bool splits_k = split == Split::kCols;
+  // A K split of a weight with g_idx: g_idx keeps the whole weight's group indices, so the
+  // group-indexed parts (scales, zero points) stay whole and the shards say how many groups.
+  const bool global_groups = splits_k && (lt.part("g_idx") || lt.part("weight_g_idx"));
+  if (global_groups) {
+    QLOAD_ASSIGN_OR_RETURN(const formats::PackedShapes whole, formats::packed_shapes(lt));
+    out.groups = whole.groups;
+  }
   for (const auto& [role, index] : lt.parts) {
-    QLOAD_ASSIGN_OR_RETURN(const PartMap map, part_map(lt, role));
+    QLOAD_ASSIGN_OR_RETURN(PartMap map, part_map(lt, role));
     const formats::TensorEntry& part = catalog.tensors[index];
-    if (splits_k && map.k.dim >= 0 && (role == "g_idx" || role == "weight_g_idx"))
-      return fail(weight_error(lt,
-                               "a split along K (row-parallel) of a weight with g_idx is not supported: its group "
-                               "indices are global"));
+    const bool group_indexed =
+        role == "scales" || role == "qzeros" || role == "weight_scale" || role == "weight_zero_point";
+    if (global_groups && group_indexed) map.k.dim = -1;
     const std::uint64_t dim0 = part.shape.rank() == 0 ? 1 : part.shape[0];
     std::uint64_t rest = 1;
     for (std::size_t i = 1; i < part.shape.rank(); ++i) rest *= part.shape[i];

@@ -3,10 +3,12 @@
 // carries N or K, in its own units (packed words, groups, scale blocks), so each rank's parts
 // are a quantized weight of the shard's geometry that the CPU and GPU decoders decode as is.
 //   GPTQ      qweight [K*b/32, N], qzeros [G, N*b/32], scales [G, N]; g_idx replicated for an
-//             N split; a K split of a weight with g_idx is refused (its group indices are global)
+//             N split. A K split of a weight with g_idx slices qweight and g_idx and keeps
+//             scales and zeros whole (g_idx holds the whole weight's group indices, as in
+//             vLLM's act-order layout): the shard's QuantParams::groups says so
 //   AWQ GEMM  qweight [K, N/8], qzeros [G, N/8], scales [G, N]
 //   FP8       weight [N, K]; scale per tensor (replicated), per row, per group, per block
-//   CT int8   weight [N, K]; scale / zero point per tensor, row or group; weight_g_idx as GPTQ
+//   CT int8   weight [N, K]; scale / zero point per tensor, row or group; weight_g_idx as GPTQ's
 // A rank boundary inside a packed word, a group or a scale block is refused, naming the
 // weight, the part and the sizes. AWQ GEMV and compressed-tensors pack-quantized (whose
 // weight_shape part records the unsplit shape) are refused.
@@ -26,6 +28,7 @@ namespace qload::scheduler::detail {
 struct QuantShards {
   std::vector<std::vector<ShardSlice>> parts;                 // [part, in lt.parts order][rank]
   std::vector<std::pair<std::uint64_t, std::uint64_t>> dims;  // [rank]: the shard's N, K
+  std::uint64_t groups = 0;                                   // QuantParams::groups of every shard (0: from its K)
 };
 
 Result<QuantShards> quantized_shard_slices(const formats::Catalog& catalog, const formats::LogicalTensor& lt,

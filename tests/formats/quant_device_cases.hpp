@@ -128,11 +128,34 @@ inline void add_float_cases(std::vector<Case>& cases, Rng& rng) {
 }
 
 // Every case; `large` adds two weights big enough that the GPU kernels' grid strides.
+// A row-parallel GPTQ shard as qload's tensor-parallel plan makes it: the second half of K of
+// `whole` (qweight rows and g_idx sliced), its scales and zeros whole, so g_idx indexes all of
+// the weight's groups (QuantParams::groups). `whole` has a g_idx and K a multiple of 64.
+inline Weight gptq_second_half_of_k(const Weight& whole) {
+  const std::uint64_t k = whole.t.cols, n = whole.t.rows, bits = whole.t.params.bits;
+  Weight w;
+  w.t = whole.t;
+  w.t.cols = k / 2;
+  w.t.params.groups = ref_ceil(k, group_of(k, whole.t.params.group_size));
+  const Bytes& qweight = whole.bytes("qweight");
+  const std::uint64_t half_rows = k / 2 / 32 * bits;  // packed rows of half of K
+  w.add("qweight", DType::kI32, Shape{half_rows, n},
+        Bytes(qweight.begin() + static_cast<std::ptrdiff_t>(half_rows * n * 4), qweight.end()));
+  w.add("qzeros", DType::kI32, whole.find("qzeros")->shape, whole.bytes("qzeros"));
+  w.add("scales", whole.find("scales")->dtype, whole.find("scales")->shape, whole.bytes("scales"));
+  const Bytes& g_idx = whole.bytes("g_idx");
+  w.add("g_idx", DType::kI32, Shape{k / 2}, Bytes(g_idx.begin() + static_cast<std::ptrdiff_t>(k / 2 * 4), g_idx.end()));
+  return w;
+}
+
 inline std::vector<Case> device_cases(bool large) {
   Rng rng(0x6770755f64657121);
   std::vector<Case> cases;
   add_integer_cases(cases, rng);
   add_float_cases(cases, rng);
+  for (unsigned bits : {3u, 4u})
+    cases.push_back({fmt::format("gptq {}-bit row-parallel shard", bits),
+                     gptq_second_half_of_k(make_gptq({bits, 32, 2, false, true, DType::kF16}, 256, 40, rng))});
   if (!large) return cases;
   cases.push_back({"gptq 4-bit large act-order", make_gptq({4, 128, 2, false, true, DType::kF16}, 4128, 2600, rng)});
   cases.push_back({"fp8 block large", fp8_weight(DType::kF8_E4M3, ScaleLayout::kBlock, DType::kF32, 2600, 4128, rng)});

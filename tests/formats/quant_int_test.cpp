@@ -21,6 +21,7 @@
 #include "qload/runtime/dtype.hpp"
 #include "qload/runtime/error.hpp"
 
+#include "quant_device_cases.hpp"
 #include "quant_int_reference.hpp"
 
 using namespace qload;
@@ -423,3 +424,31 @@ TEST_CASE("pack_awq_gemm and pack_awq_gemv write the producers' bytes", "[quant]
 }
 
 }  // namespace
+
+TEST_CASE("GPTQ row-parallel shards with whole scales and zeros decode to the weight's columns", "[quant]") {
+  // What a tensor-parallel plan gives a rank of a row-parallel GPTQ weight with g_idx: half of
+  // K, g_idx indexing all groups (QuantParams::groups), scales and zeros whole.
+  Rng rng(0x6770747100000042);
+  for (unsigned bits : {2u, 3u, 4u, 8u})
+    for (bool act_order : {false, true}) {
+      INFO(bits << "-bit " << (act_order ? "act-order" : "g_idx = k / G"));
+      Weight whole = make_gptq({bits, 32, 1, false, true, DType::kF16}, 256, 40, rng);
+      if (!act_order) {
+        std::vector<std::int32_t> trivial(256);
+        for (std::int32_t k = 0; k < 256; ++k) trivial[static_cast<std::size_t>(k)] = k / 32;
+        whole.part("g_idx").bytes = i32_bytes(trivial);
+      }
+      const std::vector<float> full = decode(whole);
+      const Weight shard = gptq_second_half_of_k(whole);
+      const std::vector<float> half = decode(shard);
+      std::vector<float> want;
+      for (std::uint64_t n = 0; n < 40; ++n)
+        for (std::uint64_t k = 128; k < 256; ++k) want.push_back(full[n * 256 + k]);
+      require_same(half, want, 128);
+    }
+  // The stored group count needs a g_idx to index it.
+  Weight whole = make_gptq({4, 32, 2, true, true, DType::kF16}, 256, 8, rng);
+  Weight shard = gptq_second_half_of_k(whole);
+  shard.drop("g_idx");
+  CHECK(decode_error(shard).code() == Errc::kCorrupt);
+}

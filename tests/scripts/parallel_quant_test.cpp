@@ -2,7 +2,8 @@
 // every rank's parts, decoded by the CPU decoder as a weight of the shard's N and K (from
 // Model::quantized()), equal the matching slice (llama_splits.hpp, an independent reference of
 // the rules) of the unsplit weight decoded; packed words, groups and scale blocks are never
-// cut, and splits that would cut one are refused by name.
+// cut, and splits that would cut one are refused by name. GPTQ's row-parallel shards keep
+// the whole scales and zeros, their g_idx indexing them (QuantizedWeight params.groups).
 #include <catch2/catch.hpp>
 
 #include <cstring>
@@ -80,14 +81,6 @@ TEST_CASE("parallel: quantized weights split along their packed dimensions decod
     for (const std::uint32_t tp : {2u, 4u}) {
       INFO(quant << " tp " << tp);
       LoadOptions o = over(tp);
-      // GPTQ's g_idx holds global group indices: its row-parallel linears stay whole here (a
-      // K split of them is refused; see below).
-      if (quant.starts_with("gptq"))
-        o.plan.split = [](std::string_view name) -> Result<std::optional<Split>> {
-          if (name.find("o_proj") != std::string_view::npos || name.find("down_proj") != std::string_view::npos)
-            return std::optional<Split>(Split::kReplicate);
-          return std::optional<Split>();
-        };
       auto model = load_source(path, o);
       if (!model) FAIL(model.error().to_string());
       REQUIRE(model->quantized().size() == full.size() * tp);
@@ -97,11 +90,8 @@ TEST_CASE("parallel: quantized weights split along their packed dimensions decod
         const std::vector<float>& whole_weight = full.at(w.name);
         const QuantizedWeight& unsplit =
             *std::ranges::find_if(whole->quantized(), [&](const QuantizedWeight& u) { return u.name == w.name; });
-        const bool kept_whole = quant.starts_with("gptq") && (w.name.find("o_proj") != std::string::npos ||
-                                                              w.name.find("down_proj") != std::string::npos);
         const SplitExpect e =
-            kept_whole ? expected_split("replicated", Shape{unsplit.rows, unsplit.cols}, rank, tp, {})
-                       : expected_split(w.name, Shape{unsplit.rows, unsplit.cols}, rank, tp, {kHeads, kKv, kHeadDim});
+            expected_split(w.name, Shape{unsplit.rows, unsplit.cols}, rank, tp, {kHeads, kKv, kHeadDim});
         REQUIRE(w.rows == e.rows.size());
         REQUIRE(w.cols == e.col_end - e.col_begin);
         const std::vector<float> got = decode(*model, w);
@@ -116,15 +106,9 @@ TEST_CASE("parallel: quantized weights split along their packed dimensions decod
   }
 }
 
-TEST_CASE("parallel: quantized splits that would cut a word, group or block, or lose g_idx, are refused by name",
+TEST_CASE("parallel: quantized splits that would cut a word, group or block are refused by name",
           "[scripts][parallel][quant]") {
   ScratchDir dir;
-  // GPTQ row-parallel (K split) with g_idx: refused, naming the weight.
-  auto gptq = load_source(synth(dir, "gptq4"), over(2));
-  REQUIRE_FALSE(gptq);
-  CHECK(gptq.error().code() == Errc::kUnsupported);
-  CHECK_THAT(gptq.error().message(), Catch::Contains("g_idx"));
-  CHECK(gptq.error().tensor().has_value());
   // FP8 128x128 blocks: splitting 512 rows 8 ways puts a boundary at 64, inside a block.
   LoadOptions rows8 = over(8);
   rows8.plan.split = [](std::string_view) -> Result<std::optional<Split>> {

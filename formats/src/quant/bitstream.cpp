@@ -77,6 +77,12 @@ Result<GroupMap> make_group_map(const LogicalTensor& t, std::uint64_t cols, std:
   GroupMap map;
   map.size = group_size == 0 || group_size > cols ? std::max<std::uint64_t>(cols, 1) : group_size;
   map.count = ceil_div_u64(cols, map.size);
+  if (t.params.groups != 0) {  // a shard indexing the whole weight's groups
+    if (g_idx == nullptr)
+      return fail(Error(Errc::kCorrupt, fmt::format("a stored group count ({}) needs a g_idx part", t.params.groups))
+                      .with_tensor(t.name));
+    map.count = t.params.groups;
+  }
   if (g_idx == nullptr) return map;
   map.index.resize(static_cast<std::size_t>(cols));
   const bool wide = g_idx->dtype == DType::kI64;

@@ -82,7 +82,7 @@ Result<PackedShapes> packed_shapes(const LogicalTensor& t) {
   const std::uint64_t n = t.rows;
   const std::uint64_t k = t.cols;
   const std::uint64_t group_size = p.group_size == 0 || p.group_size > k ? std::max<std::uint64_t>(k, 1) : p.group_size;
-  const std::uint64_t groups = ceil_div_u64(k, group_size);
+  const std::uint64_t groups = p.groups != 0 ? p.groups : ceil_div_u64(k, group_size);
   PackedShapes s;
   s.groups = groups;
   switch (p.scheme) {

@@ -54,8 +54,12 @@ enum class ScaleLayout : std::uint8_t { kTensor, kRow, kGroup, kBlock };
 
 struct QuantParams {
   QuantScheme scheme = QuantScheme::kGptq;
-  std::uint32_t bits = 4;          // 2, 3, 4, 8 (GPTQ, compressed-tensors), 4 (AWQ), 8 (FP8, int8)
-  std::uint64_t group_size = 0;    // columns of K per group (a config's -1 is stored as K)
+  std::uint32_t bits = 4;        // 2, 3, 4, 8 (GPTQ, compressed-tensors), 4 (AWQ), 8 (FP8, int8)
+  std::uint64_t group_size = 0;  // columns of K per group (a config's -1 is stored as K)
+  // The stored group count, when it is not ceil(K / group_size): a row-parallel shard whose
+  // g_idx indexes the whole weight's groups (its scales and zero points are kept whole, as
+  // vLLM does for act-order). 0: ceil(K / group_size). Needs a g_idx part.
+  std::uint64_t groups = 0;
   bool sym = true;                 // symmetric: no stored zero points (compressed-tensors), or z = 2^(b-1) (GPTQ)
   std::uint32_t gptq_version = 2;  // 1: stored zeros are z - 1 (checkpoint_format "gptq" or missing)
   ScaleLayout scale_layout = ScaleLayout::kGroup;

@@ -238,9 +238,13 @@ struct Plan {
   std::string quant_warning;                       // why detection failed when no policy needed it (the load goes on)
   std::vector<DecodeJob> decodes;
   std::vector<ShardPlacement> shards;  // parallel layouts: every copy of every stored tensor
-  // Tensor parallel: the N and K of each rank's shard of each quantized weight (by index into
-  // quant->logical), whose parts are split consistently (every part's ShardPlacement::rank).
-  std::map<std::uint32_t, std::vector<std::pair<std::uint64_t, std::uint64_t>>> sharded_weights;
+  // Tensor parallel: each rank's shard of each quantized weight (by index into quant->logical),
+  // whose parts are split consistently (every part's ShardPlacement::rank).
+  struct ShardedWeight {
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> dims;  // [rank]: N, K
+    std::uint64_t groups = 0;                                   // formats::QuantParams::groups
+  };
+  std::map<std::uint32_t, ShardedWeight> sharded_weights;
   std::uint32_t scratch_region = kNoRegion;  // index of the scratch arena in `arenas`, if any
   std::uint64_t tensor_alignment = 0;        // PlanOptions::tensor_alignment (read mode)
   std::uint64_t tensor_bytes = 0;            // sum of tensor sizes as stored
