@@ -148,6 +148,47 @@ inline Weight gptq_second_half_of_k(const Weight& whole) {
   return w;
 }
 
+// The same for compressed-tensors int8 with weight_g_idx: a [13, 128] weight in groups of 32
+// (act-order), and its shard of columns [64, 128) with weight_scale and weight_zero_point whole.
+struct CtIntShard {
+  Weight whole;
+  Weight shard;
+};
+inline CtIntShard ct_int_second_half_of_k(Rng& rng) {
+  const std::uint64_t n = 13, k = 128, group = 32, groups = k / group;
+  CtIntShard out;
+  Weight& w = out.whole;
+  w.t.name = std::string(kName);
+  w.t.rows = n;
+  w.t.cols = k;
+  w.t.params = {.scheme = QuantScheme::kCtInt,
+                .bits = 8,
+                .group_size = group,
+                .sym = false,
+                .scale_layout = ScaleLayout::kGroup,
+                .weight_dtype = DType::kI8,
+                .scale_dtype = DType::kF16};
+  w.add("weight", DType::kI8, Shape{n, k}, random_bytes(n * k, rng));
+  w.add("weight_scale", DType::kF16, Shape{n, groups}, random_scales(n * groups, DType::kF16, rng));
+  w.add("weight_zero_point", DType::kI8, Shape{n, groups}, random_bytes(n * groups, rng));
+  w.add("weight_g_idx", DType::kI32, Shape{k}, i32_bytes(act_order_g_idx(k, group, rng)));
+  Weight& h = out.shard;
+  h.t = w.t;
+  h.t.cols = k / 2;
+  h.t.params.groups = groups;
+  Bytes half;
+  for (std::uint64_t r = 0; r < n; ++r)
+    half.insert(half.end(), w.bytes("weight").begin() + static_cast<std::ptrdiff_t>(r * k + k / 2),
+                w.bytes("weight").begin() + static_cast<std::ptrdiff_t>((r + 1) * k));
+  h.add("weight", DType::kI8, Shape{n, k / 2}, std::move(half));
+  h.add("weight_scale", DType::kF16, Shape{n, groups}, w.bytes("weight_scale"));
+  h.add("weight_zero_point", DType::kI8, Shape{n, groups}, w.bytes("weight_zero_point"));
+  const Bytes& g_idx = w.bytes("weight_g_idx");
+  h.add("weight_g_idx", DType::kI32, Shape{k / 2},
+        Bytes(g_idx.begin() + static_cast<std::ptrdiff_t>(k / 2 * 4), g_idx.end()));
+  return out;
+}
+
 inline std::vector<Case> device_cases(bool large) {
   Rng rng(0x6770755f64657121);
   std::vector<Case> cases;
@@ -156,6 +197,7 @@ inline std::vector<Case> device_cases(bool large) {
   for (unsigned bits : {3u, 4u})
     cases.push_back({fmt::format("gptq {}-bit row-parallel shard", bits),
                      gptq_second_half_of_k(make_gptq({bits, 32, 2, false, true, DType::kF16}, 256, 40, rng))});
+  cases.push_back({"ct int8 row-parallel shard", ct_int_second_half_of_k(rng).shard});
   if (!large) return cases;
   cases.push_back({"gptq 4-bit large act-order", make_gptq({4, 128, 2, false, true, DType::kF16}, 4128, 2600, rng)});
   cases.push_back({"fp8 block large", fp8_weight(DType::kF8_E4M3, ScaleLayout::kBlock, DType::kF32, 2600, 4128, rng)});

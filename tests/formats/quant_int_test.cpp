@@ -452,3 +452,16 @@ TEST_CASE("GPTQ row-parallel shards with whole scales and zeros decode to the we
   shard.drop("g_idx");
   CHECK(decode_error(shard).code() == Errc::kCorrupt);
 }
+
+TEST_CASE(
+    "compressed-tensors int8 row-parallel shards with whole scales and zero points decode to the weight's columns",
+    "[quant]") {
+  Rng rng(0x6374000000000042);
+  const CtIntShard w = ct_int_second_half_of_k(rng);
+  const std::vector<float> full = decode(w.whole);
+  const std::vector<float> half = decode(w.shard);
+  std::vector<float> want;
+  for (std::uint64_t n = 0; n < 13; ++n)
+    for (std::uint64_t k = 64; k < 128; ++k) want.push_back(full[n * 128 + k]);
+  require_same(half, want, 64);
+}

@@ -59,10 +59,11 @@ DeviceIndex index_type(const PartBytes* part) {
   return part->dtype == DType::kI64 ? DeviceIndex::kI64 : DeviceIndex::kI32;
 }
 
-// Columns per group the way make_group_map counts them: 0 or more than K is one group.
-void set_groups(DequantArgs& a, std::uint64_t cols, std::uint64_t group_size) {
+// Columns per group the way make_group_map counts them (0 or more than K is one group); the
+// group count is packed_shapes' (which honours QuantParams::groups).
+void set_groups(DequantArgs& a, std::uint64_t cols, std::uint64_t group_size, std::uint64_t groups) {
   a.group_size = group_size == 0 || group_size > cols ? std::max<std::uint64_t>(cols, 1) : group_size;
-  a.groups = (cols + a.group_size - 1) / a.group_size;
+  a.groups = groups;
 }
 
 DeviceScaleIndex scale_index(ScaleLayout layout) {
@@ -99,7 +100,7 @@ Status describe_integer(const LogicalTensor& t, const DeviceParts& parts, Dequan
       a.g_idx_type = index_type(parts.host("g_idx"));
       a.zero_words = shapes.zeros[1];
       a.gptq_v1 = p.gptq_version == 1;
-      set_groups(a, t.cols, p.group_size);
+      set_groups(a, t.cols, p.group_size, shapes.groups);
       return {};
     case QuantScheme::kAwqGemm:
     case QuantScheme::kAwqGemv:
@@ -110,7 +111,7 @@ Status describe_integer(const LogicalTensor& t, const DeviceParts& parts, Dequan
       a.scale_type = device_float(parts.host("scales")->dtype);
       a.zero_words = shapes.zeros[1];
       a.scale_stride = shapes.scales[1];
-      set_groups(a, t.cols, p.group_size);
+      set_groups(a, t.cols, p.group_size, shapes.groups);
       return {};
     case QuantScheme::kCtPacked:
     case QuantScheme::kCtInt: {
@@ -132,7 +133,7 @@ Status describe_integer(const LogicalTensor& t, const DeviceParts& parts, Dequan
       a.g_idx_type = index_type(parts.host("weight_g_idx"));
       a.dense = p.dense_bitstream;
       a.scale_index = scale_index(p.scale_layout);
-      set_groups(a, t.cols, p.scale_layout == ScaleLayout::kGroup ? p.group_size : 0);
+      set_groups(a, t.cols, p.scale_layout == ScaleLayout::kGroup ? p.group_size : 0, shapes.groups);
       return {};
     }
     case QuantScheme::kFp8: break;
