@@ -124,6 +124,27 @@ void add_direct_shards(const formats::TensorEntry& t, std::uint32_t index, const
 
 }  // namespace
 
+std::vector<std::pair<std::uint64_t, std::uint64_t>> shard_ranges(const formats::TensorEntry& t,
+                                                                  std::span<const ShardPlacement> shards) {
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;
+  const std::uint64_t row_bytes = t.nbytes / (t.shape.rank() == 0 || t.shape[0] == 0 ? 1 : t.shape[0]);
+  const std::uint64_t element = dtype_info(t.dtype).block_bytes;
+  for (const ShardPlacement& shard : shards)
+    for (const auto& [first, last] : shard.slice.rows)
+      if (first < last)
+        ranges.emplace_back(first * row_bytes + shard.slice.col_begin * element,
+                            (last - 1) * row_bytes + shard.slice.col_end * element);
+  std::ranges::sort(ranges);
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> merged;
+  for (const auto& r : ranges) {
+    if (!merged.empty() && r.first <= merged.back().second)
+      merged.back().second = std::max(merged.back().second, r.second);
+    else
+      merged.push_back(r);
+  }
+  return merged;
+}
+
 std::vector<ReadChunk> make_chunks(const formats::Catalog& catalog, const std::vector<std::uint32_t>& order,
                                    const std::vector<TensorPlacement>& placements,
                                    const std::vector<ShardPlacement>& shards, const PlanOptions& options) {
@@ -141,22 +162,31 @@ std::vector<ReadChunk> make_chunks(const formats::Catalog& catalog, const std::v
       }
       continue;
     }
-    if (t.nbytes <= options.chunk_bytes) {
-      // A tensor that fits a chunk is never split: it joins the open chunk or starts one.
-      if (!builder.can_extend(t.file, t.offset, t.nbytes)) builder.open(t.file, t.offset, t.nbytes);
-      builder.add(i, t.offset, 0, t.nbytes);
-      continue;
-    }
-    // Larger than a chunk: spans fresh chunks; the last one stays open for what follows. A
-    // tensor converted on load is cut at element boundaries so every piece converts alone
-    // (the room is always at least 33 bytes: PlanOptions asks 64-byte chunks for conversion).
-    const std::uint64_t unit = placements[i].dtype == t.dtype ? 1 : dtype_info(t.dtype).block_bytes;
-    for (std::uint64_t done = 0; done < t.nbytes;) {
-      builder.open(t.file, t.offset + done, t.nbytes - done);
-      std::uint64_t n = std::min(builder.room(t.offset + done), t.nbytes - done);
-      if (n < t.nbytes - done) n = n / unit * unit;
-      builder.add(i, t.offset + done, done, n);
-      done += n;
+    const TensorPlacement& placed = placements[i];
+    if (placed.region == kNoRegion && placed.shard_count == 0) continue;  // another process's
+    const std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges =
+        placed.partial ? shard_ranges(t, std::span(shards).subspan(placed.first_shard, placed.shard_count))
+                       : std::vector<std::pair<std::uint64_t, std::uint64_t>>{{0, t.nbytes}};
+    // A converted tensor is cut at element boundaries so every piece converts alone (the room
+    // is always at least 33 bytes: PlanOptions asks 64-byte chunks for conversion); a partial
+    // range starts and ends on one (a row or a column boundary).
+    const std::uint64_t unit = placed.dtype == t.dtype ? 1 : dtype_info(t.dtype).block_bytes;
+    for (const auto& [begin, end] : ranges) {
+      const std::uint64_t bytes = end - begin;
+      if (bytes <= options.chunk_bytes) {
+        // A range that fits a chunk is never split: it joins the open chunk or starts one.
+        if (!builder.can_extend(t.file, t.offset + begin, bytes)) builder.open(t.file, t.offset + begin, bytes);
+        builder.add(i, t.offset + begin, begin, bytes);
+        continue;
+      }
+      // Larger than a chunk: spans fresh chunks; the last one stays open for what follows.
+      for (std::uint64_t done = begin; done < end;) {
+        builder.open(t.file, t.offset + done, end - done);
+        std::uint64_t n = std::min(builder.room(t.offset + done), end - done);
+        if (n < end - done) n = n / unit * unit;
+        builder.add(i, t.offset + done, done, n);
+        done += n;
+      }
     }
   }
   builder.close();

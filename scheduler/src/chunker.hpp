@@ -2,6 +2,8 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
+#include <utility>
 #include <vector>
 
 #include "qload/formats/catalog.hpp"
@@ -9,8 +11,16 @@
 
 namespace qload::scheduler::detail {
 
+// Byte ranges [begin, end) of stored tensor `t` that `shards` (copies of it) take, in order,
+// overlapping and touching ranges merged. A column shard takes the span from its first row's
+// first column to its last row's last column: the bytes between its rows are read too (as a
+// gap inside a coalesced read would be).
+std::vector<std::pair<std::uint64_t, std::uint64_t>> shard_ranges(const formats::TensorEntry& t,
+                                                                  std::span<const ShardPlacement> shards);
+
 // `order` lists tensor indices in file order; `placements` says which are read directly (a
-// sharded one straight into its `shards`, row range by row range). Every tensor was validated
+// sharded one straight into its `shards`, row range by row range) and which are read only in
+// part (TensorPlacement::partial: the shard_ranges of its copies). Every tensor was validated
 // (inside its file, no overflow) before this is called.
 std::vector<ReadChunk> make_chunks(const formats::Catalog& catalog, const std::vector<std::uint32_t>& order,
                                    const std::vector<TensorPlacement>& placements,

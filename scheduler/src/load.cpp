@@ -36,6 +36,12 @@ Result<Model> load(const formats::Catalog& catalog, const Plan& plan, const Load
     return fail(Errc::kInvalidArgument, fmt::format("the plan has {} tensors, the catalog {}: made for another catalog",
                                                     plan.tensors.size(), catalog.tensors.size()));
   QLOAD_ASSIGN_OR_RETURN(const detail::ExpectedDigests expected, detail::expected_digests(catalog, options));
+  for (std::uint32_t i = 0; i < plan.tensors.size(); ++i)
+    if (expected[i] && plan.tensors[i].partial)
+      return fail(Error(Errc::kInvalidArgument,
+                        "a digest is expected for a tensor this process reads only in part; "
+                        "plan with whole_tensor_reads to check it")
+                      .with_tensor(catalog.tensors[i].name));
   if (!plan.quant_warning.empty())
     options.log.warn("quantized weights are not described (loaded as stored tensors): " + plan.quant_warning);
   if (plan.mode == LoadMode::kMmap) return detail::load_mmap(catalog, plan, options, expected, begin);
@@ -48,6 +54,12 @@ Result<Model> load(const formats::Catalog& catalog, const LoadOptions& options) 
 }
 
 namespace detail {
+
+bool digest_computed(const Plan& plan, std::uint32_t i) {
+  const TensorPlacement& p = plan.tensors[i];
+  if (plan.mode != LoadMode::kRead) return true;
+  return !p.partial && (p.region != kNoRegion || p.shard_count > 0);
+}
 
 std::uint32_t cpu_workers(const LoadOptions& options) {
   if (options.cpu_workers != 0) return options.cpu_workers;
@@ -83,6 +95,7 @@ std::vector<DeviceTensor> describe_tensors(const formats::Catalog& catalog, cons
   for (std::size_t i = 0; i < catalog.tensors.size(); ++i) {
     const formats::TensorEntry& t = catalog.tensors[i];
     const TensorPlacement& p = plan.tensors[i];
+    if (!mmap && p.region == kNoRegion) continue;          // held by another process
     if (!mmap && plan.arenas[p.region].scratch) continue;  // a decode input, not part of the model
     for (std::uint32_t k = p.first_shard; k < p.first_shard + p.shard_count; ++k) {  // parallel layouts
       const ShardPlacement& shard = plan.shards[k];
@@ -150,17 +163,24 @@ std::vector<QuantizedWeight> describe_quantized(const formats::Catalog& catalog,
 void fill_report(LoadReport& report, const formats::Catalog& catalog, const Plan& plan,
                  const std::vector<std::uint64_t>& digests, const ExecutionStats& stats, LoadClock::time_point begin) {
   report.mode = plan.mode;
-  report.tensors = catalog.tensors.size();
-  if (!plan.shards.empty())  // every copy counts: a shard or replica is a tensor of its device
-    report.tensors += plan.shards.size() -
-                      std::ranges::count_if(plan.tensors, [](const TensorPlacement& p) { return p.shard_count > 0; });
-  if (plan.scratch_region != kNoRegion) {  // decode inputs are not in the model; their outputs are
-    report.tensors = 0;
-    for (const TensorPlacement& p : plan.tensors) report.tensors += p.region == plan.scratch_region ? 0 : 1;
-    for (const DecodeJob& job : plan.decodes) report.tensors += job.outputs.size();
+  // Every copy counts (a shard or replica is a tensor of its device); decode inputs are not in
+  // the model, their outputs are; another process's tensors are not here.
+  const bool read = plan.mode == LoadMode::kRead;
+  report.tensors = 0;
+  for (const TensorPlacement& p : plan.tensors) {
+    if (p.shard_count > 0)
+      report.tensors += p.shard_count;
+    else if (!read || (p.region != kNoRegion && p.region != plan.scratch_region))
+      ++report.tensors;
   }
+  for (const DecodeJob& job : plan.decodes) report.tensors += job.outputs.size();
   report.decoded_tensors = plan.decodes.size();
   report.tensor_bytes = plan.tensor_bytes;
+  if (read) {  // what this process read of them (all of them, unless other processes hold some)
+    report.tensor_bytes = 0;
+    for (const ReadChunk& c : plan.chunks)
+      for (const ChunkPiece& piece : c.pieces) report.tensor_bytes += piece.bytes;
+  }
   report.placed_bytes = plan.placed_bytes;
   report.converted_tensors = plan.converted_tensors;
   report.read_bytes = plan.mode == LoadMode::kRead ? plan.read_bytes : 0;
@@ -168,7 +188,9 @@ void fill_report(LoadReport& report, const formats::Catalog& catalog, const Plan
   report.direct_tensors = plan.direct_tensors;
   report.stages = stats.stages;
   report.resources = stats.resources;
-  for (std::size_t i = 0; i < digests.size(); ++i) report.digests.push_back({catalog.tensors[i].name, digests[i]});
+  for (std::size_t i = 0; i < digests.size(); ++i)
+    if (digest_computed(plan, static_cast<std::uint32_t>(i)))
+      report.digests.push_back({catalog.tensors[i].name, digests[i]});
   report.seconds = std::chrono::duration<double>(LoadClock::now() - begin).count();
   report.gb_per_s = report.seconds > 0 ? static_cast<double>(report.tensor_bytes) / report.seconds / 1e9 : 0;
 }

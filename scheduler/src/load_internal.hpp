@@ -35,6 +35,10 @@ void fill_report(LoadReport& report, const formats::Catalog& catalog, const Plan
 // kFileChanged if `size_now` differs from the size the catalog validated.
 Status check_catalog_size(const formats::CatalogFile& file, std::uint64_t size_now);
 
+// Whether the load computes tensor `i`'s digest: not for a tensor another process holds, nor
+// for one this process reads only in part.
+bool digest_computed(const Plan& plan, std::uint32_t i);
+
 std::uint32_t cpu_workers(const LoadOptions& options);
 
 }  // namespace qload::scheduler::detail

@@ -26,10 +26,14 @@ const DeviceTensor* Model::find(std::string_view name) const {
 }
 
 const DeviceTensor* Model::find(std::string_view name, std::string_view device) const {
+  // Compared as devices, so "cpu:0" finds what lives on "cpu".
+  const Result<Device> wanted = parse_device(device);
+  if (!wanted) return nullptr;
+  const std::string canonical = wanted->to_string();
   auto it = std::lower_bound(by_name_.begin(), by_name_.end(), name,
                              [&](std::uint32_t i, std::string_view n) { return parts_.tensors[i].name < n; });
   for (; it != by_name_.end() && parts_.tensors[*it].name == name; ++it)
-    if (parts_.tensors[*it].device == device) return &parts_.tensors[*it];
+    if (parts_.tensors[*it].device == canonical) return &parts_.tensors[*it];
   return nullptr;
 }
 

@@ -159,13 +159,17 @@ Status place_shards(const formats::Catalog& catalog, std::uint32_t i, std::uint3
     QLOAD_ASSIGN_OR_RETURN(slices, shard_slices(t, split, par.tensor, geometry));
   }
   TensorPlacement& placed = plan.tensors[i];
-  placed = TensorPlacement{.first_shard = static_cast<std::uint32_t>(plan.shards.size()),
-                           .shard_count = par.tensor * par.data,
-                           .dtype = dtype};
+  placed = TensorPlacement{.first_shard = static_cast<std::uint32_t>(plan.shards.size()), .dtype = dtype};
   const std::uint64_t element = dtype_info(dtype).block_bytes;
+  // This process holds the layout's devices [first_local, first_local + devices.size()).
+  const auto local_devices = static_cast<std::uint32_t>(options.devices.size());
+  const std::uint32_t first_local = par.process * local_devices;
   for (std::uint32_t d = 0; d < par.data; ++d)
     for (std::uint32_t r = 0; r < par.tensor; ++r) {
-      const std::uint32_t device = (d * par.pipeline + stage) * par.tensor + r;
+      const std::uint32_t global = (d * par.pipeline + stage) * par.tensor + r;
+      if (global < first_local || global - first_local >= local_devices) continue;  // another process's
+      const std::uint32_t device = global - first_local;
+      ++placed.shard_count;
       QLOAD_ASSIGN_OR_RETURN(const std::uint64_t numel, slices[r].shape.numel());
       const std::uint64_t bytes = numel * element;  // at most the tensor's placed bytes
       auto offset = take(cursor[device], bytes, options.tensor_alignment, options.devices[device].to_string());
@@ -180,11 +184,21 @@ Status place_shards(const formats::Catalog& catalog, std::uint32_t i, std::uint3
                                            .slice = slices[r]});
       QLOAD_ASSIGN_OR_RETURN(plan.placed_bytes, checked_add(plan.placed_bytes, bytes));
     }
+  if (placed.shard_count == 0) {  // every copy is another process's
+    placed.region = kNoRegion;
+    return {};
+  }
   placed.region = plan.shards[placed.first_shard].region;
   placed.offset = plan.shards[placed.first_shard].offset;
   placed.bytes = plan.shards[placed.first_shard].bytes;
-  // Large, unconverted, on host arenas, and split by whole rows with every byte in exactly one
-  // shard: read straight into the shards (no staging copy), as an unsplit tensor would be.
+  // Only the byte ranges this process's copies take are read, unless digests need them all.
+  std::uint64_t needed = 0;
+  for (const auto& [begin, end] :
+       detail::shard_ranges(t, std::span(plan.shards).subspan(placed.first_shard, placed.shard_count)))
+    needed += end - begin;
+  placed.partial = needed < t.nbytes && !options.whole_tensor_reads;
+  // Large, unconverted, on host arenas, and split by whole rows with every byte read in exactly
+  // one shard: read straight into the shards (no staging copy), as an unsplit tensor would be.
   std::uint64_t total = 0;
   bool eligible = dtype == t.dtype && options.direct_min_bytes > 0 && t.nbytes >= options.direct_min_bytes;
   for (std::uint32_t k = placed.first_shard; eligible && k < placed.first_shard + placed.shard_count; ++k) {
@@ -194,7 +208,7 @@ Status place_shards(const formats::Catalog& catalog, std::uint32_t i, std::uint3
         shard.slice.col_end * dtype_info(t.dtype).block_bytes * (t.shape.rank() == 0 ? 1 : t.shape[0]) == t.nbytes;
     total += shard.bytes;
   }
-  placed.direct = eligible && total == t.nbytes;
+  placed.direct = eligible && total == (placed.partial ? needed : t.nbytes);
   plan.direct_tensors += placed.direct ? 1 : 0;
   return {};
 }
@@ -203,14 +217,21 @@ Status check_parallel(const PlanOptions& options, const Plan& plan) {
   const ParallelLayout& par = options.parallel;
   if (par.tensor == 0 || par.pipeline == 0 || par.data == 0)
     return fail(Errc::kInvalidArgument, "tensor, pipeline and data parallel sizes must be at least 1");
-  if (options.devices.size() != par.devices())
+  if (par.processes == 1 && options.devices.size() != par.devices())
     return fail(Errc::kInvalidArgument,
                 fmt::format("tensor {} x pipeline {} x data {} parallel needs {} devices, {} given", par.tensor,
                             par.pipeline, par.data, par.devices(), options.devices.size()));
+  if (par.processes > 1 && options.devices.size() * par.processes != par.devices())
+    return fail(Errc::kInvalidArgument,
+                fmt::format("tensor {} x pipeline {} x data {} parallel needs {} devices, but {} processes hold {} "
+                            "each ({} in all)",
+                            par.tensor, par.pipeline, par.data, par.devices(), par.processes, options.devices.size(),
+                            options.devices.size() * par.processes));
   if (options.place) return fail(Errc::kInvalidArgument, "a placement hook cannot be combined with a parallel layout");
-  if (!plan.decodes.empty() && (par.tensor > 1 || par.data > 1))
+  if (!plan.decodes.empty() && (par.tensor > 1 || par.data > 1 || par.processes > 1))
     return fail(Errc::kUnsupported,
-                "decoding on load (dequantize, quantize, repack) with tensor or data parallelism is not supported yet");
+                "decoding on load (dequantize, quantize, repack) with tensor or data parallelism "
+                "or several processes is not supported yet");
   return {};
 }
 
@@ -392,6 +413,12 @@ Status PlanOptions::validate() const {
     return fail(Errc::kUnsupported, "mmap mode maps files for one cpu device only");
   if (repack && dequantize)
     return fail(Errc::kInvalidArgument, "repack keeps weights packed; it cannot be combined with dequantize");
+  if (parallel.processes == 0 || parallel.process >= parallel.processes)
+    return fail(Errc::kInvalidArgument,
+                fmt::format("process {} of {}: not a process of the layout", parallel.process, parallel.processes));
+  if (parallel.trivial() && parallel.processes > 1)
+    return fail(Errc::kInvalidArgument,
+                fmt::format("a layout of one device cannot be spread over {} processes", parallel.processes));
   if (mode == LoadMode::kMmap && !parallel.trivial())
     return fail(Errc::kUnsupported, "mmap mode maps files for one device: no parallel layout");
   if (mode == LoadMode::kMmap && (dtype || dequantize || quantize || repack || weight_policy))

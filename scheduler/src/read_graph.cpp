@@ -77,6 +77,7 @@ Status deliver_chunk(ReadLoadState& s, std::uint32_t index, Wanted wanted) {
 // (the verify tasks of its chunks run in file order, chained by dependencies).
 Status verify_chunk(ReadLoadState& s, std::uint32_t index) {
   for (const ChunkPiece& piece : s.plan.chunks[index].pieces) {
+    if (s.plan.tensors[piece.tensor].partial) continue;  // this process reads only some of it
     const std::span bytes(piece_bytes(s, index, piece), static_cast<std::size_t>(piece.bytes));
     const std::uint64_t tensor_bytes = s.catalog.tensors[piece.tensor].nbytes;
     if (piece.tensor_offset == 0 && piece.bytes == tensor_bytes) {
@@ -203,7 +204,7 @@ Result<TaskGraph> build_read_graph(ReadLoadState& s, const ReadBudgets& budgets)
                                  .work = CpuWork{[&s, i] { return verify_chunk(s, i); }},
                                  .claims = {{workers, 1}}});
     g.depends_on(verify, read);
-    if (const ChunkPiece& first = c.pieces.front(); first.tensor_offset > 0)
+    if (const ChunkPiece& first = c.pieces.front(); first.tensor_offset > 0 && !s.plan.tensors[first.tensor].partial)
       g.depends_on(verify, last_verify[first.tensor]);
     last_verify[c.pieces.back().tensor] = verify;
     if (slot) g.add_hold_user(*slot, verify);

@@ -111,7 +111,7 @@ class Model {
   // The tensor called `name`, or null. O(log n). Under a parallel layout a name has a copy
   // (a shard or replica) per device: this is the first device's.
   const DeviceTensor* find(std::string_view name) const;
-  // The copy of `name` on `device` ("cpu:1", "cuda:0"), or null.
+  // The copy of `name` on `device` ("cpu:1", "cuda:0"; "cpu:0" and "cpu" are one), or null.
   const DeviceTensor* find(std::string_view name, std::string_view device) const;
   // Like find, but kNotFound naming the tensor.
   Result<const DeviceTensor*> get(std::string_view name) const;

@@ -71,10 +71,17 @@ struct WeightPolicy {
 // decoder layers (as the by-layer placement assigns them), tensor rank t one shard of each of
 // its tensors (PlanOptions::split), data replica d a full copy. Every byte of the checkpoint
 // is still read once: a staged chunk feeds every shard and replica.
+//
+// Multi-process loads (one process per node, or per GPU): the layout's devices are spread over
+// `processes` processes holding the same number of devices each (PlanOptions::devices, in
+// order), process p the layout's devices [p * n, (p + 1) * n). Every process plans the whole
+// layout, but places only its own devices' copies and reads only the byte ranges they need.
 struct ParallelLayout {
   std::uint32_t tensor = 1;
   std::uint32_t pipeline = 1;
   std::uint32_t data = 1;
+  std::uint32_t processes = 1;
+  std::uint32_t process = 0;  // this process, < processes
   std::uint32_t devices() const noexcept { return tensor * pipeline * data; }
   bool trivial() const noexcept { return devices() == 1; }
 };
@@ -110,13 +117,18 @@ struct PlanOptions {
   // first input goes. An error fails the plan.
   std::function<Result<std::optional<std::uint32_t>>(std::string_view name)> place;
   // Tensor, pipeline and data parallel placement; when not trivial it replaces `placement`
-  // and needs exactly parallel.devices() devices. Read mode only; quantized weights cannot be
-  // sharded yet (kUnsupported), nor decode outputs split or replicated.
+  // and needs parallel.devices() / parallel.processes devices. Read mode only. Decoding on
+  // load (dequantize, quantize, repack) is refused (kUnsupported) with tensor or data
+  // parallelism or several processes: decode outputs are not split or replicated yet.
   ParallelLayout parallel;
   // How each stored tensor splits over the tensor ranks (a recipe's rules), asked once per
   // tensor at plan time when parallel.tensor > 1; nullopt: the llama-style default
   // (sharding.hpp llama_split).
   std::function<Result<std::optional<Split>>(std::string_view name)> split;
+  // Multi-process layouts: a tensor this process holds any part of is read whole, so its digest
+  // can be computed and checked (LoadOptions::expected_xxh3_64); otherwise only the byte ranges
+  // its copies need are read, and such a tensor gets no digest.
+  bool whole_tensor_reads = false;
   std::uint64_t tensor_alignment = 256;  // each tensor's arena offset is a multiple (power of two)
   // Largest coalesced read; must fit a staging slot. 16 MiB: see StagingOptions.
   std::uint64_t chunk_bytes = std::uint64_t{16} << 20;
@@ -147,8 +159,12 @@ struct TensorPlacement {
   std::uint64_t offset = 0;
   // Under a parallel layout, the tensor's copies are Plan::shards[first_shard, +shard_count)
   // (region and offset are then the first shard's); 0: placed once, here.
+  // A multi-process layout may leave a tensor no copy here: region kNoRegion, no shards.
   std::uint32_t first_shard = 0;
   std::uint32_t shard_count = 0;
+  // Multi-process layouts: only the byte ranges this process's copies need are read (the
+  // tensor's digest cannot be computed here).
+  bool partial = false;
   bool direct = false;       // read mode: read straight into the arena, not through staging
   DType dtype = DType::kU8;  // as placed (the stored dtype unless the dtype policy converts it)
   std::uint64_t bytes = 0;   // as placed
