@@ -20,6 +20,7 @@
 #include "qload/runtime/units.hpp"
 #include "qload/scheduler/load.hpp"
 #include "qload/scripts/recipe.hpp"
+#include "world_load.hpp"
 
 namespace qload::cli {
 namespace {
@@ -62,6 +63,12 @@ Result<LoadRequest> build_request(const LoadArgs& args) {
     QLOAD_TRY(recipe.apply(req.options));
     req.recipe = std::move(recipe);
   }
+  QLOAD_ASSIGN_OR_RETURN(req.world, world_from_env(std::getenv));
+  // "cuda:local": the GPU of this process's LOCAL_RANK (one process per GPU under torchrun,
+  // which gives every process the same arguments).
+  if (const std::size_t at = devices.find("cuda:local"); at != std::string::npos)
+    devices.replace(at, std::string_view("cuda:local").size(),
+                    fmt::format("cuda:{}", req.world ? req.world->local_rank : 0));
   req.devices = devices.empty() ? "cpu" : devices;
   if (!req.recipe) {
     QLOAD_ASSIGN_OR_RETURN(req.options.plan.devices, parse_device_list(req.devices));
@@ -94,6 +101,12 @@ Result<LoadRequest> build_request(const LoadArgs& args) {
     QLOAD_TRY(set(args.pipeline_parallel, layout.pipeline, "--pp"));
     QLOAD_TRY(set(args.data_parallel, layout.data, "--dp"));
   }
+  if (req.world) {
+    req.options.plan.parallel.processes = req.world->size;
+    req.options.plan.parallel.process = req.world->rank;
+    // A locked load checks every digest it meets: each tensor it holds part of is read whole.
+    req.options.plan.whole_tensor_reads = !args.locked.empty() || (req.recipe && req.recipe->verify);
+  }
   if (args.mmap) req.options.plan.mode = scheduler::LoadMode::kMmap;
   if (args.no_digests) req.options.compute_digests = false;
   QLOAD_TRY(req.options.apply_environment(std::getenv));
@@ -101,11 +114,13 @@ Result<LoadRequest> build_request(const LoadArgs& args) {
   return req;
 }
 
-// One safetensors file per device, DIR/<device>.safetensors; GPU tensors are copied back a
+// One safetensors file per device, DIR/<device>.safetensors (DIR/rank<R>.<device>.safetensors
+// for one process of a multi-process load); GPU tensors are copied back a
 // writer chunk at a time, so a dump holds no more than one chunk of host memory for them.
 namespace {
 
-Status dump(const scheduler::Model& model, const std::string& dir) {
+// `prefix` keeps the files of the ranks of a multi-process load apart ("rank1.").
+Status dump(const scheduler::Model& model, const std::string& dir, const std::string& prefix) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return fail(Error(Errc::kIo, "create directory: " + ec.message()).with_file(dir));
@@ -120,8 +135,8 @@ Status dump(const scheduler::Model& model, const std::string& dir) {
     by_device[t.device].push_back(std::move(w));
   }
   for (auto& [device, tensors] : by_device)
-    QLOAD_TRY(formats::write_safetensors((std::filesystem::path(dir) / (device + ".safetensors")).string(), tensors,
-                                         {.metadata = {{"written_by", "qload load --dump"}}}));
+    QLOAD_TRY(formats::write_safetensors((std::filesystem::path(dir) / (prefix + device + ".safetensors")).string(),
+                                         tensors, {.metadata = {{"written_by", "qload load --dump"}}}));
   return {};
 }
 
@@ -152,6 +167,21 @@ nlohmann::json report_json(const scheduler::LoadReport& r, const std::string& de
           {"stages", stages}};
 }
 
+// How long a rank waits for the others (QLOAD_RENDEZVOUS_TIMEOUT seconds, default 300: the
+// ranks of a job start within minutes of each other, and a load waits for the slowest).
+std::chrono::milliseconds rendezvous_timeout() {
+  const char* text = std::getenv("QLOAD_RENDEZVOUS_TIMEOUT");
+  double seconds = 300;
+  if (text != nullptr && *text != '\0') seconds = std::strtod(text, nullptr);
+  return std::chrono::milliseconds(static_cast<std::int64_t>(std::max(seconds, 0.001) * 1000));
+}
+
+struct WorldTotals {
+  std::uint64_t read_bytes = 0;
+  std::uint64_t tensor_bytes = 0;
+  double seconds = 0;  // of the slowest rank
+};
+
 }  // namespace
 
 int run_load(const LoadArgs& args) {
@@ -170,24 +200,61 @@ int run_load(const LoadArgs& args) {
   ProgressBar bar(!json && ::isatty(STDERR_FILENO));
   req->options.progress = [&bar](std::uint64_t done, std::uint64_t total) { bar.update(done, total); };
 
+  // A multi-process load: every rank agrees on the load before reading, and learns afterwards
+  // whether every other rank succeeded (if one failed, all fail).
+  std::optional<Rendezvous> rendezvous;
+  if (req->world) {
+    auto agreed = agree_on_load(*req->world, *planned, rendezvous_timeout());
+    if (!agreed) return report(agreed.error());
+    rendezvous = std::move(*agreed);
+  }
   auto model = scheduler::load(planned->catalog, planned->plan, req->options);
   bar.finish();
+  std::vector<RankOutcome> outcomes;
+  if (rendezvous) {
+    RankOutcome mine{.ok = model.has_value(), .error = model ? "" : model.error().to_string()};
+    if (model) {
+      mine.read_bytes = model->report().read_bytes;
+      mine.tensor_bytes = model->report().tensor_bytes;
+      mine.seconds = model->report().seconds;
+    }
+    auto shared = share_outcome(*rendezvous, mine);
+    if (model && !shared) return report(shared.error());  // the model is released on return
+    if (shared) outcomes = std::move(*shared);
+  }
   if (!model) return report(model.error());
   if (!trace_path.empty())
     if (Status s = trace.write(trace_path); !s) return report(s.error());
   if (!args.dump.empty())
-    if (Status s = dump(*model, args.dump); !s) return report(s.error());
+    if (Status s = dump(*model, args.dump, req->world ? fmt::format("rank{}.", req->world->rank) : ""); !s)
+      return report(s.error());
 
   const scheduler::LoadReport& r = model->report();
   const std::uint64_t rss = peak_rss_bytes();
+  // The world's totals, from rank 0 (every rank knows them; one prints them).
+  WorldTotals world;
+  for (const RankOutcome& o : outcomes) {
+    world.read_bytes += o.read_bytes;
+    world.tensor_bytes += o.tensor_bytes;
+    world.seconds = std::max(world.seconds, o.seconds);
+  }
   if (json) {
-    fmt::print("{}\n", report_json(r, req->devices, rss).dump(2));
+    nlohmann::json out = report_json(r, req->devices, rss);
+    if (req->world) {
+      out["rank"] = req->world->rank;
+      out["world_size"] = req->world->size;
+      out["world"] = {{"read_bytes", world.read_bytes}, {"bytes", world.tensor_bytes}, {"seconds", world.seconds}};
+    }
+    fmt::print("{}\n", out.dump(2));
   } else {
     fmt::print("{}", r.summary());
     fmt::print("peak RSS {}\n", format_bytes(rss));
     // The stable line operators grep for.
     fmt::print("qload: loaded {} ({} tensors) in {:.2f} s ({:.2f} GB/s) to {}; peak RSS {}\n",
                format_bytes(r.tensor_bytes), r.tensors, r.seconds, r.gb_per_s, req->devices, format_bytes(rss));
+    if (req->world && req->world->rank == 0)
+      fmt::print("qload: {} processes read {} ({} of tensor data) in {:.2f} s\n", req->world->size,
+                 format_bytes(world.read_bytes), format_bytes(world.tensor_bytes), world.seconds);
   }
   return 0;
 }

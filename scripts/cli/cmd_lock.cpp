@@ -1,5 +1,7 @@
 // `qload lock PATH|RECIPE -o FILE` and `qload verify PATH|RECIPE --lock FILE`: a lockfile
 // records what a load reads (lockfile.hpp); verify re-hashes the files against it.
+#include <cstdlib>
+
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
@@ -24,6 +26,14 @@ Result<formats::CheckpointDigest> digest(const formats::Catalog& catalog, const 
 }  // namespace
 
 int run_lock(const LockArgs& args) {
+  // A lock records a single-process plan; the ranks of a multi-process load check everything
+  // else against it (load_request.hpp apply_lock).
+  auto world = world_from_env(std::getenv);
+  if (!world) return report(world.error());
+  if (*world)
+    return report(Error(Errc::kInvalidArgument,
+                        "qload lock makes a single-process lock: run it without WORLD_SIZE; "
+                        "every rank of a multi-process load can then load --locked with it"));
   auto planned = plan_request(args.load);
   if (!planned) return report(planned.error());
   auto digests = digest(planned->catalog, planned->request.options);

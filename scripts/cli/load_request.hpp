@@ -7,6 +7,7 @@
 
 #include "commands.hpp"
 #include "qload/runtime/error.hpp"
+#include "qload/runtime/world.hpp"
 #include "qload/scheduler/load.hpp"
 #include "qload/scripts/recipe.hpp"
 
@@ -17,6 +18,9 @@ struct LoadRequest {
   std::optional<scripts::Recipe> recipe;  // when the path was a recipe
   std::string devices = "cpu";            // as given, for reports
   scheduler::LoadOptions options;
+  // One process of a multi-process load (torchrun-style environment, world.hpp): its
+  // layout's processes and process are the world's size and rank.
+  std::optional<World> world;
 };
 
 Result<LoadRequest> build_request(const LoadArgs& args);
@@ -37,7 +41,10 @@ Result<std::string> lock_path(const LoadArgs& args, const LoadRequest& request);
 
 // Before anything is read: kChecksumMismatch naming the lock unless the recipe hash, the plan
 // hash, the files (names, sizes) and the tensor names match it; then every tensor's digest
-// becomes an expected digest, so the load fails (exposing nothing) if any byte differs.
+// becomes an expected digest, so the load fails (exposing nothing) if any byte differs. One
+// process of a multi-process load skips the plan hash (a lock records a single-process plan;
+// the ranks check their plans against each other instead) and reads whole every tensor it
+// holds part of, so every digest it meets is checked.
 Status apply_lock(const std::string& lock_file, PlannedLoad& load);
 
 }  // namespace qload::cli

@@ -40,7 +40,7 @@ Status apply_lock(const std::string& lock_file, PlannedLoad& load) {
                                        "changed)",
                                        io::hex64(recipe->hash), io::hex64(*lock.recipe_hash))
                          : "the lock was made without a recipe; this load runs one");
-  if (lock.plan_hash != load.plan_hash)
+  if (!load.request.world && lock.plan_hash != load.plan_hash)
     differences.push_back(fmt::format("the plan hashes to {}, the lock says {} (`qload plan` shows what goes where)",
                                       io::hex64(load.plan_hash), io::hex64(lock.plan_hash)));
   for (std::string& d : scripts::lock_differences(lock, load.catalog)) differences.push_back(std::move(d));

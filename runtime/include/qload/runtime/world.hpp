@@ -1,0 +1,33 @@
+// Where this process sits among the processes of one multi-process load, as torchrun (and
+// other launchers, see docs/parallel.md) describe it in the environment.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "qload/runtime/error.hpp"
+
+namespace qload {
+
+struct World {
+  std::uint32_t rank = 0;                 // RANK: this process, 0 <= rank < size
+  std::uint32_t size = 1;                 // WORLD_SIZE: processes in the load
+  std::uint32_t local_rank = 0;           // LOCAL_RANK: this process among those of its node
+  std::uint32_t local_size = 1;           // LOCAL_WORLD_SIZE: processes on its node
+  std::string master_addr = "127.0.0.1";  // MASTER_ADDR: where rank 0 listens
+  std::uint16_t master_port = 29500;      // MASTER_PORT
+};
+
+// Looks a variable up; null when unset (std::getenv in the CLI, a map in tests).
+using EnvLookup = std::function<const char*(const char*)>;
+
+// The world from RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT;
+// nullopt when WORLD_SIZE is unset or 1 (a single process). With WORLD_SIZE above 1, RANK and
+// MASTER_ADDR are required; LOCAL_WORLD_SIZE defaults to WORLD_SIZE, LOCAL_RANK to RANK mod it, and
+// MASTER_PORT to 29500. kInvalidArgument naming the variable for a value that is not a
+// number, out of range, or inconsistent with the others.
+Result<std::optional<World>> world_from_env(const EnvLookup& env);
+
+}  // namespace qload

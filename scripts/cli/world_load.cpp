@@ -1,0 +1,99 @@
+#include "world_load.hpp"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "plan_report.hpp"
+#include "qload/io/digest.hpp"
+#include "qload/scripts/lockfile.hpp"
+
+namespace qload::cli {
+namespace {
+
+using nlohmann::json;
+
+std::string hash_of(const json& value) {
+  const std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
+  return io::hex64(io::xxh3_64(std::as_bytes(std::span(text))));
+}
+
+}  // namespace
+
+LoadFingerprint load_fingerprint(const PlannedLoad& load) {
+  json files = json::array();
+  for (const formats::CatalogFile& f : load.catalog.files)
+    files.push_back({scripts::path_in_checkpoint(load.catalog, f.path), f.size});
+  json tensors = json::array();
+  for (const formats::TensorEntry& t : load.catalog.tensors) {
+    json shape = json::array();
+    for (std::size_t i = 0; i < t.shape.rank(); ++i) shape.push_back(t.shape[i]);
+    tensors.push_back({t.name, std::string(dtype_name(t.dtype)), shape, t.file, t.offset, t.nbytes});
+  }
+  const scheduler::PlanOptions& o = load.request.options.plan;
+  const scheduler::ParallelLayout& par = o.parallel;
+  const json options = {
+      {"recipe", load.request.recipe ? io::hex64(load.request.recipe->hash) : ""},
+      {"dtype", o.dtype ? std::string(dtype_name(*o.dtype)) : ""},
+      {"dequantize", o.dequantize ? std::string(dtype_name(*o.dequantize)) : ""},
+      {"quantize", o.quantize ? std::string(formats::quantize_target_name(*o.quantize)) : ""},
+      {"repack", o.repack},
+      {"whole_tensor_reads", o.whole_tensor_reads},
+  };
+  return LoadFingerprint{
+      .checkpoint = hash_of({{"files", files}, {"tensors", tensors}}),
+      .layout = fmt::format("tp {} x pp {} x dp {} over {} processes of {} device{}", par.tensor, par.pipeline,
+                            par.data, par.processes, o.devices.size(), o.devices.size() == 1 ? "" : "s"),
+      .options = hash_of(options),
+  };
+}
+
+Result<Rendezvous> agree_on_load(const World& world, const PlannedLoad& load, std::chrono::milliseconds timeout) {
+  QLOAD_ASSIGN_OR_RETURN(Rendezvous rendezvous, Rendezvous::join(world, timeout));
+  const LoadFingerprint mine = load_fingerprint(load);
+  const json message = {{"checkpoint", mine.checkpoint}, {"layout", mine.layout}, {"options", mine.options}};
+  QLOAD_ASSIGN_OR_RETURN(const std::vector<std::string> all, rendezvous.allgather(message.dump()));
+  const json first = json::parse(all[0], nullptr, /*allow_exceptions=*/false);
+  for (std::uint32_t r = 1; r < all.size(); ++r) {
+    const json other = json::parse(all[r], nullptr, /*allow_exceptions=*/false);
+    std::vector<std::string> differ;
+    for (const char* part : {"checkpoint", "layout", "options"})
+      if (!other.contains(part) || !first.contains(part) || other[part] != first[part]) differ.push_back(part);
+    if (differ.empty()) continue;
+    std::string detail;
+    if (std::ranges::find(differ, "layout") != differ.end() && other.contains("layout") && first.contains("layout"))
+      detail = fmt::format(": rank 0 has {}, rank {} has {}", first["layout"].get<std::string>(), r,
+                           other["layout"].get<std::string>());
+    return fail(
+        Error(Errc::kInvalidArgument, fmt::format("rank {} planned a different load from rank 0 (its {} differ{}){}", r,
+                                                  fmt::join(differ, " and "), differ.size() == 1 ? "s" : "", detail)));
+  }
+  return rendezvous;
+}
+
+Result<std::vector<RankOutcome>> share_outcome(Rendezvous& rendezvous, const RankOutcome& mine) {
+  const json message = {{"ok", mine.ok},
+                        {"error", mine.error},
+                        {"read_bytes", mine.read_bytes},
+                        {"tensor_bytes", mine.tensor_bytes},
+                        {"seconds", mine.seconds}};
+  QLOAD_ASSIGN_OR_RETURN(const std::vector<std::string> all, rendezvous.allgather(message.dump()));
+  std::vector<RankOutcome> out;
+  for (std::uint32_t r = 0; r < all.size(); ++r) {
+    const json j = json::parse(all[r], nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object() || !j.contains("ok"))
+      return fail(Error(Errc::kIo, fmt::format("rank {} sent a malformed outcome", r)));
+    out.push_back(RankOutcome{.ok = j.value("ok", false),
+                              .error = j.value("error", ""),
+                              .read_bytes = j.value("read_bytes", std::uint64_t{0}),
+                              .tensor_bytes = j.value("tensor_bytes", std::uint64_t{0}),
+                              .seconds = j.value("seconds", 0.0)});
+  }
+  if (mine.ok)
+    for (std::uint32_t r = 0; r < out.size(); ++r)
+      if (!out[r].ok)
+        return fail(Error(Errc::kCancelled,
+                          fmt::format("rank {} failed, so this rank's load is dropped: {}", r, out[r].error)));
+  return out;
+}
+
+}  // namespace qload::cli

@@ -1,0 +1,42 @@
+// `qload load` as one process of a multi-process load (docs/parallel.md): the processes meet
+// over TCP (runtime/rendezvous.hpp), check that they all planned the same load before reading
+// anything, and exchange their outcomes afterwards, so that a load fails on every rank if it
+// fails on one.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "load_request.hpp"
+#include "qload/runtime/rendezvous.hpp"
+
+namespace qload::cli {
+
+// What every rank must agree on, each part a short text: the checkpoint (files, tensor table),
+// the layout, and the load's options (recipe hash, dtype and quantization flags).
+struct LoadFingerprint {
+  std::string checkpoint;
+  std::string layout;
+  std::string options;
+};
+LoadFingerprint load_fingerprint(const PlannedLoad& load);
+
+// Joins the rendezvous and checks every rank's fingerprint against rank 0's: kInvalidArgument
+// naming the first rank and the parts that differ.
+Result<Rendezvous> agree_on_load(const World& world, const PlannedLoad& load, std::chrono::milliseconds timeout);
+
+// One rank's outcome as the others learn it.
+struct RankOutcome {
+  bool ok = false;
+  std::string error;             // when !ok: the rank's error, as it printed it
+  std::uint64_t read_bytes = 0;  // bytes it read from storage
+  std::uint64_t tensor_bytes = 0;
+  double seconds = 0;
+};
+
+// Tells every rank how this one ended and learns how they did: their outcomes by rank, or
+// kCancelled naming the first rank that failed (when this one did not).
+Result<std::vector<RankOutcome>> share_outcome(Rendezvous& rendezvous, const RankOutcome& mine);
+
+}  // namespace qload::cli

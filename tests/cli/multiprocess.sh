@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# Multi-process loads end to end, as torchrun would start them: WORLD_SIZE processes on this
+# machine, each with RANK, LOCAL_RANK, MASTER_ADDR and MASTER_PORT, meet over TCP.
+#  1. tp 4 x pp 2 over 4 processes of 2 cpu devices: the dumps of all ranks, put back where
+#     each rank's `qload plan --json` says, rebuild every tensor exactly; each rank reads less
+#     than the checkpoint, and rank 0 reports the world's totals.
+#  2. Ranks that planned different layouts both refuse before reading, naming the rank.
+#  3. A locked load where one rank's copy of the checkpoint has a flipped byte: that rank
+#     fails naming the tensor, and the other fails because it did.
+# Usage: multiprocess.sh QLOAD
+set -euo pipefail
+qload=$1
+dir=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  [[ -n ${KEEP:-} ]] || rm -rf "$dir"
+}
+trap cleanup EXIT
+"$qload" synth "$dir/m" --layers 4 --hidden 256 --intermediate 512 --vocab 512 --heads 8 --kv-heads 2 --shards 2 >/dev/null
+export MASTER_ADDR=127.0.0.1 QLOAD_RENDEZVOUS_TIMEOUT=60
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+# Runs `$3 RANK` (a function) as every rank of a world of $1, writing rank R's stdout to
+# $dir/$2.R.out, its stderr to $dir/$2.R.err and its exit code to $dir/$2.R.rc.
+run_world() {
+  local size=$1 tag=$2 command=$3
+  MASTER_PORT=$(free_port)
+  export MASTER_PORT
+  pids=()
+  for ((r = 0; r < size; r++)); do
+    (
+      set +e
+      WORLD_SIZE=$size RANK=$r LOCAL_RANK=$r LOCAL_WORLD_SIZE=$size "$command" "$r" >"$dir/$tag.$r.out" 2>"$dir/$tag.$r.err"
+      echo $? >"$dir/$tag.$r.rc"
+    ) &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p"; done
+  pids=()
+}
+expect_rc() {  # TAG RANK CODE: the rank exited with CODE (or any failure for "fail")
+  local rc
+  rc=$(cat "$dir/$1.$2.rc")
+  if [[ $3 == fail ]] && [[ $rc != 0 ]]; then return; fi
+  [[ $rc == "$3" ]] || { echo "$1 rank $2 exited $rc, expected $3"; cat "$dir/$1.$2.err"; exit 1; }
+}
+expect_err() {  # TAG RANK TEXT: the rank's stderr says TEXT
+  grep -qF -- "$3" "$dir/$1.$2.err" || { echo "$1 rank $2 does not say: $3"; cat "$dir/$1.$2.err"; exit 1; }
+}
+
+# 1. The dumps of 4 ranks rebuild the checkpoint.
+plan_rank() { "$qload" plan "$dir/m" --devices cpu:0,cpu:1 --tp 4 --pp 2 --json; }
+load_rank() { "$qload" load "$dir/m" --devices cpu:0,cpu:1 --tp 4 --pp 2 --json --dump "$dir/dump"; }
+run_world 4 plan plan_rank
+run_world 4 load load_rank
+for r in 0 1 2 3; do expect_rc plan $r 0; expect_rc load $r 0; done
+"$qload" load "$dir/m" --json >"$dir/single.json"
+python3 - "$dir" <<'PY'
+import json, os, struct, sys
+d = sys.argv[1]
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    header.pop("__metadata__", None)
+    return {name: (t["dtype"], t["shape"], data[t["data_offsets"][0]:t["data_offsets"][1]]) for name, t in header.items()}
+source = {}
+for name in sorted(os.listdir(f"{d}/m")):
+    if name.endswith(".safetensors"):
+        source.update(read_safetensors(f"{d}/m/{name}"))
+size = {"BF16": 2, "F16": 2, "F32": 4}
+rebuilt = {name: bytearray(len(b)) for name, (_, _, b) in source.items()}
+covered = {name: [0] * (len(b) // size[t]) for name, (t, _, b) in source.items()}
+single = json.load(open(f"{d}/single.json"))
+reports = [json.load(open(f"{d}/load.{r}.out")) for r in range(4)]
+for r in range(4):
+    plan = json.load(open(f"{d}/plan.{r}.out"))
+    dumps = {}
+    for name in os.listdir(f"{d}/dump"):
+        if name.startswith(f"rank{r}."):
+            dumps[name[len(f"rank{r}."):-len(".safetensors")]] = read_safetensors(f"{d}/dump/{name}")
+    assert sorted(dumps) == ["cpu", "cpu:1"], (r, sorted(dumps))
+    held = 0
+    for t in plan["tensors"]:
+        name = t["name"]
+        dtype, shape, full = source[name]
+        e = size[dtype]
+        rest = 1
+        for x in shape[1:]:
+            rest *= x
+        for sh in t.get("shards", []):
+            held += 1
+            _, _, sbytes = dumps[sh["device"]][name]
+            c0, c1 = sh["cols"]
+            width = c1 - c0
+            srow = 0
+            for r0, r1 in sh["rows"]:
+                for row in range(r0, r1):
+                    rebuilt[name][(row * rest + c0) * e:(row * rest + c1) * e] = sbytes[srow * width * e:(srow + 1) * width * e]
+                    for k in range(row * rest + c0, row * rest + c1):
+                        covered[name][k] += 1
+                    srow += 1
+            assert srow * width * e == len(sbytes), (name, r)
+    rep = reports[r]
+    assert rep["rank"] == r and rep["world_size"] == 4, rep
+    assert rep["tensors"] == held, (r, rep["tensors"], held)
+    # Each rank holds one pipeline stage's tp shards of two ranks: it reads far less than all.
+    assert rep["read_bytes"] < single["read_bytes"] * 3 // 4, (r, rep["read_bytes"], single["read_bytes"])
+for name, (_, _, full) in source.items():
+    assert bytes(rebuilt[name]) == full, f"{name}: the ranks' shards do not rebuild it"
+    assert min(covered[name]) >= 1, f"{name}: an element is on no rank"
+world = reports[0]["world"]
+assert world["read_bytes"] == sum(rep["read_bytes"] for rep in reports), world
+assert world["bytes"] >= single["bytes"], (world, single["bytes"])
+print(f"4 ranks rebuilt {len(source)} tensors; world read {world['read_bytes']} bytes, one process {single['read_bytes']}")
+PY
+
+# 2. Ranks that planned different layouts both refuse before reading (nothing is dumped).
+differ_rank() {
+  if (($1 == 0)); then "$qload" load "$dir/m" --tp 2 --dump "$dir/differ"; else "$qload" load "$dir/m" --dp 2 --dump "$dir/differ"; fi
+}
+run_world 2 differ differ_rank
+for r in 0 1; do
+  expect_rc differ $r fail
+  expect_err differ $r "rank 1 planned a different load from rank 0 (its layout differs): rank 0 has tp 2 x pp 1 x dp 1"
+done
+[[ ! -e $dir/differ ]]
+
+# 3. A locked load; rank 1's copy of the checkpoint has a flipped byte in the first row of
+# layer 0's q_proj, which only rank 0's shard holds: rank 1 still reads it whole and fails
+# naming it, and rank 0 fails because rank 1 did.
+"$qload" lock "$dir/m" -o "$dir/m.lock" >/dev/null
+cp -r "$dir/m" "$dir/m2"
+python3 - "$dir/m2" <<'PY'
+import json, os, struct, sys
+d = sys.argv[1]
+for name in sorted(os.listdir(d)):
+    if not name.endswith(".safetensors"):
+        continue
+    path = os.path.join(d, name)
+    with open(path, "r+b") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        t = header.get("model.layers.0.self_attn.q_proj.weight")
+        if t is None:
+            continue
+        at = 8 + n + t["data_offsets"][0] + 2
+        f.seek(at)
+        b = f.read(1)
+        f.seek(at)
+        f.write(bytes([b[0] ^ 0x40]))
+        sys.exit(0)
+sys.exit("q_proj not found")
+PY
+locked_rank() {
+  local m=$dir/m
+  (($1 == 1)) && m=$dir/m2
+  "$qload" load "$m" --tp 2 --locked "$dir/m.lock"
+}
+run_world 2 locked locked_rank
+expect_rc locked 1 fail
+expect_err locked 1 "model.layers.0.self_attn.q_proj.weight"
+expect_err locked 1 "expected"
+expect_rc locked 0 fail
+expect_err locked 0 "rank 1 failed, so this rank's load is dropped"
+# With both copies intact the locked load passes on both ranks.
+locked_ok() { "$qload" load "$dir/m" --tp 2 --locked "$dir/m.lock"; }
+run_world 2 locked_ok locked_ok
+for r in 0 1; do expect_rc locked_ok $r 0; done
+# qload lock refuses to run as one rank.
+if WORLD_SIZE=2 RANK=0 "$qload" lock "$dir/m" -o "$dir/x.lock" 2>"$dir/lock.err"; then exit 1; fi
+grep -qF "single-process lock" "$dir/lock.err"
+echo "multi-process loads: rebuild, disagreement and failure propagation ok"

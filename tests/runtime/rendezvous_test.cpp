@@ -1,0 +1,180 @@
+// The torchrun-style environment and the TCP rendezvous of multi-process loads. Ranks run as
+// threads here, each with its own sockets, exactly as separate processes would use them (the
+// CLI test tests/cli/multiprocess.sh runs real processes).
+#include <catch2/catch.hpp>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <future>
+#include <map>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "qload/runtime/rendezvous.hpp"
+#include "qload/runtime/unique_fd.hpp"
+#include "qload/runtime/world.hpp"
+
+using namespace qload;
+using namespace std::chrono_literals;
+
+namespace {
+
+EnvLookup env_of(const std::map<std::string, std::string>& vars) {
+  return [vars](const char* name) -> const char* {
+    const auto it = vars.find(name);
+    return it == vars.end() ? nullptr : it->second.c_str();
+  };
+}
+
+// A port nothing listens on now (the kernel's pick for an ephemeral bind).
+std::uint16_t free_port() {
+  UniqueFd fd(::socket(AF_INET, SOCK_STREAM, 0));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  socklen_t len = sizeof addr;
+  REQUIRE(::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  return ntohs(addr.sin_port);
+}
+
+World world(std::uint32_t rank, std::uint32_t size, std::uint16_t port) {
+  return World{.rank = rank, .size = size, .master_addr = "127.0.0.1", .master_port = port};
+}
+
+}  // namespace
+
+TEST_CASE("world: read from torchrun's variables, with defaults and named errors", "[runtime][world]") {
+  auto none = world_from_env(env_of({}));
+  REQUIRE(none);
+  CHECK_FALSE(none->has_value());
+  auto one = world_from_env(env_of({{"WORLD_SIZE", "1"}}));
+  REQUIRE(one);
+  CHECK_FALSE(one->has_value());
+
+  auto full = world_from_env(env_of({{"WORLD_SIZE", "8"},
+                                     {"RANK", "5"},
+                                     {"LOCAL_RANK", "1"},
+                                     {"LOCAL_WORLD_SIZE", "4"},
+                                     {"MASTER_ADDR", "node0"},
+                                     {"MASTER_PORT", "1234"}}));
+  REQUIRE(full);
+  REQUIRE(full->has_value());
+  CHECK((*full)->rank == 5);
+  CHECK((*full)->size == 8);
+  CHECK((*full)->local_rank == 1);
+  CHECK((*full)->local_size == 4);
+  CHECK((*full)->master_addr == "node0");
+  CHECK((*full)->master_port == 1234);
+
+  auto defaults = world_from_env(env_of({{"WORLD_SIZE", "4"}, {"RANK", "3"}, {"MASTER_ADDR", "h"}}));
+  REQUIRE(defaults);
+  CHECK((*defaults)->local_size == 4);
+  CHECK((*defaults)->local_rank == 3);
+  CHECK((*defaults)->master_port == 29500);
+
+  const auto error_of = [](std::map<std::string, std::string> vars) {
+    auto w = world_from_env(env_of(vars));
+    REQUIRE_FALSE(w);
+    CHECK(w.error().code() == Errc::kInvalidArgument);
+    return w.error().message();
+  };
+  CHECK_THAT(error_of({{"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}}), Catch::Contains("RANK: is required"));
+  CHECK_THAT(error_of({{"WORLD_SIZE", "2"}, {"RANK", "2"}, {"MASTER_ADDR", "h"}}),
+             Catch::Contains("RANK: 2 is outside 0..1"));
+  CHECK_THAT(error_of({{"WORLD_SIZE", "two"}}), Catch::Contains("WORLD_SIZE: 'two' is not a number"));
+  CHECK_THAT(error_of({{"WORLD_SIZE", "2"}, {"RANK", "0"}}), Catch::Contains("MASTER_ADDR: is required"));
+  CHECK_THAT(error_of({{"WORLD_SIZE", "2"}, {"RANK", "0"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "70000"}}),
+             Catch::Contains("MASTER_PORT: 70000 is outside 1..65535"));
+  CHECK_THAT(
+      error_of(
+          {{"WORLD_SIZE", "4"}, {"RANK", "0"}, {"MASTER_ADDR", "h"}, {"LOCAL_WORLD_SIZE", "2"}, {"LOCAL_RANK", "2"}}),
+      Catch::Contains("LOCAL_RANK: 2 is outside 0..1"));
+}
+
+TEST_CASE("rendezvous: ranks joining in any order exchange messages by rank, several times", "[runtime][rendezvous]") {
+  for (const std::uint32_t size : {1u, 2u, 5u}) {
+    const std::uint16_t port = free_port();
+    std::vector<std::future<Result<std::vector<std::vector<std::string>>>>> ranks;
+    // The last ranks start first: they must wait for rank 0 to listen.
+    for (std::uint32_t r = size; r-- > 0;) {
+      ranks.push_back(std::async(std::launch::async, [=]() -> Result<std::vector<std::vector<std::string>>> {
+        if (r == 0) std::this_thread::sleep_for(200ms);
+        QLOAD_ASSIGN_OR_RETURN(Rendezvous rv, Rendezvous::join(world(r, size, port), 10s));
+        std::vector<std::vector<std::string>> rounds;
+        for (int round = 0; round < 3; ++round) {
+          // Sizes differ per rank, including empty messages.
+          QLOAD_ASSIGN_OR_RETURN(auto all, rv.allgather(std::string(r * 1000 + round, static_cast<char>('a' + r))));
+          rounds.push_back(std::move(all));
+        }
+        return rounds;
+      }));
+    }
+    for (auto& f : ranks) {
+      auto rounds = f.get();
+      if (!rounds) FAIL(rounds.error().to_string());
+      REQUIRE(rounds->size() == 3);
+      for (std::size_t round = 0; round < 3; ++round) {
+        REQUIRE((*rounds)[round].size() == size);
+        for (std::uint32_t r = 0; r < size; ++r)
+          CHECK((*rounds)[round][r] == std::string(r * 1000 + round, static_cast<char>('a' + r)));
+      }
+    }
+  }
+}
+
+TEST_CASE("rendezvous: a rank that exits, a duplicate rank and a missing rank fail by name", "[runtime][rendezvous]") {
+  SECTION("a rank that leaves before the exchange") {
+    const std::uint16_t port = free_port();
+    auto rank0 = std::async(std::launch::async, [=]() -> Result<std::vector<std::string>> {
+      QLOAD_ASSIGN_OR_RETURN(Rendezvous rv, Rendezvous::join(world(0, 3, port), 10s));
+      return rv.allgather("zero");
+    });
+    auto rank1 = std::async(std::launch::async, [=]() -> Result<std::vector<std::string>> {
+      QLOAD_ASSIGN_OR_RETURN(Rendezvous rv, Rendezvous::join(world(1, 3, port), 10s));
+      return rv.allgather("one");
+    });
+    {
+      auto rank2 = Rendezvous::join(world(2, 3, port), 10s);  // joins, then fails and goes away
+      REQUIRE(rank2);
+    }
+    auto zero = rank0.get();
+    REQUIRE_FALSE(zero);
+    CHECK_THAT(zero.error().message(), Catch::Contains("rank 2 closed the connection"));
+    auto one = rank1.get();  // rank 0 failed, so rank 1 learns it from rank 0's socket
+    REQUIRE_FALSE(one);
+    CHECK_THAT(one.error().message(), Catch::Contains("rank 0 closed the connection"));
+  }
+  SECTION("two processes with the same RANK") {
+    const std::uint16_t port = free_port();
+    auto rank0 = std::async(std::launch::async, [=] { return Rendezvous::join(world(0, 3, port), 10s); });
+    auto a = std::async(std::launch::async, [=] { return Rendezvous::join(world(1, 3, port), 10s); });
+    auto b = std::async(std::launch::async, [=] { return Rendezvous::join(world(1, 3, port), 10s); });
+    auto zero = rank0.get();
+    REQUIRE_FALSE(zero);
+    CHECK(zero.error().code() == Errc::kInvalidArgument);
+    CHECK_THAT(zero.error().message(), Catch::Contains("two processes claim RANK 1 of 3"));
+    a.get();
+    b.get();
+  }
+  SECTION("a WORLD_SIZE that differs") {
+    const std::uint16_t port = free_port();
+    auto rank0 = std::async(std::launch::async, [=] { return Rendezvous::join(world(0, 2, port), 10s); });
+    auto other = Rendezvous::join(world(1, 3, port), 10s);
+    auto zero = rank0.get();
+    REQUIRE_FALSE(zero);
+    CHECK_THAT(zero.error().message(), Catch::Contains("rank 1 says WORLD_SIZE is 3, rank 0 says 2"));
+  }
+  SECTION("a rank that never comes, and a rank 0 that never listens") {
+    const std::uint16_t port = free_port();
+    auto zero = Rendezvous::join(world(0, 2, port), 300ms);
+    REQUIRE_FALSE(zero);
+    CHECK(zero.error().code() == Errc::kIo);
+    CHECK_THAT(zero.error().message(), Catch::Contains("1 of 2 ranks joined"));
+    auto one = Rendezvous::join(world(1, 2, free_port()), 300ms);
+    REQUIRE_FALSE(one);
+    CHECK_THAT(one.error().message(), Catch::Contains("rank 1 could not reach rank 0 at 127.0.0.1:"));
+  }
+}
