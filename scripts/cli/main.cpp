@@ -50,7 +50,9 @@ int main(int argc, char** argv) {
   const auto add_load_options = [](CLI::App* cmd, qload::cli::LoadArgs& a) {
     cmd->add_option("path", a.path, "Checkpoint (directory, .safetensors, index json) or recipe (.lua)")->required();
     cmd->add_option("--device,--devices", a.device,
-                    "Destination device(s), comma-separated: cpu, cpu:N, cuda:N (default cpu, or the recipe's)");
+                    "Destination device(s), comma-separated: cpu, cpu:N, cuda:N, cuda:local (LOCAL_RANK's GPU) "
+                    "(default cpu, or the recipe's). Under WORLD_SIZE > 1 (torchrun), this process's devices of "
+                    "the layout (docs/parallel.md)");
     cmd->add_option("--placement", a.placement, "With several devices: round-robin (default) or by-layer");
     cmd->add_option("--dtype", a.dtype, "Convert floating tensors (f16/bf16/f32) to bf16, f16 or f32 on load");
     cmd->add_option("--dequantize", a.dequantize, "Dequantize quantized weights to bf16, f16 or f32");
