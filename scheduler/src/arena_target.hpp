@@ -8,6 +8,7 @@
 #include <span>
 #include <vector>
 
+#include "decode_plan.hpp"
 #include "qload/formats/quant_codec.hpp"
 #include "qload/runtime/cuda_memory.hpp"
 #include "qload/runtime/dtype.hpp"
@@ -19,9 +20,6 @@ namespace qload::scheduler::detail {
 
 // One slice of one tensor to deliver: its stored bytes (host memory, e.g. a staging slot) and
 // where they go. `stored` holds whole elements whenever from != to.
-// The packed parts of a weight decoded on a GPU are copied to a lane's scratch each starting
-// on this boundary (the alignment cudaMalloc gives, enough for any element type).
-inline constexpr std::uint64_t kDecodePartAlignment = 256;
 
 struct Delivery {
   std::span<const std::byte> stored;

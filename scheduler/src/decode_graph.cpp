@@ -2,11 +2,14 @@
 
 #include <cstring>
 #include <map>
+#include <optional>
+#include <tuple>
 
 #include <fmt/format.h>
 
 #include "qload/formats/quant_codec.hpp"
 #include "qload/formats/quant_pack.hpp"
+#include "shard_delivery.hpp"
 
 namespace qload::scheduler::detail {
 namespace {
@@ -41,12 +44,49 @@ Status produce(ReadLoadState& s, const DecodeOutput& out, std::uint64_t offset, 
   return target.deliver(std::span(&d, 1));
 }
 
+// A tensor rank's shard: cuts each whole part (in scratch) to the rank's slice, into its own
+// place in scratch, with the same runs that cut a stored tensor into shards.
+Status cut_shard_parts(ReadLoadState& s, const DecodeJob& job) {
+  ArenaTarget& scratch = *s.targets[s.plan.scratch_region];
+  std::vector<Delivery> runs;
+  for (const DecodeJob::ShardInput& in : job.shard_inputs) {
+    const formats::TensorEntry& t = s.catalog.tensors[in.tensor];
+    const ShardPlacement shard{
+        .tensor = in.tensor, .offset = in.offset, .dtype = t.dtype, .bytes = in.bytes, .slice = in.slice};
+    const ChunkPiece whole{.tensor = in.tensor, .tensor_offset = 0, .bytes = t.nbytes};
+    shard_deliveries(t, shard, whole, scratch_bytes(s, in.tensor).data(), runs);
+  }
+  return scratch.deliver(runs);
+}
+
+// The weight `job` decodes and its parts: the whole weight, or the rank's shard of it (its
+// geometry from the plan, its parts the slices cut_shard_parts put in scratch). The parts'
+// roles point into the plan, which outlives the task.
+std::pair<formats::LogicalTensor, std::vector<formats::PartBytes>> decoded_weight(const ReadLoadState& s,
+                                                                                  const DecodeJob& job) {
+  const formats::LogicalTensor& whole = s.plan.quant->logical[job.logical];
+  if (job.shard_inputs.empty()) return {whole, part_bytes(s, whole)};
+  formats::LogicalTensor shard = whole;
+  const Plan::ShardedWeight& sharded = s.plan.sharded_weights.at(job.logical);
+  std::tie(shard.rows, shard.cols) = sharded.dims[job.rank];
+  shard.params.groups = sharded.groups;
+  std::vector<formats::PartBytes> parts;
+  const std::byte* base = s.targets[s.plan.scratch_region]->base();
+  for (std::size_t p = 0; p < whole.parts.size(); ++p) {
+    const DecodeJob::ShardInput& in = job.shard_inputs[p];  // in the parts' order (place_decode_jobs)
+    parts.push_back({.role = whole.parts[p].first,
+                     .dtype = s.catalog.tensors[in.tensor].dtype,
+                     .shape = in.slice.shape,
+                     .bytes = std::span(base + in.offset, static_cast<std::size_t>(in.bytes))});
+  }
+  return {std::move(shard), std::move(parts)};
+}
+
 // On the CPU for a host arena; on the GPU, from the packed parts, for a GPU arena.
 Status dequantize_task(ReadLoadState& s, const DecodeJob& job, std::uint64_t row_begin, std::uint64_t row_end) {
-  const formats::LogicalTensor& lt = s.plan.quant->logical[job.logical];
+  const auto [lt, parts] = decoded_weight(s, job);
   const DecodeOutput& out = job.outputs.front();
   const std::uint64_t row_bytes = lt.cols * dtype_info(out.dtype).block_bytes;
-  const std::vector<formats::PartBytes> parts = part_bytes(s, lt);
   return s.targets[out.region]->dequantize(lt, parts, row_begin, row_end, out.offset + row_begin * row_bytes,
                                            out.dtype);
 }
@@ -109,6 +149,20 @@ void add_decode_tasks(TaskGraph& g, ReadLoadState& s, const std::vector<std::vec
     const DecodeOutput& out = job.outputs.front();
     std::vector<Claim> claims = {{workers, 1}};
     if (lanes[out.region]) claims.push_back({*lanes[out.region], 1});
+    // A tensor rank's shard decodes from its parts' slices, cut once before its decode tasks.
+    std::optional<TaskId> cut;
+    if (!job.shard_inputs.empty()) {
+      std::uint64_t bytes = 0;
+      for (const DecodeJob::ShardInput& in : job.shard_inputs) bytes += in.bytes;
+      cut = g.add({.lane = "decode",
+                   .name = fmt::format("cut {} for rank {}", out.name, job.rank),
+                   .priority = priority,
+                   .bytes = bytes,
+                   .work = CpuWork{[&s, &job] { return cut_shard_parts(s, job); }},
+                   .claims = {{workers, 1}}});
+      for (const std::uint32_t input : job.inputs)
+        for (const TaskId dep : ready[input]) g.depends_on(*cut, dep);
+    }
     auto add = [&](std::string name, std::uint64_t bytes, std::function<Status()> run) {
       const TaskId task = g.add({.lane = "decode",
                                  .name = std::move(name),
@@ -116,6 +170,10 @@ void add_decode_tasks(TaskGraph& g, ReadLoadState& s, const std::vector<std::vec
                                  .bytes = bytes,
                                  .work = CpuWork{std::move(run)},
                                  .claims = claims});
+      if (cut) {
+        g.depends_on(task, *cut);
+        return;
+      }
       for (const std::uint32_t input : job.inputs)
         for (const TaskId dep : ready[input]) g.depends_on(task, dep);
     };
@@ -128,15 +186,16 @@ void add_decode_tasks(TaskGraph& g, ReadLoadState& s, const std::vector<std::vec
       add(fmt::format("quantize {}", out.name), out.bytes, [&s, &job] { return quantize_task(s, job); });
       continue;
     }
-    const formats::LogicalTensor& lt = s.plan.quant->logical[job.logical];
-    const std::uint64_t row_bytes = std::max<std::uint64_t>(1, lt.cols * dtype_info(out.dtype).block_bytes);
+    const std::uint64_t rows = out.shape[0];  // of the weight, or of the rank's shard
+    const std::uint64_t row_bytes = std::max<std::uint64_t>(1, out.shape[1] * dtype_info(out.dtype).block_bytes);
     // A GPU decodes a whole weight in one kernel: splitting it would copy its parts once per piece.
     const bool on_gpu = !s.targets[out.region]->on_host();
     const std::uint64_t step =
-        on_gpu ? std::max<std::uint64_t>(lt.rows, 1) : std::max<std::uint64_t>(1, kDecodeTaskBytes / row_bytes);
-    for (std::uint64_t r = 0; r < lt.rows; r += step) {
-      const std::uint64_t end = std::min(lt.rows, r + step);
-      add(fmt::format("dequantize {} rows {}..{}", out.name, r, end), (end - r) * row_bytes,
+        on_gpu ? std::max<std::uint64_t>(rows, 1) : std::max<std::uint64_t>(1, kDecodeTaskBytes / row_bytes);
+    const std::string device = s.plan.arenas[out.region].device.to_string();
+    for (std::uint64_t r = 0; r < rows; r += step) {
+      const std::uint64_t end = std::min(rows, r + step);
+      add(fmt::format("dequantize {} rows {}..{} on {}", out.name, r, end, device), (end - r) * row_bytes,
           [&s, &job, r, end] { return dequantize_task(s, job, r, end); });
     }
   }

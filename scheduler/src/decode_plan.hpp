@@ -10,6 +10,11 @@
 
 namespace qload::scheduler::detail {
 
+// The packed parts of a weight decoded on a GPU are copied to a lane's scratch each starting
+// on this boundary (the alignment cudaMalloc gives, enough for any element type); a tensor
+// rank's slices of them are cut into the scratch arena on it too.
+inline constexpr std::uint64_t kDecodePartAlignment = 256;
+
 // Whether quantize-on-load applies to this tensor (see PlanOptions::quantize).
 bool is_quantizable_weight(const formats::TensorEntry& t);
 

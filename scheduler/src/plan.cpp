@@ -228,10 +228,56 @@ Status check_parallel(const PlanOptions& options, const Plan& plan) {
                             par.tensor, par.pipeline, par.data, par.devices(), par.processes, options.devices.size(),
                             options.devices.size() * par.processes));
   if (options.place) return fail(Errc::kInvalidArgument, "a placement hook cannot be combined with a parallel layout");
-  if (!plan.decodes.empty() && (par.tensor > 1 || par.data > 1 || par.processes > 1))
-    return fail(Errc::kUnsupported,
-                "decoding on load (dequantize, quantize, repack) with tensor or data parallelism "
-                "or several processes is not supported yet");
+  const bool copies = par.tensor > 1 || par.data > 1 || par.processes > 1;
+  for (const DecodeJob& job : plan.decodes)
+    if (copies && job.kind != DecodeJob::Kind::kDequantize)
+      return fail(Error(Errc::kUnsupported,
+                        "quantizing or repacking on load with tensor or data parallelism or "
+                        "several processes is not supported yet (dequantizing is)")
+                      .with_tensor(job.outputs.front().name));
+  return {};
+}
+
+// Where each decode job's outputs go. Outside a parallel layout: the device of its first input.
+// Under one, a dequantize job becomes one job per copy of its weight on this process's devices:
+// a tensor rank's shard (its parts cut to the rank's slices first, DecodeJob::shard_inputs) or
+// a data replica; a weight whose copies are all another process's is not decoded here.
+Status place_decode_jobs(const formats::Catalog& catalog, const PlanOptions& options,
+                         const std::vector<std::uint32_t>& device_of, const std::vector<std::uint32_t>& stage_of,
+                         const std::map<std::uint32_t, PartShards>& part_shards, Plan& plan) {
+  if (options.parallel.trivial()) {
+    for (DecodeJob& job : plan.decodes)
+      for (DecodeOutput& out : job.outputs) out.region = device_of[job.inputs.front()];
+    return {};
+  }
+  const ParallelLayout& par = options.parallel;
+  const auto local_devices = static_cast<std::uint32_t>(options.devices.size());
+  const std::uint32_t first_local = par.process * local_devices;
+  std::vector<DecodeJob> copies;
+  for (const DecodeJob& job : plan.decodes) {  // only dequantize jobs when there are copies (check_parallel)
+    const std::uint32_t stage = stage_of[job.inputs.front()];
+    for (std::uint32_t d = 0; d < par.data; ++d)
+      for (std::uint32_t r = 0; r < par.tensor; ++r) {
+        const std::uint32_t global = (d * par.pipeline + stage) * par.tensor + r;
+        if (global < first_local || global - first_local >= local_devices) continue;  // another process's
+        DecodeJob copy = job;
+        copy.rank = r;
+        for (DecodeOutput& out : copy.outputs) out.region = global - first_local;
+        if (par.tensor > 1) {
+          DecodeOutput& out = copy.outputs.front();
+          const auto& [rows, cols] = plan.sharded_weights.at(job.logical).dims[r];
+          out.shape = Shape{rows, cols};
+          QLOAD_ASSIGN_OR_RETURN(out.bytes, out.shape.nbytes(out.dtype));
+          for (const std::uint32_t input : job.inputs) {
+            const ShardSlice& slice = part_shards.at(input).slices[r];
+            QLOAD_ASSIGN_OR_RETURN(const std::uint64_t bytes, slice.shape.nbytes(catalog.tensors[input].dtype));
+            copy.shard_inputs.push_back({.tensor = input, .slice = slice, .offset = 0, .bytes = bytes});
+          }
+        }
+        copies.push_back(std::move(copy));
+      }
+  }
+  plan.decodes = std::move(copies);
   return {};
 }
 
@@ -264,11 +310,19 @@ Status place_in_arenas(const formats::Catalog& catalog, const std::vector<std::u
       device_of[i] = **chosen;
     }
   }
+  QLOAD_TRY(place_decode_jobs(catalog, options, device_of, stage_of, part_shards, plan));
+  std::vector<bool> decoded_here(catalog.tensors.size(), false);  // inputs of this process's decode jobs
+  for (const DecodeJob& job : plan.decodes)
+    for (const std::uint32_t i : job.inputs) decoded_here[i] = true;
   std::vector<std::uint64_t> cursor(device_count + 1, 0);  // the last one: scratch
   const std::uint32_t scratch = device_count;
   bool any_scratch = false;
   for (const std::uint32_t i : order) {
     const formats::TensorEntry& t = catalog.tensors[i];
+    if (roles.to_scratch[i] && !decoded_here[i]) {  // decoded by another process only
+      plan.tensors[i] = TensorPlacement{.region = kNoRegion, .dtype = t.dtype};
+      continue;
+    }
     const std::uint32_t d = roles.to_scratch[i] ? scratch : device_of[i];
     any_scratch = any_scratch || d == scratch;
     const DType dtype = d == scratch ? t.dtype : placed_dtype(t, options, roles.quantized_part[i]);
@@ -295,13 +349,13 @@ Status place_in_arenas(const formats::Catalog& catalog, const std::vector<std::u
     plan.placed_bytes = *placed;
   }
   for (DecodeJob& job : plan.decodes) {
-    // (Under a parallel layout only pipeline stages reach here: the stage is the device.)
-    const std::uint32_t d = parallel ? stage_of[job.inputs.front()] : device_of[job.inputs.front()];
     for (DecodeOutput& out : job.outputs) {
-      QLOAD_ASSIGN_OR_RETURN(out.offset,
-                             take(cursor[d], out.bytes, options.tensor_alignment, options.devices[d].to_string()));
-      out.region = d;
+      QLOAD_ASSIGN_OR_RETURN(out.offset, take(cursor[out.region], out.bytes, options.tensor_alignment,
+                                              options.devices[out.region].to_string()));
       QLOAD_ASSIGN_OR_RETURN(plan.placed_bytes, checked_add(plan.placed_bytes, out.bytes));
+    }
+    for (DecodeJob::ShardInput& in : job.shard_inputs) {
+      QLOAD_ASSIGN_OR_RETURN(in.offset, take(cursor[scratch], in.bytes, detail::kDecodePartAlignment, "scratch"));
     }
   }
   std::uint64_t host_bytes = 0;

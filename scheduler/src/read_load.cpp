@@ -54,7 +54,8 @@ std::function<void(std::string_view, std::uint64_t)> progress_reporter(const Loa
 
 // Per arena: the most device scratch one lane needs at a time. Conversions: a GPU converts
 // after the copy, so one delivery's stored bytes land in scratch first (16-byte aligned per
-// piece). Dequantization: one weight's packed parts (kDecodePartAlignment each).
+// piece). Dequantization: one weight's packed parts, or a
+// tensor rank's slices of them (kDecodePartAlignment each).
 std::vector<std::uint64_t> device_scratch(const formats::Catalog& catalog, const Plan& plan) {
   std::vector<std::uint64_t> most(plan.arenas.size(), 0);
   std::vector<std::uint64_t> chunk(plan.arenas.size());
@@ -74,9 +75,14 @@ std::vector<std::uint64_t> device_scratch(const formats::Catalog& catalog, const
   for (const DecodeJob& job : plan.decodes) {
     if (job.kind != DecodeJob::Kind::kDequantize) continue;
     std::uint64_t parts = 0;
-    for (const std::uint32_t input : job.inputs) {
+    const auto add = [&](std::uint64_t bytes) {
       const std::uint64_t a = kDecodePartAlignment;
-      parts = (parts + a - 1) / a * a + catalog.tensors[input].nbytes;
+      parts = (parts + a - 1) / a * a + bytes;
+    };
+    if (job.shard_inputs.empty()) {
+      for (const std::uint32_t input : job.inputs) add(catalog.tensors[input].nbytes);
+    } else {
+      for (const DecodeJob::ShardInput& in : job.shard_inputs) add(in.bytes);  // a rank's slices
     }
     std::uint64_t& r = most[job.outputs.front().region];
     r = std::max(r, parts);

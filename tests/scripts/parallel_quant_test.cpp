@@ -8,6 +8,7 @@
 
 #include <cstring>
 #include <map>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -121,4 +122,71 @@ TEST_CASE("parallel: quantized splits that would cut a word, group or block are 
   auto ct = load_source(synth(dir, "ct-pack4"), over(2));
   REQUIRE_FALSE(ct);
   CHECK_THAT(ct.error().message(), Catch::Contains("not supported"));
+}
+
+TEST_CASE("parallel: weights dequantized on load under tp, dp and several processes are the unsplit weight's slices",
+          "[scripts][parallel][quant]") {
+  ScratchDir dir;
+  for (const std::string quant : {"gptq4", "awq", "fp8-block", "ct-fp8"}) {
+    const std::string path = synth(dir, quant);
+    auto whole = load_source(path, LoadOptions{});
+    REQUIRE(whole);
+    std::map<std::string, std::vector<float>> full;
+    for (const QuantizedWeight& w : whole->quantized()) full[w.name] = decode(*whole, w);
+    for (const auto& [tp, dp, processes] : {std::tuple{2u, 1u, 1u}, std::tuple{4u, 1u, 1u}, std::tuple{2u, 2u, 1u},
+                                            std::tuple{1u, 2u, 1u}, std::tuple{2u, 2u, 4u}, std::tuple{4u, 1u, 2u}}) {
+      const std::uint32_t per_process = tp * dp / processes;
+      for (std::uint32_t p = 0; p < processes; ++p) {
+        INFO(quant << " tp " << tp << " dp " << dp << ", process " << p << " of " << processes);
+        LoadOptions o = over(per_process);
+        o.plan.parallel = {.tensor = tp, .data = dp, .processes = processes, .process = p};
+        o.plan.dequantize = DType::kF32;
+        auto model = load_source(path, o);
+        if (!model) FAIL(model.error().to_string());
+        CHECK(model->quantized().empty());
+        for (const auto& [name, weight] : full) {
+          const QuantizedWeight& unsplit =
+              *std::ranges::find_if(whole->quantized(), [&](const QuantizedWeight& u) { return u.name == name; });
+          for (std::uint32_t d = 0; d < dp; ++d)
+            for (std::uint32_t r = 0; r < tp; ++r) {
+              const std::uint32_t global = d * tp + r;
+              const DeviceTensor* t =
+                  model->find(name, Device{.index = static_cast<int>(global % per_process)}.to_string());
+              if (global / per_process != p) continue;
+              INFO(name << " rank " << r << " replica " << d);
+              REQUIRE(t != nullptr);
+              const SplitExpect e =
+                  expected_split(name, Shape{unsplit.rows, unsplit.cols}, r, tp, {kHeads, kKv, kHeadDim});
+              const std::uint64_t width = e.col_end - e.col_begin;
+              REQUIRE(t->dtype == DType::kF32);
+              REQUIRE(t->shape == Shape{e.rows.size(), width});
+              for (std::uint64_t i = 0; i < e.rows.size(); ++i)
+                for (std::uint64_t j = 0; j < width; ++j) {
+                  float got;
+                  std::memcpy(&got, t->data + (i * width + j) * 4, 4);
+                  const float want = weight[e.rows[i] * unsplit.cols + e.col_begin + j];
+                  if (std::memcmp(&want, &got, 4) != 0)
+                    FAIL(fmt::format("element ({}, {}) is {}, the unsplit weight has {}", i, j, got, want));
+                }
+            }
+          // Only this process's copies are here.
+          std::size_t copies = 0;
+          for (const DeviceTensor& t : model->tensors()) copies += t.name == name ? 1 : 0;
+          CHECK(copies == per_process);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("parallel: quantizing or repacking on load under tensor parallelism is refused by name",
+          "[scripts][parallel][quant]") {
+  ScratchDir dir;
+  LoadOptions o = over(2);
+  o.plan.repack = true;
+  auto repack = load_source(synth(dir, "gptq4"), o);
+  REQUIRE_FALSE(repack);
+  CHECK(repack.error().code() == Errc::kUnsupported);
+  CHECK_THAT(repack.error().message(), Catch::Contains("quantizing or repacking on load"));
+  CHECK(repack.error().tensor().has_value());
 }

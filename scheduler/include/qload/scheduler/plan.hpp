@@ -117,9 +117,10 @@ struct PlanOptions {
   // first input goes. An error fails the plan.
   std::function<Result<std::optional<std::uint32_t>>(std::string_view name)> place;
   // Tensor, pipeline and data parallel placement; when not trivial it replaces `placement`
-  // and needs parallel.devices() / parallel.processes devices. Read mode only. Decoding on
-  // load (dequantize, quantize, repack) is refused (kUnsupported) with tensor or data
-  // parallelism or several processes: decode outputs are not split or replicated yet.
+  // and needs parallel.devices() / parallel.processes devices. Read mode only. Quantizing and
+  // repacking on load are refused (kUnsupported) with tensor or data parallelism or several
+  // processes; dequantization is not: each device's copy of a dequantized weight is its shard
+  // (or replica), decoded there.
   ParallelLayout parallel;
   // How each stored tensor splits over the tensor ranks (a recipe's rules), asked once per
   // tensor at plan time when parallel.tensor > 1; nullopt: the llama-style default
@@ -242,6 +243,18 @@ struct DecodeJob {
   std::vector<std::uint32_t> inputs;  // catalog tensors read into scratch for this job
   // dequantize: the weight; quantize: weight, scale; repack: every part, rewritten
   std::vector<DecodeOutput> outputs;
+  // Tensor parallel (kDequantize): this job decodes tensor rank `rank`'s shard of the weight
+  // (output shape [N, K] of the shard). Each part is first cut to the rank's slice, in the
+  // scratch arena, then the slices decode as a weight of the shard's geometry
+  // (Plan::sharded_weights). Empty: the whole parts decode (a replica, or no tensor split).
+  struct ShardInput {
+    std::uint32_t tensor = 0;  // the part (catalog index), whole in scratch
+    ShardSlice slice;          // the rank's slice of it
+    std::uint64_t offset = 0;  // where the slice goes in the scratch arena
+    std::uint64_t bytes = 0;
+  };
+  std::vector<ShardInput> shard_inputs;
+  std::uint32_t rank = 0;
 };
 
 struct Plan {
