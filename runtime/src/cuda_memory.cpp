@@ -245,6 +245,18 @@ Status copy_to_device_async(std::byte* device_dst, const std::byte* host_src, st
                [&] { return fmt::format("cudaMemcpyAsync of {} to cuda:{}", bytes_text(bytes), stream.device()); });
 }
 
+Status copy_2d_to_device_async(std::byte* device_dst, std::size_t dst_pitch, const std::byte* host_src,
+                               std::size_t src_pitch, std::size_t width, std::size_t rows, const Stream& stream) {
+  if (stream.handle() == nullptr) return fail(Errc::kInvalidArgument, "copy_2d_to_device_async on an empty Stream");
+  QLOAD_TRY(use_device(stream.device()));
+  return check(cudaMemcpy2DAsync(device_dst, dst_pitch, host_src, src_pitch, width, rows, cudaMemcpyHostToDevice,
+                                 as_stream(stream.handle())),
+               [&] {
+                 return fmt::format("cudaMemcpy2DAsync of {} rows of {} to cuda:{}", rows, bytes_text(width),
+                                    stream.device());
+               });
+}
+
 Status copy_to_host(std::byte* host_dst, const std::byte* device_src, std::size_t bytes, int device) {
   QLOAD_TRY(use_device(device));
   return check(cudaMemcpy(host_dst, device_src, bytes, cudaMemcpyDeviceToHost),

@@ -93,6 +93,11 @@ Status copy_to_device_async(std::byte*, const std::byte*, std::size_t, const Str
   if (stream.handle() == nullptr) return fail(Errc::kInvalidArgument, "copy_to_device_async on an empty Stream");
   return no_cuda();
 }
+Status copy_2d_to_device_async(std::byte*, std::size_t, const std::byte*, std::size_t, std::size_t, std::size_t,
+                               const Stream& stream) {
+  if (stream.handle() == nullptr) return fail(Errc::kInvalidArgument, "copy_2d_to_device_async on an empty Stream");
+  return no_cuda();
+}
 Status copy_to_host(std::byte*, const std::byte*, std::size_t, int) {
   return no_cuda();
 }

@@ -21,11 +21,18 @@ namespace qload::scheduler::detail {
 // One slice of one tensor to deliver: its stored bytes (host memory, e.g. a staging slot) and
 // where they go. `stored` holds whole elements whenever from != to.
 
+//
+// A 2-D delivery (a column shard's rows within one staged piece) has `rows` rows: row i's
+// stored bytes are the `stored.size()` bytes at stored.data() + i * stored_pitch, and the
+// placed rows follow each other in the arena. One strided copy (cudaMemcpy2DAsync) instead of
+// one per row.
 struct Delivery {
-  std::span<const std::byte> stored;
-  std::uint64_t arena_offset = 0;  // of the slice's first placed byte
+  std::span<const std::byte> stored;  // the (first) row
+  std::uint64_t arena_offset = 0;     // of the slice's first placed byte
   DType from = DType::kU8;
   DType to = DType::kU8;
+  std::uint64_t rows = 1;
+  std::uint64_t stored_pitch = 0;  // rows > 1: bytes from one row's start to the next in stored memory
 };
 
 class ArenaTarget {

@@ -72,19 +72,26 @@ class CudaTarget final : public ArenaTarget {
     std::uint64_t scratch_used = 0;
     for (const Delivery& d : deliveries) {
       std::byte* out = arena_.data() + d.arena_offset;
+      const std::uint64_t stored_bytes = d.stored.size() * d.rows;  // contiguous once copied
+      // Rows land next to each other: in the arena, or in scratch for a conversion after.
+      const auto copy = [&](std::byte* dst) {
+        if (d.rows == 1) return cuda::copy_to_device_async(dst, d.stored.data(), d.stored.size(), lane.stream);
+        return cuda::copy_2d_to_device_async(dst, d.stored.size(), d.stored.data(), d.stored_pitch, d.stored.size(),
+                                             d.rows, lane.stream);
+      };
       if (d.from == d.to) {
-        QLOAD_TRY(cuda::copy_to_device_async(out, d.stored.data(), d.stored.size(), lane.stream));
+        QLOAD_TRY(copy(out));
         continue;
       }
       const std::uint64_t at = (scratch_used + kScratchAlignment - 1) / kScratchAlignment * kScratchAlignment;
-      if (at + d.stored.size() > lane.scratch.size())
+      if (at + stored_bytes > lane.scratch.size())
         return fail(Errc::kInternal, fmt::format("{}: conversion scratch of {} bytes is too small", device_.to_string(),
                                                  lane.scratch.size()));
       std::byte* staged = lane.scratch.data() + at;
-      QLOAD_TRY(cuda::copy_to_device_async(staged, d.stored.data(), d.stored.size(), lane.stream));
-      const std::uint64_t count = d.stored.size() / dtype_info(d.from).block_bytes;
+      QLOAD_TRY(copy(staged));
+      const std::uint64_t count = stored_bytes / dtype_info(d.from).block_bytes;
       QLOAD_TRY(formats::convert_on_device(staged, d.from, out, d.to, count, lane.stream));
-      scratch_used = at + d.stored.size();
+      scratch_used = at + stored_bytes;
     }
     return {};
   }

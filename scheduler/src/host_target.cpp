@@ -18,13 +18,17 @@ class HostTarget final : public ArenaTarget {
 
   Status deliver(std::span<const Delivery> deliveries) override {
     for (const Delivery& d : deliveries) {
-      std::byte* out = arena_.data() + d.arena_offset;
-      if (d.from == d.to) {
-        std::memcpy(out, d.stored.data(), d.stored.size());
-        continue;
+      const std::uint64_t out_bytes =
+          d.from == d.to ? d.stored.size() : formats::converted_bytes(d.stored.size(), d.from, d.to);
+      for (std::uint64_t row = 0; row < d.rows; ++row) {
+        std::byte* out = arena_.data() + d.arena_offset + row * out_bytes;
+        const std::span<const std::byte> in(d.stored.data() + row * d.stored_pitch, d.stored.size());
+        if (d.from == d.to) {
+          std::memcpy(out, in.data(), in.size());
+        } else {
+          QLOAD_TRY(formats::convert(in, d.from, std::span(out, static_cast<std::size_t>(out_bytes)), d.to));
+        }
       }
-      const std::uint64_t out_bytes = formats::converted_bytes(d.stored.size(), d.from, d.to);
-      QLOAD_TRY(formats::convert(d.stored, d.from, std::span(out, static_cast<std::size_t>(out_bytes)), d.to));
     }
     return {};
   }

@@ -114,6 +114,10 @@ class HostRegistration {
 // Asynchronous host-to-device copy on `stream` (cudaMemcpyAsync; `src` should be registered
 // memory, or the copy is staged by the driver and synchronous).
 Status copy_to_device_async(std::byte* device_dst, const std::byte* host_src, std::size_t bytes, const Stream& stream);
+// Asynchronous strided host-to-device copy (cudaMemcpy2DAsync): `rows` rows of `width` bytes,
+// row i read at host_src + i * src_pitch and written at device_dst + i * dst_pitch.
+Status copy_2d_to_device_async(std::byte* device_dst, std::size_t dst_pitch, const std::byte* host_src,
+                               std::size_t src_pitch, std::size_t width, std::size_t rows, const Stream& stream);
 // Synchronous device-to-host copy (cudaMemcpy) for dumps and tests.
 Status copy_to_host(std::byte* host_dst, const std::byte* device_src, std::size_t bytes, int device);
 // Synchronous device-to-device copy on one device.
