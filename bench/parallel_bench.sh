@@ -3,6 +3,8 @@
 # (distinct host arenas, the same planning and delivery code as GPUs) against the baseline most
 # servers implement: every rank reads the whole checkpoint and keeps its slice, here tp
 # concurrent `qload load` processes of the whole checkpoint (each a rank reading everything).
+# Two qload variants: one process holding every rank ("qload"), and one process per rank
+# meeting over the rendezvous ("processes": WORLD_SIZE=tp, each reading only its rank's bytes).
 # Both runs warm (the files are read once before each run), best of RUNS rounds. Printed per tp:
 # bytes read from storage (each load's read_bytes), wall seconds of the whole command(s),
 # process start included for both, peak RSS (the sum over the baseline's processes), and
@@ -38,6 +40,23 @@ import json, sys
 r = json.load(open(sys.argv[1]))
 print("qload", sys.argv[2], float(sys.argv[4]) - float(sys.argv[3]), r["read_bytes"], r["peak_rss_bytes"], sep="\t")
 PY
+    if ((tp > 1)); then
+      warm
+      port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+      start=$(date +%s.%N)
+      for ((rank = 0; rank < tp; rank++)); do
+        WORLD_SIZE=$tp RANK=$rank MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+          "$qload" load "$model" --device cpu --tp "$tp" --json > "$work/rank$rank.json" &
+      done
+      wait
+      end=$(date +%s.%N)
+      python3 - "$work" "$tp" "$start" "$end" processes >> "$results" <<'PY'
+import json, sys
+d, tp, start, end, kind = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
+reports = [json.load(open(f"{d}/rank{r}.json")) for r in range(tp)]
+print(kind, tp, end - start, sum(r["read_bytes"] for r in reports), sum(r["peak_rss_bytes"] for r in reports), sep="\t")
+PY
+    fi
     warm
     start=$(date +%s.%N)
     for ((rank = 0; rank < tp; rank++)); do
@@ -45,12 +64,11 @@ PY
     done
     wait
     end=$(date +%s.%N)
-    python3 - "$work" "$tp" "$start" "$end" >> "$results" <<'PY'
+    python3 - "$work" "$tp" "$start" "$end" baseline >> "$results" <<'PY'
 import json, sys
-d, tp, start, end = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+d, tp, start, end, kind = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
 reports = [json.load(open(f"{d}/rank{r}.json")) for r in range(tp)]
-print("baseline", tp, end - start, sum(r["read_bytes"] for r in reports), sum(r["peak_rss_bytes"] for r in reports),
-      sep="\t")
+print(kind, tp, end - start, sum(r["read_bytes"] for r in reports), sum(r["peak_rss_bytes"] for r in reports), sep="\t")
 PY
   done
 done
@@ -63,12 +81,17 @@ for line in open(sys.argv[1]):
     sec, read, rss = float(sec), int(read), int(rss)
     if key not in best or sec < best[key][0]:
         best[key] = (sec, read, max(rss, best.get(key, (0, 0, 0))[2]))
-print(f"\n{'tp':>3} {'qload read GB':>13} {'baseline read GB':>16} {'read ratio':>10} {'qload s':>8} {'baseline s':>10} "
-      f"{'time ratio':>10} {'qload RSS':>10} {'baseline RSS':>12}")
+print(f"\n{'tp':>3} {'loader':>9} {'read GB':>8} {'read ratio':>10} {'seconds':>8} {'time ratio':>10} {'peak RSS':>9} "
+      f"{'RSS ratio':>9}")
 for tp in sorted({k[1] for k in best}):
-    q, b = best[("qload", tp)], best[("baseline", tp)]
-    print(f"{tp:>3} {q[1] / 1e9:13.3f} {b[1] / 1e9:16.3f} {q[1] / b[1]:10.3f} {q[0]:8.3f} {b[0]:10.3f} {q[0] / b[0]:10.3f} "
-          f"{q[2] / 2**20:8.0f}Mi {b[2] / 2**20:10.0f}Mi")
-print("ratios are qload / baseline (lower is better); times are the best of the rounds, RSS the worst")
+    b = best[("baseline", tp)]
+    for kind in ("baseline", "qload", "processes"):
+        if (kind, tp) not in best:
+            continue
+        q = best[(kind, tp)]
+        print(f"{tp:>3} {kind:>9} {q[1] / 1e9:8.3f} {q[1] / b[1]:10.3f} {q[0]:8.3f} {q[0] / b[0]:10.3f} "
+              f"{q[2] / 2**20:7.0f}Mi {q[2] / b[2]:9.3f}")
+print("ratios are against the baseline (lower is better); times are the best of the rounds, RSS the worst;")
+print("read GB, RSS: the sum over a run's processes")
 PY
 [ "${KEEP:-0}" = 1 ] || rm -rf "$model"

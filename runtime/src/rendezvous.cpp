@@ -43,14 +43,24 @@ std::string errno_text(int err) {
   return std::strerror(err);
 }
 
-// Bounds every read and write on `fd` by `timeout` and sends small messages at once.
-void configure(int fd, std::chrono::milliseconds timeout) {
+// Bounds every read and write on `fd` by `timeout` (zero: no bound).
+void set_timeout(int fd, std::chrono::milliseconds timeout) {
   timeval tv{.tv_sec = static_cast<time_t>(timeout.count() / 1000),
              .tv_usec = static_cast<suseconds_t>(timeout.count() % 1000 * 1000)};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-  const int one = 1;
+}
+
+// Sends small messages at once, notices a peer whose node vanished (keepalive probes after a
+// minute idle), and bounds waits by `timeout`.
+void configure(int fd, std::chrono::milliseconds timeout) {
+  set_timeout(fd, timeout);
+  const int one = 1, idle = 60, interval = 10, probes = 6;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes);
 }
 
 // `peer` names the other side in errors ("rank 3").
@@ -212,6 +222,12 @@ Result<Rendezvous> Rendezvous::join(const World& world, std::chrono::millisecond
 }
 
 Result<std::vector<std::string>> Rendezvous::allgather(std::string_view mine) {
+  return allgather(mine, timeout_);
+}
+
+Result<std::vector<std::string>> Rendezvous::allgather(std::string_view mine, std::chrono::milliseconds wait) {
+  for (UniqueFd& peer : peers_)
+    if (peer) set_timeout(peer.get(), wait);
   if (mine.size() > kMaxMessage)
     return fail(Error(Errc::kInvalidArgument,
                       fmt::format("a {} byte rendezvous message (at most {})", mine.size(), kMaxMessage)));

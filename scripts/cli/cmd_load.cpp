@@ -101,6 +101,11 @@ Result<LoadRequest> build_request(const LoadArgs& args) {
     QLOAD_TRY(set(args.pipeline_parallel, layout.pipeline, "--pp"));
     QLOAD_TRY(set(args.data_parallel, layout.data, "--dp"));
   }
+  if (req.world && req.options.plan.parallel.trivial())
+    return fail(Error(Errc::kInvalidArgument,
+                      fmt::format("WORLD_SIZE is {} but the load has no parallel layout: give --tp, --pp or --dp (or "
+                                  "a recipe's parallel), or unset WORLD_SIZE",
+                                  req.world->size)));
   if (req.world) {
     req.options.plan.parallel.processes = req.world->size;
     req.options.plan.parallel.process = req.world->rank;

@@ -76,7 +76,9 @@ Result<std::vector<RankOutcome>> share_outcome(Rendezvous& rendezvous, const Ran
                         {"read_bytes", mine.read_bytes},
                         {"tensor_bytes", mine.tensor_bytes},
                         {"seconds", mine.seconds}};
-  QLOAD_ASSIGN_OR_RETURN(const std::vector<std::string> all, rendezvous.allgather(message.dump()));
+  // The others may still be loading: wait as long as they take (a rank that dies closes its socket).
+  QLOAD_ASSIGN_OR_RETURN(const std::vector<std::string> all,
+                         rendezvous.allgather(message.dump(), std::chrono::milliseconds(0)));
   std::vector<RankOutcome> out;
   for (std::uint32_t r = 0; r < all.size(); ++r) {
     const json j = json::parse(all[r], nullptr, /*allow_exceptions=*/false);

@@ -35,8 +35,9 @@ struct RankOutcome {
   double seconds = 0;
 };
 
-// Tells every rank how this one ended and learns how they did: their outcomes by rank, or
-// kCancelled naming the first rank that failed (when this one did not).
+// Tells every rank how this one ended and learns how they did, waiting as long as the slowest
+// rank's load takes: their outcomes by rank, or kCancelled naming the first rank that failed
+// (when this one did not).
 Result<std::vector<RankOutcome>> share_outcome(Rendezvous& rendezvous, const RankOutcome& mine);
 
 }  // namespace qload::cli

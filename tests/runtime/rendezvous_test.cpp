@@ -178,3 +178,30 @@ TEST_CASE("rendezvous: a rank that exits, a duplicate rank and a missing rank fa
     CHECK_THAT(one.error().message(), Catch::Contains("rank 1 could not reach rank 0 at 127.0.0.1:"));
   }
 }
+
+TEST_CASE("rendezvous: an exchange waits as long as asked for a slow rank", "[runtime][rendezvous]") {
+  const std::uint16_t port = free_port();
+  // Rank 1 joins at once, then takes 600 ms before each of its two messages.
+  auto slow = std::async(std::launch::async, [=]() -> Status {
+    QLOAD_ASSIGN_OR_RETURN(Rendezvous rv, Rendezvous::join(world(1, 2, port), 10s));
+    for (int round = 0; round < 2; ++round) {
+      std::this_thread::sleep_for(600ms);
+      auto all = rv.allgather("late");
+      if (!all && round == 0) return fail(std::move(all).error());
+      if (round == 0 && (*all)[0] != "waited") return fail(Errc::kInternal, "wrong message from rank 0");
+    }
+    return {};
+  });
+  auto rank0 = Rendezvous::join(world(0, 2, port), 300ms);
+  REQUIRE(rank0);
+  // No limit: it gets rank 1's message.
+  auto waited = rank0->allgather("waited", 0ms);
+  if (!waited) FAIL(waited.error().to_string());
+  CHECK((*waited)[1] == "late");
+  // The join's 300 ms: it gives up, naming the rank.
+  auto gave_up = rank0->allgather("impatient");
+  REQUIRE_FALSE(gave_up);
+  CHECK_THAT(gave_up.error().message(), Catch::Contains("timed out waiting for rank 1"));
+  { const Rendezvous closed = std::move(*rank0); }  // rank 1's last exchange then fails at once
+  CHECK(slow.get());
+}

@@ -6,7 +6,8 @@
 // so that a load fails everywhere if it fails anywhere.
 //
 // A rank that dies closes its socket: the others' next allgather fails naming it instead of
-// waiting. Every read and write is bounded by the timeout.
+// waiting (TCP keepalive notices a node that vanished). Joining is bounded by the timeout, and
+// so is each exchange unless it asks to wait as long as the slowest rank takes.
 #pragma once
 
 #include <chrono>
@@ -31,8 +32,11 @@ class Rendezvous {
   Rendezvous& operator=(Rendezvous&&) noexcept = default;
 
   // Every rank's `mine`, indexed by rank (this rank's own included). Every rank must call it
-  // the same number of times; messages up to 64 MiB.
+  // the same number of times; messages up to 64 MiB. `wait`: how long to wait for the other
+  // ranks' messages (the join's timeout by default; zero: no limit, e.g. while the others
+  // are still loading).
   Result<std::vector<std::string>> allgather(std::string_view mine);
+  Result<std::vector<std::string>> allgather(std::string_view mine, std::chrono::milliseconds wait);
 
   const World& world() const noexcept { return world_; }
 
