@@ -28,6 +28,16 @@ warm() { cat "$model"/*.safetensors > /dev/null; }
 echo "== $(du -sh "$model" | cut -f1) checkpoint; $(nproc) cores; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 results="$work/results.tsv"
 : > "$results"
+# Appends a results line for a run of tp processes (KIND TP START END): the rank reports in
+# $work/rank<R>.json, their read bytes and peak RSS summed.
+record_ranks() {
+  python3 - "$work" "$2" "$3" "$4" "$1" >> "$results" <<'PY'
+import json, sys
+d, tp, start, end, kind = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
+reports = [json.load(open(f"{d}/rank{r}.json")) for r in range(tp)]
+print(kind, tp, end - start, sum(r["read_bytes"] for r in reports), sum(r["peak_rss_bytes"] for r in reports), sep="\t")
+PY
+}
 for ((round = 0; round < runs; round++)); do
   for tp in ${TPS:-1 2 4 8}; do
     devices=$(seq -s, -f "cpu:%g" 0 $((tp - 1)))
@@ -50,12 +60,7 @@ PY
       done
       wait
       end=$(date +%s.%N)
-      python3 - "$work" "$tp" "$start" "$end" processes >> "$results" <<'PY'
-import json, sys
-d, tp, start, end, kind = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
-reports = [json.load(open(f"{d}/rank{r}.json")) for r in range(tp)]
-print(kind, tp, end - start, sum(r["read_bytes"] for r in reports), sum(r["peak_rss_bytes"] for r in reports), sep="\t")
-PY
+      record_ranks processes "$tp" "$start" "$end"
     fi
     warm
     start=$(date +%s.%N)
@@ -64,12 +69,7 @@ PY
     done
     wait
     end=$(date +%s.%N)
-    python3 - "$work" "$tp" "$start" "$end" baseline >> "$results" <<'PY'
-import json, sys
-d, tp, start, end, kind = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
-reports = [json.load(open(f"{d}/rank{r}.json")) for r in range(tp)]
-print(kind, tp, end - start, sum(r["read_bytes"] for r in reports), sum(r["peak_rss_bytes"] for r in reports), sep="\t")
-PY
+    record_ranks baseline "$tp" "$start" "$end"
   done
 done
 python3 - "$results" <<'PY'

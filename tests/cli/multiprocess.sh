@@ -56,23 +56,13 @@ run_world 4 plan plan_rank
 run_world 4 load load_rank
 for r in 0 1 2 3; do expect_rc plan $r 0; expect_rc load $r 0; done
 "$qload" load "$dir/m" --json >"$dir/single.json"
-python3 - "$dir" <<'PY'
-import json, os, struct, sys
+python3 - "$dir" "$(dirname "$0")" <<'PY'
+import json, os, sys
 d = sys.argv[1]
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        data = f.read()
-    header.pop("__metadata__", None)
-    return {name: (t["dtype"], t["shape"], data[t["data_offsets"][0]:t["data_offsets"][1]]) for name, t in header.items()}
-source = {}
-for name in sorted(os.listdir(f"{d}/m")):
-    if name.endswith(".safetensors"):
-        source.update(read_safetensors(f"{d}/m/{name}"))
-size = {"BF16": 2, "F16": 2, "F32": 4}
-rebuilt = {name: bytearray(len(b)) for name, (_, _, b) in source.items()}
-covered = {name: [0] * (len(b) // size[t]) for name, (t, _, b) in source.items()}
+sys.path.insert(0, sys.argv[2])
+from shards import Rebuilt, read_checkpoint, read_safetensors
+source = read_checkpoint(f"{d}/m")
+rebuilt = {name: Rebuilt(dtype, shape, full) for name, (dtype, shape, full) in source.items()}
 single = json.load(open(f"{d}/single.json"))
 reports = [json.load(open(f"{d}/load.{r}.out")) for r in range(4)]
 for r in range(4):
@@ -84,33 +74,17 @@ for r in range(4):
     assert sorted(dumps) == ["cpu", "cpu:1"], (r, sorted(dumps))
     held = 0
     for t in plan["tensors"]:
-        name = t["name"]
-        dtype, shape, full = source[name]
-        e = size[dtype]
-        rest = 1
-        for x in shape[1:]:
-            rest *= x
         for sh in t.get("shards", []):
             held += 1
-            _, _, sbytes = dumps[sh["device"]][name]
-            c0, c1 = sh["cols"]
-            width = c1 - c0
-            srow = 0
-            for r0, r1 in sh["rows"]:
-                for row in range(r0, r1):
-                    rebuilt[name][(row * rest + c0) * e:(row * rest + c1) * e] = sbytes[srow * width * e:(srow + 1) * width * e]
-                    for k in range(row * rest + c0, row * rest + c1):
-                        covered[name][k] += 1
-                    srow += 1
-            assert srow * width * e == len(sbytes), (name, r)
+            assert rebuilt[t["name"]].place(sh, dumps[sh["device"]][t["name"]][2]), (t["name"], r)
     rep = reports[r]
     assert rep["rank"] == r and rep["world_size"] == 4, rep
     assert rep["tensors"] == held, (r, rep["tensors"], held)
     # Each rank holds one pipeline stage's tp shards of two ranks: it reads far less than all.
     assert rep["read_bytes"] < single["read_bytes"] * 3 // 4, (r, rep["read_bytes"], single["read_bytes"])
 for name, (_, _, full) in source.items():
-    assert bytes(rebuilt[name]) == full, f"{name}: the ranks' shards do not rebuild it"
-    assert min(covered[name]) >= 1, f"{name}: an element is on no rank"
+    assert bytes(rebuilt[name].bytes) == full, f"{name}: the ranks' shards do not rebuild it"
+    assert min(rebuilt[name].covered) >= 1, f"{name}: an element is on no rank"
 world = reports[0]["world"]
 assert world["read_bytes"] == sum(rep["read_bytes"] for rep in reports), world
 assert world["bytes"] >= single["bytes"], (world, single["bytes"])
