@@ -143,6 +143,18 @@ Result<std::map<std::uint32_t, PartShards>> plan_quantized_shards(const formats:
   return out;
 }
 
+// The index into options.devices of the layout's device holding tensor rank `rank` of pipeline
+// stage `stage` in data replica `replica` (docs/parallel.md), or nullopt when another process
+// holds it (this one holds the layout's devices [process * n, (process + 1) * n)).
+std::optional<std::uint32_t> local_device(const PlanOptions& options, std::uint32_t replica, std::uint32_t stage,
+                                          std::uint32_t rank) {
+  const ParallelLayout& par = options.parallel;
+  const std::uint32_t global = (replica * par.pipeline + stage) * par.tensor + rank;
+  const auto held = static_cast<std::uint32_t>(options.devices.size());
+  if (global < par.process * held || global - par.process * held >= held) return std::nullopt;
+  return global - par.process * held;
+}
+
 Status place_shards(const formats::Catalog& catalog, std::uint32_t i, std::uint32_t stage, DType dtype,
                     const PlanOptions& options, const formats::ModelGeometry& geometry,
                     const std::map<std::uint32_t, PartShards>& part_shards, std::vector<std::uint64_t>& cursor,
@@ -161,14 +173,11 @@ Status place_shards(const formats::Catalog& catalog, std::uint32_t i, std::uint3
   TensorPlacement& placed = plan.tensors[i];
   placed = TensorPlacement{.first_shard = static_cast<std::uint32_t>(plan.shards.size()), .dtype = dtype};
   const std::uint64_t element = dtype_info(dtype).block_bytes;
-  // This process holds the layout's devices [first_local, first_local + devices.size()).
-  const auto local_devices = static_cast<std::uint32_t>(options.devices.size());
-  const std::uint32_t first_local = par.process * local_devices;
   for (std::uint32_t d = 0; d < par.data; ++d)
     for (std::uint32_t r = 0; r < par.tensor; ++r) {
-      const std::uint32_t global = (d * par.pipeline + stage) * par.tensor + r;
-      if (global < first_local || global - first_local >= local_devices) continue;  // another process's
-      const std::uint32_t device = global - first_local;
+      const std::optional<std::uint32_t> here = local_device(options, d, stage, r);
+      if (!here) continue;  // another process's
+      const std::uint32_t device = *here;
       ++placed.shard_count;
       QLOAD_ASSIGN_OR_RETURN(const std::uint64_t numel, slices[r].shape.numel());
       const std::uint64_t bytes = numel * element;  // at most the tensor's placed bytes
@@ -251,18 +260,16 @@ Status place_decode_jobs(const formats::Catalog& catalog, const PlanOptions& opt
     return {};
   }
   const ParallelLayout& par = options.parallel;
-  const auto local_devices = static_cast<std::uint32_t>(options.devices.size());
-  const std::uint32_t first_local = par.process * local_devices;
   std::vector<DecodeJob> copies;
   for (const DecodeJob& job : plan.decodes) {  // only dequantize jobs when there are copies (check_parallel)
     const std::uint32_t stage = stage_of[job.inputs.front()];
     for (std::uint32_t d = 0; d < par.data; ++d)
       for (std::uint32_t r = 0; r < par.tensor; ++r) {
-        const std::uint32_t global = (d * par.pipeline + stage) * par.tensor + r;
-        if (global < first_local || global - first_local >= local_devices) continue;  // another process's
+        const std::optional<std::uint32_t> here = local_device(options, d, stage, r);
+        if (!here) continue;  // another process's
         DecodeJob copy = job;
         copy.rank = r;
-        for (DecodeOutput& out : copy.outputs) out.region = global - first_local;
+        for (DecodeOutput& out : copy.outputs) out.region = *here;
         if (par.tensor > 1) {
           DecodeOutput& out = copy.outputs.front();
           const auto& [rows, cols] = plan.sharded_weights.at(job.logical).dims[r];
