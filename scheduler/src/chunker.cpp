@@ -164,6 +164,7 @@ std::vector<ReadChunk> make_chunks(const formats::Catalog& catalog, const std::v
     }
     const TensorPlacement& placed = placements[i];
     if (placed.region == kNoRegion && placed.shard_count == 0) continue;  // another process's
+    if (placed.received) continue;                                        // read by another process
     const std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges =
         placed.partial ? shard_ranges(t, std::span(shards).subspan(placed.first_shard, placed.shard_count))
                        : std::vector<std::pair<std::uint64_t, std::uint64_t>>{{0, t.nbytes}};

@@ -45,7 +45,18 @@ Result<Model> load(const formats::Catalog& catalog, const Plan& plan, const Load
   if (!plan.quant_warning.empty())
     options.log.warn("quantized weights are not described (loaded as stored tensors): " + plan.quant_warning);
   if (plan.mode == LoadMode::kMmap) return detail::load_mmap(catalog, plan, options, expected, begin);
-  return detail::load_read(catalog, plan, options, expected, begin);
+  if (!plan.shared_reads) return detail::load_read(catalog, plan, options, expected, begin);
+  // Shared reads: every process loads what it reads; once all have succeeded (or all fail),
+  // each tensor goes from its reader to the others.
+  if (options.communicator == nullptr)
+    return fail(Errc::kInvalidArgument, "the plan shares reads between processes, but no communicator was given");
+  Result<Model> model = detail::load_read(catalog, plan, options, expected, begin);
+  QLOAD_ASSIGN_OR_RETURN(const bool everyone, options.communicator->all_ok(model.has_value()));
+  if (!model) return model;
+  if (!everyone)
+    return fail(Errc::kCancelled, "another process of the load failed, so the tensors it read cannot arrive");
+  QLOAD_TRY(detail::broadcast_shared(*model, plan, *options.communicator));
+  return model;
 }
 
 Result<Model> load(const formats::Catalog& catalog, const LoadOptions& options) {
@@ -58,7 +69,7 @@ namespace detail {
 bool digest_computed(const Plan& plan, std::uint32_t i) {
   const TensorPlacement& p = plan.tensors[i];
   if (plan.mode != LoadMode::kRead) return true;
-  return !p.partial && (p.region != kNoRegion || p.shard_count > 0);
+  return !p.partial && !p.received && (p.region != kNoRegion || p.shard_count > 0);
 }
 
 std::uint32_t cpu_workers(const LoadOptions& options) {

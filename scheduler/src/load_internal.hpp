@@ -35,6 +35,10 @@ void fill_report(LoadReport& report, const formats::Catalog& catalog, const Plan
 // kFileChanged if `size_now` differs from the size the catalog validated.
 Status check_catalog_size(const formats::CatalogFile& file, std::uint64_t size_now);
 
+// Shared reads: sends every tensor from its reader to the other processes (every process calls
+// it, in catalog order), filling this process's copies of the tensors it did not read.
+Status broadcast_shared(Model& model, const Plan& plan, Communicator& communicator);
+
 // Whether the load computes tensor `i`'s digest: not for a tensor another process holds, nor
 // for one this process reads only in part.
 bool digest_computed(const Plan& plan, std::uint32_t i);

@@ -237,6 +237,14 @@ Status check_parallel(const PlanOptions& options, const Plan& plan) {
                             par.tensor, par.pipeline, par.data, par.devices(), par.processes, options.devices.size(),
                             options.devices.size() * par.processes));
   if (options.place) return fail(Errc::kInvalidArgument, "a placement hook cannot be combined with a parallel layout");
+  if (par.share_reads && (par.processes < 2 || options.devices.size() % (par.tensor * par.pipeline) != 0))
+    return fail(Errc::kInvalidArgument,
+                fmt::format("sharing reads needs several processes holding whole replicas: {} devices per process "
+                            "is not a multiple of tensor {} x pipeline {}",
+                            options.devices.size(), par.tensor, par.pipeline));
+  if (par.share_reads && !plan.decodes.empty())
+    return fail(Error(Errc::kUnsupported, "decoding on load with shared reads is not supported yet")
+                    .with_tensor(plan.decodes.front().outputs.front().name));
   const bool copies = par.tensor > 1 || par.data > 1 || par.processes > 1;
   for (const DecodeJob& job : plan.decodes)
     if (copies && job.kind != DecodeJob::Kind::kDequantize)
@@ -245,6 +253,25 @@ Status check_parallel(const PlanOptions& options, const Plan& plan) {
                         "several processes is not supported yet (dequantizing is)")
                       .with_tensor(job.outputs.front().name));
   return {};
+}
+
+// Shared reads: every process holds whole replicas, so every tensor is everywhere; each is read
+// by the process that has read the fewest bytes so far (in file order, lowest rank on a tie),
+// which every process computes alike.
+void assign_readers(const formats::Catalog& catalog, const std::vector<std::uint32_t>& order, const ParallelLayout& par,
+                    Plan& plan) {
+  std::vector<std::uint64_t> assigned(par.processes, 0);
+  for (const std::uint32_t i : order) {
+    const auto least = static_cast<std::uint32_t>(std::ranges::min_element(assigned) - assigned.begin());
+    assigned[least] += catalog.tensors[i].nbytes;
+    TensorPlacement& placed = plan.tensors[i];
+    placed.reader = least;
+    placed.received = least != par.process;
+    if (!placed.received) continue;
+    placed.partial = false;
+    plan.direct_tensors -= placed.direct ? 1 : 0;
+    placed.direct = false;
+  }
 }
 
 // Where each decode job's outputs go. Outside a parallel layout: the device of its first input.
@@ -364,6 +391,10 @@ Status place_in_arenas(const formats::Catalog& catalog, const std::vector<std::u
     for (DecodeJob::ShardInput& in : job.shard_inputs) {
       QLOAD_ASSIGN_OR_RETURN(in.offset, take(cursor[scratch], in.bytes, detail::kDecodePartAlignment, "scratch"));
     }
+  }
+  if (options.parallel.share_reads) {
+    assign_readers(catalog, order, options.parallel, plan);
+    plan.shared_reads = true;
   }
   std::uint64_t host_bytes = 0;
   const std::uint64_t arena_alignment = std::max<std::uint64_t>(options.tensor_alignment, 4096);

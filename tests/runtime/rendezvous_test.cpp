@@ -3,9 +3,6 @@
 // CLI test tests/cli/multiprocess.sh runs real processes).
 #include <catch2/catch.hpp>
 
-#include <netinet/in.h>
-#include <sys/socket.h>
-
 #include <future>
 #include <map>
 #include <thread>
@@ -15,8 +12,10 @@
 #include "qload/runtime/rendezvous.hpp"
 #include "qload/runtime/unique_fd.hpp"
 #include "qload/runtime/world.hpp"
+#include "support/free_port.hpp"
 
 using namespace qload;
+using namespace qload::testing;
 using namespace std::chrono_literals;
 
 namespace {
@@ -26,18 +25,6 @@ EnvLookup env_of(const std::map<std::string, std::string>& vars) {
     const auto it = vars.find(name);
     return it == vars.end() ? nullptr : it->second.c_str();
   };
-}
-
-// A port nothing listens on now (the kernel's pick for an ephemeral bind).
-std::uint16_t free_port() {
-  UniqueFd fd(::socket(AF_INET, SOCK_STREAM, 0));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-  socklen_t len = sizeof addr;
-  REQUIRE(::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&addr), &len) == 0);
-  return ntohs(addr.sin_port);
 }
 
 World world(std::uint32_t rank, std::uint32_t size, std::uint16_t port) {

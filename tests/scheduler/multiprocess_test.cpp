@@ -4,14 +4,20 @@
 // elements, it holds no other copy, and it reads exactly the byte ranges its copies need (an
 // independent reference from the split rules), each once; together the processes read every
 // byte. Digests: a tensor read in part has none; whole_tensor_reads makes them checkable.
+// Processes holding whole replicas can share reads: each tensor is read by one of them and
+// broadcast over the rendezvous (ranks are threads here, each with its own sockets).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <future>
+#include <tuple>
 
 #include <fmt/format.h>
 
 #include "qload/io/digest.hpp"
+#include "qload/runtime/communicator.hpp"
 #include "qload/scheduler/load.hpp"
+#include "support/free_port.hpp"
 #include "support/llama_checkpoint.hpp"
 
 using namespace qload;
@@ -184,4 +190,140 @@ TEST_CASE("parallel: multi-process layouts that cannot work are refused", "[sche
   auto single = try_load({.processes = 2}, 1);
   REQUIRE_FALSE(single);
   CHECK_THAT(single.error().message(), Catch::Contains("one device cannot be spread over 2 processes"));
+}
+
+namespace {
+
+// One process of a shared-read load, run as a thread with its own rendezvous and communicator.
+struct RankLoad {
+  Result<Plan> plan = fail(Errc::kInternal, "not planned");
+  Result<Model> model = fail(Errc::kInternal, "not loaded");
+};
+
+RankLoad load_rank(const formats::Catalog& catalog, LoadOptions o, std::uint16_t port) {
+  RankLoad out;
+  const ParallelLayout& par = o.plan.parallel;
+  auto rendezvous = Rendezvous::join(
+      World{.rank = par.process, .size = par.processes, .master_addr = "127.0.0.1", .master_port = port},
+      std::chrono::seconds(30));
+  if (!rendezvous) {
+    out.model = fail(std::move(rendezvous).error());
+    return out;
+  }
+  const std::vector<int> host_slots(o.plan.devices.size(), -1);
+  auto communicator = Communicator::create(*rendezvous, host_slots);
+  if (!communicator) {
+    out.model = fail(std::move(communicator).error());
+    return out;
+  }
+  o.communicator = &*communicator;
+  out.plan = make_plan(catalog, o.plan);
+  if (!out.plan) {
+    out.model = fail(out.plan.error());
+    (void)communicator->all_ok(false);  // as load() would: the others must not wait for us
+    return out;
+  }
+  out.model = load(catalog, *out.plan, o);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("parallel: processes holding whole replicas read each tensor once between them and share it",
+          "[scheduler][parallel][multiprocess]") {
+  Llama m;
+  make_model(m);
+  auto catalog = open_source(m.dir.path().string());
+  REQUIRE(catalog);
+  // tp x pp x dp over `processes`, each holding whole replicas.
+  for (const auto& [tp, pp, dp, processes] :
+       {std::tuple{1u, 1u, 2u, 2u}, std::tuple{1u, 1u, 4u, 4u}, std::tuple{2u, 1u, 2u, 2u}, std::tuple{2u, 2u, 2u, 2u},
+        std::tuple{1u, 1u, 4u, 2u}})
+    for (const bool convert : {false, true}) {
+      INFO("tp " << tp << " pp " << pp << " dp " << dp << " over " << processes << " processes"
+                 << (convert ? ", f32" : ""));
+      const std::uint32_t per_process = tp * pp * dp / processes;
+      const std::uint16_t port = free_port();
+      std::vector<std::future<RankLoad>> ranks;
+      for (std::uint32_t p = 0; p < processes; ++p) {
+        LoadOptions o;
+        o.plan.chunk_bytes = o.staging.slot_bytes = 4096;
+        o.plan.direct_min_bytes = 1024;
+        o.plan.parallel = {
+            .tensor = tp, .pipeline = pp, .data = dp, .processes = processes, .process = p, .share_reads = true};
+        o.plan.devices = cpu_devices(per_process);
+        if (convert) o.plan.dtype = DType::kF32;
+        ranks.push_back(std::async(std::launch::async, load_rank, std::cref(*catalog), o, port));
+      }
+      std::vector<RankLoad> loads;
+      for (auto& r : ranks) loads.push_back(r.get());
+      std::vector<std::vector<int>> reads(catalog->tensors.size());  // per tensor byte: how many processes read it
+      for (std::size_t t = 0; t < reads.size(); ++t) reads[t].assign(catalog->tensors[t].nbytes, 0);
+      for (std::uint32_t p = 0; p < processes; ++p) {
+        INFO("process " << p);
+        if (!loads[p].model) FAIL(loads[p].model.error().to_string());
+        const Model& model = *loads[p].model;
+        // Every copy on this process's devices is right, whoever read it.
+        for (const auto& [name, shape] : m.shapes) {
+          const auto stage = static_cast<std::uint32_t>(stage_of(name, pp));
+          for (std::uint32_t d = 0; d < dp; ++d)
+            for (std::uint32_t r = 0; r < tp; ++r) {
+              const std::uint32_t global = (d * pp + stage) * tp + r;
+              if (global / per_process != p) continue;
+              const DeviceTensor* t =
+                  model.find(name, Device{.index = static_cast<int>(global % per_process)}.to_string());
+              INFO(name << " rank " << r << " replica " << d);
+              REQUIRE(t != nullptr);
+              const std::string mismatch = copy_mismatch(m, name, *t, r, tp, convert);
+              if (!mismatch.empty()) FAIL(mismatch);
+            }
+        }
+        CHECK(model.report().io.bytes == loads[p].plan->read_bytes);
+        for (const ReadChunk& chunk : loads[p].plan->chunks)
+          for (const ChunkPiece& piece : chunk.pieces)
+            for (std::uint64_t b = piece.tensor_offset; b < piece.tensor_offset + piece.bytes; ++b)
+              ++reads[piece.tensor][b];
+      }
+      // Between them the processes read every byte exactly once.
+      for (std::size_t t = 0; t < reads.size(); ++t) {
+        INFO(catalog->tensors[t].name);
+        CHECK(std::ranges::all_of(reads[t], [](int n) { return n == 1; }));
+      }
+    }
+}
+
+TEST_CASE("parallel: when a process sharing reads fails, every process fails and none waits",
+          "[scheduler][parallel][multiprocess]") {
+  Llama m;
+  make_model(m);
+  auto catalog = open_source(m.dir.path().string());
+  REQUIRE(catalog);
+  LoadOptions o;
+  o.plan.parallel = {.data = 2, .processes = 2, .process = 0, .share_reads = true};
+  o.plan.devices = cpu_devices(1);
+  // A tensor process 1 reads, with a wrong expected digest: process 1 fails verifying it.
+  auto plan = make_plan(*catalog, o.plan);
+  REQUIRE(plan);
+  std::string read_by_1;
+  for (std::uint32_t i = 0; i < catalog->tensors.size() && read_by_1.empty(); ++i)
+    if (plan->tensors[i].reader == 1) read_by_1 = catalog->tensors[i].name;
+  REQUIRE_FALSE(read_by_1.empty());
+  o.expected_xxh3_64[read_by_1] = 1;
+  const std::uint16_t port = free_port();
+  LoadOptions o1 = o;
+  o1.plan.parallel.process = 1;
+  auto rank0 = std::async(std::launch::async, load_rank, std::cref(*catalog), o, port);
+  auto rank1 = std::async(std::launch::async, load_rank, std::cref(*catalog), o1, port);
+  RankLoad zero = rank0.get(), one = rank1.get();
+  REQUIRE_FALSE(one.model);
+  CHECK(one.model.error().code() == Errc::kChecksumMismatch);
+  CHECK(one.model.error().tensor() == std::optional<std::string_view>(read_by_1));
+  REQUIRE_FALSE(zero.model);
+  CHECK(zero.model.error().code() == Errc::kCancelled);
+
+  // Without a communicator a shared-read plan is refused before anything is read.
+  o.expected_xxh3_64.clear();
+  auto alone = load(*catalog, *plan, o);
+  REQUIRE_FALSE(alone);
+  CHECK_THAT(alone.error().message(), Catch::Contains("no communicator"));
 }

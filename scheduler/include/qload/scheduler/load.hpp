@@ -16,6 +16,7 @@
 
 #include "qload/formats/catalog.hpp"
 #include "qload/io/reader.hpp"
+#include "qload/runtime/communicator.hpp"
 #include "qload/runtime/error.hpp"
 #include "qload/runtime/log.hpp"
 #include "qload/runtime/trace.hpp"
@@ -49,6 +50,10 @@ struct LoadOptions {
   // models reuses one pool). Not owned; it must not be used by anything else during the load.
   StagingPool* staging_pool = nullptr;
   TraceRecorder* trace = nullptr;  // not owned; lanes "read", "verify", "place"
+  // A plan whose processes share reads (ParallelLayout::share_reads) fills the tensors other
+  // processes read through this (not owned; every rank's load uses its own, over one
+  // rendezvous). The load returns once every rank has loaded and every broadcast arrived.
+  Communicator* communicator = nullptr;
   // Progress: called with bytes read from files so far and the total to read (read mode),
   // on the loading thread, after each read. Must be quick.
   std::function<void(std::uint64_t done_bytes, std::uint64_t total_bytes)> progress;

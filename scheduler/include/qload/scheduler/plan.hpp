@@ -82,6 +82,11 @@ struct ParallelLayout {
   std::uint32_t data = 1;
   std::uint32_t processes = 1;
   std::uint32_t process = 0;  // this process, < processes
+  // Processes that hold whole replicas (each process's devices a multiple of tensor x
+  // pipeline) share their reads: each tensor is read by one process, chosen to balance the
+  // bytes, and broadcast to the others (LoadOptions::communicator: TCP for host memory, NCCL
+  // for GPUs), so the world reads the checkpoint once. No decoding on load.
+  bool share_reads = false;
   std::uint32_t devices() const noexcept { return tensor * pipeline * data; }
   bool trivial() const noexcept { return devices() == 1; }
 };
@@ -166,6 +171,10 @@ struct TensorPlacement {
   // Multi-process layouts: only the byte ranges this process's copies need are read (the
   // tensor's digest cannot be computed here).
   bool partial = false;
+  // Shared reads (ParallelLayout::share_reads): process `reader` reads the tensor; on the
+  // others it is `received` (not read, filled by a broadcast after the load).
+  bool received = false;
+  std::uint32_t reader = 0;
   bool direct = false;       // read mode: read straight into the arena, not through staging
   DType dtype = DType::kU8;  // as placed (the stored dtype unless the dtype policy converts it)
   std::uint64_t bytes = 0;   // as placed
@@ -274,6 +283,7 @@ struct Plan {
     std::uint64_t groups = 0;                                   // formats::QuantParams::groups
   };
   std::map<std::uint32_t, ShardedWeight> sharded_weights;
+  bool shared_reads = false;                 // ParallelLayout::share_reads: received tensors are broadcast
   std::uint32_t scratch_region = kNoRegion;  // index of the scratch arena in `arenas`, if any
   std::uint64_t tensor_alignment = 0;        // PlanOptions::tensor_alignment (read mode)
   std::uint64_t tensor_bytes = 0;            // sum of tensor sizes as stored

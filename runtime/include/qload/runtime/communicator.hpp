@@ -1,0 +1,66 @@
+// Moves bytes between the processes of a multi-process load: one rank's buffers to every rank
+// (broadcast), plus a barrier that carries success. Host memory goes through the TCP
+// rendezvous; GPU memory through NCCL, one communicator per device slot (slot k joins device k
+// of every process). NCCL is opened at run time; without it, GPU buffers are refused.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "qload/runtime/error.hpp"
+#include "qload/runtime/rendezvous.hpp"
+
+namespace qload {
+
+struct BroadcastBuffer {
+  std::span<std::byte> bytes;
+  bool on_device = false;  // GPU memory (of the slot's device)
+  std::uint32_t slot = 0;  // which of this process's devices holds it
+};
+
+namespace detail {
+struct NcclGroup;  // the NCCL communicators and streams, per slot (nccl_group.cpp)
+struct NcclGroupDeleter {
+  void operator()(NcclGroup* group) const noexcept;
+};
+}  // namespace detail
+
+class Communicator {
+ public:
+  // Over `rendezvous` (borrowed: it must outlive the communicator). `gpu_slots[k]` is the CUDA
+  // device of this process's slot k, or -1 for a host slot; with any GPU slot, NCCL
+  // communicators are made for them, which every rank must do alike. kUnsupported when NCCL
+  // is missing; kDevice naming the slot when NCCL fails.
+  static Result<Communicator> create(Rendezvous& rendezvous, std::span<const int> gpu_slots);
+
+  Communicator(Communicator&&) noexcept = default;
+  Communicator& operator=(Communicator&&) noexcept = default;
+
+  std::uint32_t rank() const noexcept { return rendezvous_->world().rank; }
+  std::uint32_t size() const noexcept { return rendezvous_->world().size; }
+
+  // A barrier carrying one bit: true when every rank passed true. Waits as long as the slowest
+  // rank takes; an error when a rank is gone.
+  Result<bool> all_ok(bool ok);
+
+  // Every rank calls it with buffers of the same sizes and slots, in the same order; when it
+  // returns, each holds rank `root`'s bytes.
+  Status broadcast(std::span<const BroadcastBuffer> buffers, std::uint32_t root);
+
+ private:
+  Communicator(Rendezvous& rendezvous, std::unique_ptr<detail::NcclGroup, detail::NcclGroupDeleter> nccl)
+      : rendezvous_(&rendezvous), nccl_(std::move(nccl)) {}
+
+  Rendezvous* rendezvous_;
+  std::unique_ptr<detail::NcclGroup, detail::NcclGroupDeleter> nccl_;  // null without GPU slots
+};
+
+namespace detail {
+// nccl_group.cpp (NCCL builds) or nccl_group_none.cpp.
+Result<std::unique_ptr<NcclGroup, NcclGroupDeleter>> make_nccl_group(Rendezvous& rendezvous,
+                                                                     std::span<const int> gpu_slots);
+Status nccl_broadcast(NcclGroup& group, std::span<const BroadcastBuffer> buffers, std::uint32_t root);
+}  // namespace detail
+
+}  // namespace qload

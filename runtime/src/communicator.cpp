@@ -1,0 +1,59 @@
+#include "qload/runtime/communicator.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+namespace qload {
+namespace {
+
+// Host bytes cross the rendezvous in pieces well under its 64 MiB message limit.
+constexpr std::size_t kTcpPiece = std::size_t{32} << 20;
+
+}  // namespace
+
+Result<Communicator> Communicator::create(Rendezvous& rendezvous, std::span<const int> gpu_slots) {
+  std::unique_ptr<detail::NcclGroup, detail::NcclGroupDeleter> nccl;
+  if (std::ranges::any_of(gpu_slots, [](int device) { return device >= 0; })) {
+    QLOAD_ASSIGN_OR_RETURN(nccl, detail::make_nccl_group(rendezvous, gpu_slots));
+  }
+  return Communicator(rendezvous, std::move(nccl));
+}
+
+Result<bool> Communicator::all_ok(bool ok) {
+  QLOAD_ASSIGN_OR_RETURN(const std::vector<std::string> all,
+                         rendezvous_->allgather(ok ? "1" : "0", std::chrono::milliseconds(0)));
+  return std::ranges::all_of(all, [](const std::string& m) { return m == "1"; });
+}
+
+Status Communicator::broadcast(std::span<const BroadcastBuffer> buffers, std::uint32_t root) {
+  if (root >= size()) return fail(Errc::kInvalidArgument, fmt::format("broadcast from rank {} of {}", root, size()));
+  std::vector<BroadcastBuffer> on_gpus;
+  for (const BroadcastBuffer& b : buffers) {
+    if (b.on_device) {
+      on_gpus.push_back(b);
+      continue;
+    }
+    // Host memory: through rank 0, a piece at a time; only the root's message carries bytes.
+    for (std::size_t done = 0; done < b.bytes.size();) {
+      const std::size_t n = std::min(kTcpPiece, b.bytes.size() - done);
+      const std::string_view mine =
+          rank() == root ? std::string_view(reinterpret_cast<const char*>(b.bytes.data()) + done, n) : "";
+      QLOAD_ASSIGN_OR_RETURN(const std::vector<std::string> all, rendezvous_->allgather(mine));
+      if (all[root].size() != n)
+        return fail(Errc::kInvalidArgument, fmt::format("broadcast: rank {} sent {} bytes where rank {} expects {}",
+                                                        root, all[root].size(), rank(), n));
+      if (rank() != root) std::memcpy(b.bytes.data() + done, all[root].data(), n);
+      done += n;
+    }
+  }
+  if (on_gpus.empty()) return {};
+  if (!nccl_) return fail(Errc::kInvalidArgument, "broadcast of GPU memory on a communicator made without GPU slots");
+  return detail::nccl_broadcast(*nccl_, on_gpus, root);
+}
+
+}  // namespace qload

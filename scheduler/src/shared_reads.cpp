@@ -1,0 +1,40 @@
+// Shared reads (ParallelLayout::share_reads): after every process has loaded the tensors it
+// reads, each tensor's reader broadcasts its copies (every tensor rank's shard on each of its
+// devices) to the same devices of the other processes. Replicas hold identical arenas, so a
+// copy is the same bytes everywhere.
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "load_internal.hpp"
+
+namespace qload::scheduler::detail {
+
+Status broadcast_shared(Model& model, const Plan& plan, Communicator& communicator) {
+  // Under a parallel layout without decoding, the model's tensors are each stored tensor's
+  // copies in catalog order, in shard order.
+  const std::span<const DeviceTensor> tensors = model.tensors();
+  std::size_t next = 0;
+  std::vector<BroadcastBuffer> buffers;
+  for (const TensorPlacement& p : plan.tensors) {
+    buffers.clear();
+    for (std::uint32_t k = p.first_shard; k < p.first_shard + p.shard_count; ++k) {
+      if (next >= tensors.size()) return fail(Errc::kInternal, "shared reads: fewer tensors than copies");
+      const DeviceTensor& t = tensors[next++];
+      if (t.nbytes == 0) continue;
+      // The model's own arena, filled here before anyone else sees it.
+      buffers.push_back({.bytes = std::span(const_cast<std::byte*>(t.data), static_cast<std::size_t>(t.nbytes)),
+                         .on_device = !t.host,
+                         .slot = plan.shards[k].region});
+    }
+    if (buffers.empty()) continue;
+    if (Status sent = communicator.broadcast(buffers, p.reader); !sent)
+      return fail(std::move(sent)
+                      .error()
+                      .with_tensor(tensors[next - 1].name)
+                      .with_note(fmt::format("sending it from process {}", p.reader)));
+  }
+  return {};
+}
+
+}  // namespace qload::scheduler::detail
