@@ -106,6 +106,9 @@ Result<LoadRequest> build_request(const LoadArgs& args) {
                       fmt::format("WORLD_SIZE is {} but the load has no parallel layout: give --tp, --pp or --dp (or "
                                   "a recipe's parallel), or unset WORLD_SIZE",
                                   req.world->size)));
+  if (args.share_reads && !req.world)
+    return fail(Error(Errc::kInvalidArgument, "--share-reads needs a multi-process load (WORLD_SIZE above 1)"));
+  req.options.plan.parallel.share_reads = args.share_reads;
   if (req.world) {
     req.options.plan.parallel.processes = req.world->size;
     req.options.plan.parallel.process = req.world->rank;
@@ -212,6 +215,16 @@ int run_load(const LoadArgs& args) {
     auto agreed = agree_on_load(*req->world, *planned, rendezvous_timeout());
     if (!agreed) return report(agreed.error());
     rendezvous = std::move(*agreed);
+  }
+  // Shared reads: tensors other ranks read arrive through a communicator (NCCL for GPUs).
+  std::optional<Communicator> communicator;
+  if (rendezvous && req->options.plan.parallel.share_reads) {
+    std::vector<int> gpu_slots;
+    for (const Device& d : req->options.plan.devices) gpu_slots.push_back(d.is_cuda() ? d.index : -1);
+    auto made = Communicator::create(*rendezvous, gpu_slots);
+    if (!made) return report(made.error());
+    communicator = std::move(*made);
+    req->options.communicator = &*communicator;
   }
   auto model = scheduler::load(planned->catalog, planned->plan, req->options);
   bar.finish();

@@ -67,6 +67,9 @@ int main(int argc, char** argv) {
     cmd->add_option("--pp,--pipeline-parallel", a.pipeline_parallel, "Pipeline stages: whole layers per stage")
         ->check(CLI::PositiveNumber);
     cmd->add_option("--dp,--data-parallel", a.data_parallel, "Data-parallel replicas")->check(CLI::PositiveNumber);
+    cmd->add_flag("--share-reads", a.share_reads,
+                  "Under WORLD_SIZE > 1 with processes holding whole replicas: each tensor is read by one process "
+                  "and broadcast to the others (TCP for cpu devices, NCCL for GPUs)");
   };
 
   qload::cli::LoadArgs load_args;

@@ -41,8 +41,9 @@ LoadFingerprint load_fingerprint(const PlannedLoad& load) {
   };
   return LoadFingerprint{
       .checkpoint = hash_of({{"files", files}, {"tensors", tensors}}),
-      .layout = fmt::format("tp {} x pp {} x dp {} over {} processes of {} device{}", par.tensor, par.pipeline,
-                            par.data, par.processes, o.devices.size(), o.devices.size() == 1 ? "" : "s"),
+      .layout = fmt::format("tp {} x pp {} x dp {} over {} processes of {} device{}{}", par.tensor, par.pipeline,
+                            par.data, par.processes, o.devices.size(), o.devices.size() == 1 ? "" : "s",
+                            par.share_reads ? ", reads shared" : ""),
       .options = hash_of(options),
   };
 }

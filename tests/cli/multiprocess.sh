@@ -143,6 +143,30 @@ expect_err locked 0 "rank 1 failed, so this rank's load is dropped"
 locked_ok() { "$qload" load "$dir/m" --tp 2 --locked "$dir/m.lock"; }
 run_world 2 locked_ok locked_ok
 for r in 0 1; do expect_rc locked_ok $r 0; done
+# 4. Two data-parallel replicas sharing reads: each rank's dump is the whole checkpoint, and
+# between them they read its tensor bytes once.
+shared_rank() { "$qload" load "$dir/m" --dp 2 --share-reads --json --dump "$dir/shared"; }
+run_world 2 shared shared_rank
+for r in 0 1; do expect_rc shared $r 0; done
+python3 - "$dir" "$(dirname "$0")" <<'PY'
+import json, sys
+d = sys.argv[1]
+sys.path.insert(0, sys.argv[2])
+from shards import read_checkpoint, read_safetensors
+source = read_checkpoint(f"{d}/m")
+single = json.load(open(f"{d}/single.json"))
+total = 0
+for r in range(2):
+    dumped = read_safetensors(f"{d}/shared/rank{r}.cpu.safetensors")
+    assert sorted(dumped) == sorted(source), r
+    for name, (_, _, full) in source.items():
+        assert dumped[name][2] == full, f"rank {r}: {name} differs"
+    report = json.load(open(f"{d}/shared.{r}.out"))
+    assert 0 < report["bytes"] < single["bytes"], (r, report["bytes"])
+    total += report["bytes"]
+assert total == single["bytes"], (total, single["bytes"])
+print(f"shared reads: 2 replicas whole, {total} tensor bytes read between them")
+PY
 # qload lock refuses to run as one rank.
 if WORLD_SIZE=2 RANK=0 "$qload" lock "$dir/m" -o "$dir/x.lock" 2>"$dir/lock.err"; then exit 1; fi
 grep -qF "single-process lock" "$dir/lock.err"
