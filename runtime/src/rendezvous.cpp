@@ -209,6 +209,7 @@ Result<UniqueFd> connect_to_rank0(const World& world, std::chrono::milliseconds 
 Result<Rendezvous> Rendezvous::join(const World& world, std::chrono::milliseconds timeout) {
   if (world.size == 0 || world.rank >= world.size)
     return fail(Error(Errc::kInvalidArgument, fmt::format("rank {} of a world of {}", world.rank, world.size)));
+  if (world.size == 1) return Rendezvous(world, timeout, {});  // alone: nobody to meet
   if (world.rank == 0) {
     QLOAD_ASSIGN_OR_RETURN(std::vector<UniqueFd> peers, accept_ranks(world, timeout));
     return Rendezvous(world, timeout, std::move(peers));

@@ -1,0 +1,122 @@
+// NCCL broadcasts through Communicator (runtime/communicator.hpp) and shared reads onto GPUs.
+// One GPU: a world of one process broadcasts to itself (NCCL opened, a communicator made, a
+// broadcast issued and waited for). Two or more: two ranks (threads, cuda:0 and cuda:1) send
+// bytes from one GPU to the other, and two replicas sharing reads each hold the whole
+// checkpoint. Without a GPU: a GPU slot is refused with an error, never a crash or a hang.
+#include <catch2/catch.hpp>
+
+#include <future>
+#include <numeric>
+
+#include "qload/runtime/communicator.hpp"
+#include "qload/runtime/cuda.hpp"
+#include "qload/runtime/cuda_memory.hpp"
+#include "qload/scheduler/load.hpp"
+#include "support/free_port.hpp"
+#include "support/llama_checkpoint.hpp"
+
+using namespace qload;
+using namespace qload::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::vector<std::byte> pattern(std::size_t n, int seed) {
+  std::vector<std::byte> out(n);
+  for (std::size_t i = 0; i < n; ++i)
+    out[i] = static_cast<std::byte>((i * 131 + static_cast<std::size_t>(seed)) & 0xff);
+  return out;
+}
+
+// Rank `rank` of `size` broadcasts (root 0) one device buffer of `bytes` on cuda:`rank`;
+// returns what the buffer holds afterwards.
+Result<std::vector<std::byte>> broadcast_on_gpu(std::uint32_t rank, std::uint32_t size, std::uint16_t port,
+                                                std::size_t bytes) {
+  QLOAD_ASSIGN_OR_RETURN(Rendezvous rv, Rendezvous::join(World{.rank = rank, .size = size, .master_port = port}, 60s));
+  const int device = static_cast<int>(rank);
+  const std::vector<int> slots = {device};
+  QLOAD_ASSIGN_OR_RETURN(Communicator comm, Communicator::create(rv, slots));
+  QLOAD_ASSIGN_OR_RETURN(cuda::DeviceBuffer buffer, cuda::DeviceBuffer::allocate(device, bytes));
+  QLOAD_ASSIGN_OR_RETURN(cuda::Stream stream, cuda::Stream::create(device));
+  const std::vector<std::byte> mine = pattern(bytes, static_cast<int>(rank) + 1);
+  QLOAD_TRY(cuda::copy_to_device_async(buffer.data(), mine.data(), bytes, stream));
+  QLOAD_TRY(stream.synchronize());
+  const BroadcastBuffer b{.bytes = std::span(buffer.data(), bytes), .on_device = true, .slot = 0};
+  QLOAD_TRY(comm.broadcast(std::span(&b, 1), 0));
+  std::vector<std::byte> out(bytes);
+  QLOAD_TRY(cuda::copy_to_host(out.data(), buffer.data(), bytes, device));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("communicator: GPU memory is broadcast through NCCL", "[gpu][nccl]") {
+  const CudaInfo info = probe_cuda();
+  if (info.devices.empty()) {
+    WARN("SKIPPED [gpu]: no GPU visible: " << info.unavailable_reason);
+    auto rv = Rendezvous::join(World{}, 1s);
+    REQUIRE(rv);
+    const std::vector<int> slots = {0};
+    auto comm = Communicator::create(*rv, slots);
+    REQUIRE_FALSE(comm);  // no NCCL, or NCCL without a GPU: an error, not a crash
+    return;
+  }
+  // A world of one: the broadcast leaves the root's bytes as they are.
+  auto alone = broadcast_on_gpu(0, 1, 0, 3 << 20);
+  if (!alone) FAIL(alone.error().to_string());
+  CHECK(*alone == pattern(3 << 20, 1));
+  if (info.devices.size() < 2) {
+    WARN("SKIPPED [gpu]: the two-rank NCCL broadcast needs two GPUs; this machine has one");
+    return;
+  }
+  const std::uint16_t port = free_port();
+  auto rank0 = std::async(std::launch::async, broadcast_on_gpu, 0u, 2u, port, std::size_t{5} << 20);
+  auto rank1 = std::async(std::launch::async, broadcast_on_gpu, 1u, 2u, port, std::size_t{5} << 20);
+  auto got0 = rank0.get(), got1 = rank1.get();
+  if (!got0) FAIL(got0.error().to_string());
+  if (!got1) FAIL(got1.error().to_string());
+  CHECK(*got0 == pattern(5 << 20, 1));
+  CHECK(*got1 == pattern(5 << 20, 1));  // rank 0's bytes arrived on cuda:1
+}
+
+TEST_CASE("communicator: two GPU replicas sharing reads each hold the whole checkpoint", "[gpu][nccl]") {
+  const CudaInfo info = probe_cuda();
+  if (info.devices.size() < 2) {
+    WARN("SKIPPED [gpu]: shared reads onto GPUs need two GPUs; this machine has " << info.devices.size());
+    return;
+  }
+  Llama m;
+  make_model(m);
+  auto catalog = scheduler::open_source(m.dir.path().string());
+  REQUIRE(catalog);
+  const std::uint16_t port = free_port();
+  const auto rank = [&](std::uint32_t r) -> Result<std::vector<std::string>> {
+    QLOAD_ASSIGN_OR_RETURN(Rendezvous rv, Rendezvous::join(World{.rank = r, .size = 2, .master_port = port}, 60s));
+    const std::vector<int> slots = {static_cast<int>(r)};
+    QLOAD_ASSIGN_OR_RETURN(Communicator comm, Communicator::create(rv, slots));
+    scheduler::LoadOptions o;
+    o.plan.parallel = {.data = 2, .processes = 2, .process = r, .share_reads = true};
+    o.plan.devices = {Device{.kind = Device::Kind::kCuda, .index = static_cast<int>(r)}};
+    o.communicator = &comm;
+    QLOAD_ASSIGN_OR_RETURN(scheduler::Model model, scheduler::load_source(m.dir.path().string(), o));
+    std::vector<std::string> mismatches;
+    for (const auto& [name, shape] : m.shapes) {
+      const scheduler::DeviceTensor* t = model.find(name, fmt::format("cuda:{}", r));
+      if (t == nullptr) return fail(Errc::kNotFound, name);
+      std::vector<std::byte> host(t->nbytes);
+      QLOAD_TRY(model.copy_to_host(*t, 0, host));
+      scheduler::DeviceTensor on_host = *t;
+      on_host.data = host.data();
+      if (std::string why = copy_mismatch(m, name, on_host, 0, 1, false); !why.empty())
+        mismatches.push_back(name + ": " + why);
+    }
+    return mismatches;
+  };
+  auto zero = std::async(std::launch::async, rank, 0u);
+  auto one = std::async(std::launch::async, rank, 1u);
+  for (auto* f : {&zero, &one}) {
+    auto mismatches = f->get();
+    if (!mismatches) FAIL(mismatches.error().to_string());
+    CHECK(mismatches->empty());
+  }
+}
