@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Shared reads between data-parallel replicas (issue 7): dp processes (one cpu device each,
+# WORLD_SIZE=dp, meeting over the TCP rendezvous) load a whole replica each, either reading
+# everything themselves ("independent") or with --share-reads (each tensor read by one process
+# and broadcast through rank 0 over TCP). Warm: the files are in the page cache. Cold: evicted
+# before each run with posix_fadvise(DONTNEED) (dd iflag=nocache; no root needed), so reads hit
+# the disk. Printed per dp and cache: bytes read from storage (summed over the processes), wall
+# seconds of the whole run, peak RSS (summed), and shared / independent ratios. Best of RUNS.
+#
+# Usage: bench/shared_reads_bench.sh [BUILD_DIR] [WORK_DIR]   (defaults: build, /tmp/qload-shared-bench)
+# Environment: LAYERS HIDDEN INTERMEDIATE VOCAB HEADS KV_HEADS (model shape; defaults as
+# bench/parallel_bench.sh, ~1 GB of bf16), DPS (default "2 4"), RUNS (default 2), KEEP=1.
+set -euo pipefail
+build=${1:-build}
+work=${2:-/tmp/qload-shared-bench}
+qload="$build/qload"
+runs=${RUNS:-2}
+mkdir -p "$work"
+model="$work/model"
+if [ ! -f "$model/config.json" ]; then
+  "$qload" synth "$model" --layers "${LAYERS:-8}" --hidden "${HIDDEN:-2048}" --intermediate "${INTERMEDIATE:-5632}" \
+    --vocab "${VOCAB:-32000}" --heads "${HEADS:-16}" --kv-heads "${KV_HEADS:-4}" --shards 2 >/dev/null
+fi
+warm() { cat "$model"/*.safetensors >/dev/null; }
+cold() { for f in "$model"/*.safetensors; do dd if="$f" iflag=nocache count=0 status=none; done; }
+echo "== $(du -sh "$model" | cut -f1) checkpoint; $(nproc) cores; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+results="$work/results.tsv"
+: >"$results"
+for ((round = 0; round < runs; round++)); do
+  for dp in ${DPS:-2 4}; do
+    for cache in warm cold; do
+      for kind in independent shared; do
+        flags=()
+        [[ $kind == shared ]] && flags=(--share-reads)
+        "$cache"
+        port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+        start=$(date +%s.%N)
+        for ((rank = 0; rank < dp; rank++)); do
+          WORLD_SIZE=$dp RANK=$rank MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+            "$qload" load "$model" --device cpu --dp "$dp" "${flags[@]}" --json >"$work/rank$rank.json" &
+        done
+        wait
+        end=$(date +%s.%N)
+        python3 - "$work" "$dp" "$start" "$end" "$cache" "$kind" >>"$results" <<'PY'
+import json, sys
+d, dp, start, end, cache, kind = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), sys.argv[5], sys.argv[6]
+reports = [json.load(open(f"{d}/rank{r}.json")) for r in range(dp)]
+print(dp, cache, kind, end - start, sum(r["read_bytes"] for r in reports), sum(r["peak_rss_bytes"] for r in reports), sep="\t")
+PY
+      done
+    done
+  done
+done
+python3 - "$results" <<'PY'
+import sys
+best = {}
+for line in open(sys.argv[1]):
+    dp, cache, kind, sec, read, rss = line.split("\t")
+    key = (int(dp), cache, kind)
+    sec, read, rss = float(sec), int(read), int(rss)
+    if key not in best or sec < best[key][0]:
+        best[key] = (sec, read, max(rss, best.get(key, (0, 0, 0))[2]))
+print(f"\n{'dp':>3} {'cache':>5} {'loader':>11} {'read GB':>8} {'seconds':>8} {'peak RSS':>9} {'time ratio':>10}")
+for dp, cache in sorted({(k[0], k[1]) for k in best}):
+    base = best[(dp, cache, "independent")]
+    for kind in ("independent", "shared"):
+        q = best[(dp, cache, kind)]
+        print(f"{dp:>3} {cache:>5} {kind:>11} {q[1] / 1e9:8.3f} {q[0]:8.3f} {q[2] / 2**20:7.0f}Mi {q[0] / base[0]:10.3f}")
+print("read GB and RSS are sums over the processes; time ratio: against independent (lower is better)")
+PY
+[ "${KEEP:-0}" = 1 ] || rm -rf "$model"
