@@ -151,14 +151,14 @@ Result<std::vector<UniqueFd>> accept_ranks(const World& world, std::chrono::mill
                                        timeout.count(), world.master_port, joined, world.size)));
     UniqueFd conn(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
     if (!conn) continue;  // the peer went away before we took it; it will retry
-    configure(conn.get(), timeout);
+    // A hello within a second, or the connection is dropped: something that is not a qload
+    // rank of this version (a port scanner, a stale job) must not stall or fail the load.
+    configure(conn.get(), std::min(timeout, std::chrono::milliseconds(1000)));
     Hello hello;
-    QLOAD_TRY(recv_all(conn.get(), &hello, sizeof hello, "a joining rank"));
-    if (hello.magic != kMagic || hello.version != kVersion)
-      return fail(
-          io_error(fmt::format("rendezvous: something that is not a qload rank (or another version) "
-                               "connected to port {}",
-                               world.master_port)));
+    if (!recv_all(conn.get(), &hello, sizeof hello, "a joining rank") || hello.magic != kMagic ||
+        hello.version != kVersion)
+      continue;
+    configure(conn.get(), timeout);
     if (hello.size != world.size)
       return fail(Error(Errc::kInvalidArgument, fmt::format("rendezvous: rank {} says WORLD_SIZE is {}, rank 0 says {}",
                                                             hello.rank, hello.size, world.size)));
