@@ -192,14 +192,31 @@ struct WorldTotals {
 
 }  // namespace
 
+// The request planned, with its lock applied.
+Result<PlannedLoad> prepare(const LoadArgs& args) {
+  QLOAD_ASSIGN_OR_RETURN(PlannedLoad planned, plan_request(args));
+  QLOAD_ASSIGN_OR_RETURN(const std::string locked, lock_path(args, planned.request));
+  if (!locked.empty()) QLOAD_TRY(apply_lock(locked, planned));
+  return planned;
+}
+
 int run_load(const LoadArgs& args) {
-  auto planned = plan_request(args);
+  // A multi-process load: the ranks meet first, so a rank that cannot even plan its load stops
+  // the others at once, and they agree on the load before anything is read; afterwards each
+  // learns whether every other rank succeeded (if one failed, all fail).
+  const auto environment = world_from_env(std::getenv);
+  if (!environment) return report(environment.error());
+  std::optional<Rendezvous> rendezvous;
+  if (*environment) {
+    auto joined = Rendezvous::join(**environment, rendezvous_timeout());
+    if (!joined) return report(joined.error());
+    rendezvous = std::move(*joined);
+  }
+  auto planned = prepare(args);
+  if (rendezvous)
+    if (Status agreed = agree_on_load(*rendezvous, planned); !agreed) return report(agreed.error());
   if (!planned) return report(planned.error());
   LoadRequest* req = &planned->request;
-  auto locked = lock_path(args, *req);
-  if (!locked) return report(locked.error());
-  if (!locked->empty())
-    if (Status s = apply_lock(*locked, *planned); !s) return report(s.error());
   std::string trace_path = args.trace;
   if (trace_path.empty() && req->recipe && req->recipe->trace) trace_path = *req->recipe->trace;
   TraceRecorder trace;
@@ -208,14 +225,6 @@ int run_load(const LoadArgs& args) {
   ProgressBar bar(!json && ::isatty(STDERR_FILENO));
   req->options.progress = [&bar](std::uint64_t done, std::uint64_t total) { bar.update(done, total); };
 
-  // A multi-process load: every rank agrees on the load before reading, and learns afterwards
-  // whether every other rank succeeded (if one failed, all fail).
-  std::optional<Rendezvous> rendezvous;
-  if (req->world) {
-    auto agreed = agree_on_load(*req->world, *planned, rendezvous_timeout());
-    if (!agreed) return report(agreed.error());
-    rendezvous = std::move(*agreed);
-  }
   // Shared reads: tensors other ranks read arrive through a communicator (NCCL for GPUs).
   std::optional<Communicator> communicator;
   if (rendezvous && req->options.plan.parallel.share_reads) {
@@ -250,18 +259,18 @@ int run_load(const LoadArgs& args) {
   const scheduler::LoadReport& r = model->report();
   const std::uint64_t rss = peak_rss_bytes();
   // The world's totals, from rank 0 (every rank knows them; one prints them).
-  WorldTotals world;
+  WorldTotals totals;
   for (const RankOutcome& o : outcomes) {
-    world.read_bytes += o.read_bytes;
-    world.tensor_bytes += o.tensor_bytes;
-    world.seconds = std::max(world.seconds, o.seconds);
+    totals.read_bytes += o.read_bytes;
+    totals.tensor_bytes += o.tensor_bytes;
+    totals.seconds = std::max(totals.seconds, o.seconds);
   }
   if (json) {
     nlohmann::json out = report_json(r, req->devices, rss);
     if (req->world) {
       out["rank"] = req->world->rank;
       out["world_size"] = req->world->size;
-      out["world"] = {{"read_bytes", world.read_bytes}, {"bytes", world.tensor_bytes}, {"seconds", world.seconds}};
+      out["world"] = {{"read_bytes", totals.read_bytes}, {"bytes", totals.tensor_bytes}, {"seconds", totals.seconds}};
     }
     fmt::print("{}\n", out.dump(2));
   } else {
@@ -272,7 +281,7 @@ int run_load(const LoadArgs& args) {
                format_bytes(r.tensor_bytes), r.tensors, r.seconds, r.gb_per_s, req->devices, format_bytes(rss));
     if (req->world && req->world->rank == 0)
       fmt::print("qload: {} processes read {} ({} of tensor data) in {:.2f} s\n", req->world->size,
-                 format_bytes(world.read_bytes), format_bytes(world.tensor_bytes), world.seconds);
+                 format_bytes(totals.read_bytes), format_bytes(totals.tensor_bytes), totals.seconds);
   }
   return 0;
 }

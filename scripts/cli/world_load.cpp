@@ -48,14 +48,27 @@ LoadFingerprint load_fingerprint(const PlannedLoad& load) {
   };
 }
 
-Result<Rendezvous> agree_on_load(const World& world, const PlannedLoad& load, std::chrono::milliseconds timeout) {
-  QLOAD_ASSIGN_OR_RETURN(Rendezvous rendezvous, Rendezvous::join(world, timeout));
-  const LoadFingerprint mine = load_fingerprint(load);
-  const json message = {{"checkpoint", mine.checkpoint}, {"layout", mine.layout}, {"options", mine.options}};
+Status agree_on_load(Rendezvous& rendezvous, const Result<PlannedLoad>& load) {
+  json message;
+  if (load) {
+    const LoadFingerprint mine = load_fingerprint(*load);
+    message = {{"checkpoint", mine.checkpoint}, {"layout", mine.layout}, {"options", mine.options}};
+  } else {
+    message = {{"error", load.error().to_string()}};
+  }
   QLOAD_ASSIGN_OR_RETURN(const std::vector<std::string> all, rendezvous.allgather(message.dump()));
-  const json first = json::parse(all[0], nullptr, /*allow_exceptions=*/false);
-  for (std::uint32_t r = 1; r < all.size(); ++r) {
-    const json other = json::parse(all[r], nullptr, /*allow_exceptions=*/false);
+  if (!load) return {};
+  std::vector<json> parsed;
+  for (std::uint32_t r = 0; r < all.size(); ++r) {
+    parsed.push_back(json::parse(all[r], nullptr, /*allow_exceptions=*/false));
+    if (!parsed.back().is_object()) return fail(Error(Errc::kIo, fmt::format("rank {} sent a malformed plan", r)));
+    if (parsed.back().contains("error"))
+      return fail(Error(Errc::kCancelled, fmt::format("rank {} could not prepare its load, so this rank stops: {}", r,
+                                                      parsed.back().value("error", ""))));
+  }
+  const json& first = parsed[0];
+  for (std::uint32_t r = 1; r < parsed.size(); ++r) {
+    const json& other = parsed[r];
     std::vector<std::string> differ;
     for (const char* part : {"checkpoint", "layout", "options"})
       if (!other.contains(part) || !first.contains(part) || other[part] != first[part]) differ.push_back(part);
@@ -68,7 +81,7 @@ Result<Rendezvous> agree_on_load(const World& world, const PlannedLoad& load, st
         Error(Errc::kInvalidArgument, fmt::format("rank {} planned a different load from rank 0 (its {} differ{}){}", r,
                                                   fmt::join(differ, " and "), differ.size() == 1 ? "s" : "", detail)));
   }
-  return rendezvous;
+  return {};
 }
 
 Result<std::vector<RankOutcome>> share_outcome(Rendezvous& rendezvous, const RankOutcome& mine) {

@@ -22,9 +22,12 @@ struct LoadFingerprint {
 };
 LoadFingerprint load_fingerprint(const PlannedLoad& load);
 
-// Joins the rendezvous and checks every rank's fingerprint against rank 0's: kInvalidArgument
-// naming the first rank and the parts that differ.
-Result<Rendezvous> agree_on_load(const World& world, const PlannedLoad& load, std::chrono::milliseconds timeout);
+// Tells every rank this one's fingerprint, or why it could not prepare its load (`load`'s
+// error), and checks theirs. kCancelled naming the first rank that could not prepare;
+// kInvalidArgument naming the first rank whose fingerprint differs from rank 0's, and the parts
+// that differ. When `load` holds an error, returns success once the others know it (the
+// caller reports its own error).
+Status agree_on_load(Rendezvous& rendezvous, const Result<PlannedLoad>& load);
 
 // One rank's outcome as the others learn it.
 struct RankOutcome {

@@ -5,8 +5,11 @@
 #     each rank's `qload plan --json` says, rebuild every tensor exactly; each rank reads less
 #     than the checkpoint, and rank 0 reports the world's totals.
 #  2. Ranks that planned different layouts both refuse before reading, naming the rank.
+#     A rank that cannot plan (a missing checkpoint) stops the others at once.
 #  3. A locked load where one rank's copy of the checkpoint has a flipped byte: that rank
 #     fails naming the tensor, and the other fails because it did.
+#  4. Two replicas sharing reads (--share-reads) each dump the whole checkpoint, having read
+#     it once between them. `qload lock` refuses to run as one rank.
 # Usage: multiprocess.sh QLOAD
 set -euo pipefail
 qload=$1
@@ -101,6 +104,19 @@ for r in 0 1; do
   expect_err differ $r "rank 1 planned a different load from rank 0 (its layout differs): rank 0 has tp 2 x pp 1 x dp 1"
 done
 [[ ! -e $dir/differ ]]
+
+# A rank that cannot even plan its load (its checkpoint is missing) stops the other at once.
+missing_rank() {
+  local m=$dir/m
+  (($1 == 1)) && m=$dir/missing
+  "$qload" load "$m" --tp 2
+}
+started=$(date +%s)
+run_world 2 missing missing_rank
+expect_rc missing 1 fail
+expect_rc missing 0 fail
+expect_err missing 0 "rank 1 could not prepare its load, so this rank stops"
+(($(date +%s) - started < 30)) || { echo "rank 0 waited for the rendezvous timeout"; exit 1; }
 
 # 3. A locked load; rank 1's copy of the checkpoint has a flipped byte in the first row of
 # layer 0's q_proj, which only rank 0's shard holds: rank 1 still reads it whole and fails
