@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "qload/runtime/communicator.hpp"
+#include "qload/runtime/cuda.hpp"
 #include "qload/runtime/cuda_memory.hpp"
 
 namespace qload::detail {
@@ -38,7 +39,8 @@ bool resolve(void* library, const char* name, Fn& out) {
 
 Result<NcclApi> open_nccl() {
   NcclApi api;
-  api.library = ::dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+  // Never unmapped: NCCL leaves threads behind (bootstrap, proxy) that must not outlive its code.
+  api.library = ::dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
   if (api.library == nullptr) {
     const char* why = ::dlerror();
     return fail(Errc::kUnsupported,
@@ -75,7 +77,7 @@ struct NcclGroup {
     for (ncclComm_t comm : comms)
       if (comm != nullptr) (void)api.comm_destroy(comm);
     streams.clear();
-    if (api.library != nullptr) ::dlclose(api.library);
+    if (api.library != nullptr) ::dlclose(api.library);  // RTLD_NODELETE: the code stays mapped
   }
 };
 
@@ -85,6 +87,12 @@ void NcclGroupDeleter::operator()(NcclGroup* group) const noexcept {
 
 Result<std::unique_ptr<NcclGroup, NcclGroupDeleter>> make_nccl_group(Rendezvous& rendezvous,
                                                                      std::span<const int> gpu_slots) {
+  const CudaInfo cuda = probe_cuda();
+  for (std::size_t k = 0; k < gpu_slots.size(); ++k)
+    if (gpu_slots[k] >= 0 && static_cast<std::size_t>(gpu_slots[k]) >= cuda.devices.size())
+      return fail(Errc::kUnsupported, fmt::format("NCCL slot {}: cuda:{} is not here ({})", k, gpu_slots[k],
+                                                  cuda.devices.empty() ? cuda.unavailable_reason
+                                                                       : fmt::format("{} GPUs", cuda.devices.size())));
   std::unique_ptr<NcclGroup, NcclGroupDeleter> group(new NcclGroup);
   QLOAD_ASSIGN_OR_RETURN(group->api, open_nccl());
   const World& world = rendezvous.world();

@@ -44,6 +44,7 @@ Result<DType> parse_float_dtype(std::string_view flag, std::string_view text) {
 Result<LoadRequest> build_request(const LoadArgs& args) {
   LoadRequest req;
   req.source = args.path;
+  QLOAD_ASSIGN_OR_RETURN(req.world, world_from_env(std::getenv));
   std::string devices = args.device;
   if (args.path.ends_with(".lua")) {
     QLOAD_ASSIGN_OR_RETURN(scripts::Recipe recipe, scripts::load_recipe(args.path));
@@ -60,10 +61,9 @@ Result<LoadRequest> build_request(const LoadArgs& args) {
     if (!args.dtype.empty() && recipe.dtype && parse_float_dtype("--dtype", args.dtype) != *recipe.dtype)
       return contradicts("--dtype", args.dtype, std::string(dtype_name(*recipe.dtype)));
     devices = recipe_devices;
-    QLOAD_TRY(recipe.apply(req.options));
+    QLOAD_TRY(recipe.apply(req.options, req.world));
     req.recipe = std::move(recipe);
   }
-  QLOAD_ASSIGN_OR_RETURN(req.world, world_from_env(std::getenv));
   // "cuda:local": the GPU of this process's LOCAL_RANK (one process per GPU under torchrun,
   // which gives every process the same arguments).
   if (const std::size_t at = devices.find("cuda:local"); at != std::string::npos)
@@ -108,7 +108,7 @@ Result<LoadRequest> build_request(const LoadArgs& args) {
                                   req.world->size)));
   if (args.share_reads && !req.world)
     return fail(Error(Errc::kInvalidArgument, "--share-reads needs a multi-process load (WORLD_SIZE above 1)"));
-  req.options.plan.parallel.share_reads = args.share_reads;
+  if (args.share_reads) req.options.plan.parallel.share_reads = true;
   if (req.world) {
     req.options.plan.parallel.processes = req.world->size;
     req.options.plan.parallel.process = req.world->rank;

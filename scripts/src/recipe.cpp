@@ -31,7 +31,7 @@ namespace {
 constexpr std::array<std::string_view, 10> kRecipeKeys{"source",   "devices", "placement", "dtype",  "quant",
                                                        "parallel", "io",      "verify",    "report", "trace"};
 constexpr std::array<std::string_view, 5> kIoKeys{"engine", "queue_depth", "direct", "chunk", "staging"};
-constexpr std::array<std::string_view, 4> kParallelKeys{"tensor", "pipeline", "data", "rules"};
+constexpr std::array<std::string_view, 5> kParallelKeys{"tensor", "pipeline", "data", "rules", "share_reads"};
 constexpr std::array<std::string_view, 3> kSplitRuleKeys{"match", "pattern", "split"};
 constexpr std::array<std::string_view, 7> kRuleKeys{"match",      "pattern",  "keep",  "skip",
                                                     "dequantize", "quantize", "repack"};
@@ -207,6 +207,7 @@ std::string validate(lua_State* L) {
     for (const char* key : {"tensor", "pipeline", "data"})
       if (message.empty()) message = expect_type(L, parallel, key, {LUA_TNUMBER}, "a number");
     if (message.empty()) message = expect_type(L, parallel, "rules", {LUA_TTABLE}, "a list of rules");
+    if (message.empty()) message = expect_type(L, parallel, "share_reads", {LUA_TBOOLEAN}, "true or false");
     lua_getfield(L, parallel, "rules");
     if (message.empty() && lua_type(L, -1) == LUA_TTABLE)
       message = check_rules(L, lua_gettop(L), "parallel.rules", kSplitRuleKeys, {});
@@ -393,6 +394,9 @@ Result<RecipeParallel> read_parallel(lua_State* L, int recipe, const std::string
       }
       *out = static_cast<std::uint32_t>(v);
     }
+    lua_getfield(L, -1, "share_reads");
+    parallel.share_reads = lua_toboolean(L, -1) != 0;
+    lua_pop(L, 1);
   }
   lua_pop(L, 1);
   return parallel;

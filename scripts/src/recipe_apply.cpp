@@ -87,7 +87,7 @@ Status apply_io(const RecipeIo& io, scheduler::LoadOptions& o) {
 
 }  // namespace
 
-Status Recipe::apply(scheduler::LoadOptions& options) const {
+Status Recipe::apply(scheduler::LoadOptions& options, const std::optional<World>& world) const {
   const auto error = [this](Errc code, std::string message) {
     return fail(Error(code, std::move(message)).with_file(path));
   };
@@ -95,14 +95,26 @@ Status Recipe::apply(scheduler::LoadOptions& options) const {
   if (placement) {
     QLOAD_ASSIGN_OR_RETURN(options.plan.placement, scheduler::parse_placement(*placement));
   }
-  const scheduler::ParallelLayout layout{
-      .tensor = parallel.tensor, .pipeline = parallel.pipeline, .data = parallel.data};
+  const std::uint32_t processes = world ? world->size : 1;
+  const scheduler::ParallelLayout layout{.tensor = parallel.tensor,
+                                         .pipeline = parallel.pipeline,
+                                         .data = parallel.data,
+                                         .processes = processes,
+                                         .process = world ? world->rank : 0,
+                                         .share_reads = parallel.share_reads};
+  if (parallel.share_reads && processes == 1)
+    return error(Errc::kInvalidArgument, "parallel.share_reads needs a multi-process load (WORLD_SIZE above 1)");
   if (!layout.trivial()) {
-    if (layout.devices() != devices.size())
+    if (layout.devices() != devices.size() * processes)
       return error(Errc::kInvalidArgument,
-                   fmt::format("parallel = {{ tensor = {}, pipeline = {}, data = {} }} needs {} devices; the recipe "
-                               "lists {}",
-                               layout.tensor, layout.pipeline, layout.data, layout.devices(), devices.size()));
+                   processes == 1
+                       ? fmt::format("parallel = {{ tensor = {}, pipeline = {}, data = {} }} needs {} devices; the "
+                                     "recipe lists {}",
+                                     layout.tensor, layout.pipeline, layout.data, layout.devices(), devices.size())
+                       : fmt::format("parallel = {{ tensor = {}, pipeline = {}, data = {} }} needs {} devices; {} "
+                                     "processes (WORLD_SIZE) with the recipe's {} hold {}",
+                                     layout.tensor, layout.pipeline, layout.data, layout.devices(), processes,
+                                     devices.size(), devices.size() * processes));
     if (placement || has_place_hook())
       return error(Errc::kInvalidArgument,
                    "'placement' contradicts 'parallel': a parallel layout places every tensor itself (pipeline "

@@ -183,6 +183,20 @@ for r in range(2):
 assert total == single["bytes"], (total, single["bytes"])
 print(f"shared reads: 2 replicas whole, {total} tensor bytes read between them")
 PY
+# The same from a recipe: its devices are each rank's share of the layout.
+cat >"$dir/shared.lua" <<'LUA'
+return qload.recipe { source = "m", devices = { "cpu" }, parallel = { data = 2, share_reads = true } }
+LUA
+recipe_rank() { "$qload" load "$dir/shared.lua" --json; }
+run_world 2 recipe recipe_rank
+for r in 0 1; do expect_rc recipe $r 0; done
+python3 - "$dir" <<'PY'
+import json, sys
+d = sys.argv[1]
+single = json.load(open(f"{d}/single.json"))
+read = [json.load(open(f"{d}/recipe.{r}.out"))["bytes"] for r in range(2)]
+assert sum(read) == single["bytes"] and min(read) > 0, (read, single["bytes"])
+PY
 # qload lock refuses to run as one rank.
 if WORLD_SIZE=2 RANK=0 "$qload" lock "$dir/m" -o "$dir/x.lock" 2>"$dir/lock.err"; then exit 1; fi
 grep -qF "single-process lock" "$dir/lock.err"

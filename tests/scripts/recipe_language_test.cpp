@@ -228,6 +228,8 @@ TEST_CASE("a recipe's parallel layout and split rules become load options", "[sc
        "'placement' contradicts 'parallel'"},
       {"return qload.recipe { source = 'm', parallel = { rules = { { match = '*', split = 'rows' } } } }",
        "parallel.rules need parallel.tensor greater than 1"},
+      {"return qload.recipe { source = 'm', parallel = { data = 2, share_reads = true } }",
+       "parallel.share_reads needs a multi-process load"},
   };
   for (const auto& [text, expect] : refused) {
     INFO(text);
@@ -247,7 +249,26 @@ TEST_CASE("a recipe's parallel layout and split rules become load options", "[sc
        "unknown key 'splt' in parallel.rules[1] (did you mean 'split'?)"},
       {"return qload.recipe { source = 'm', parallel = { tensor = 2, rules = { { split = 'rows' } } } }",
        "needs exactly one of 'match'"},
+      {"return qload.recipe { source = 'm', parallel = { data = 2, share_reads = 'yes' } }",
+       "'share_reads' must be true or false, not a string"},
   };
+  // One process of a multi-process load: the recipe's devices are its share of the layout's.
+  auto per_node = scripts::parse_recipe(
+      "return qload.recipe { source = 'm', devices = { 'cpu:0', 'cpu:1' }, parallel = { tensor = 2, data = 2, "
+      "share_reads = true } }",
+      "r.lua");
+  REQUIRE(per_node);
+  scheduler::LoadOptions mp;
+  const World rank1{.rank = 1, .size = 2};
+  REQUIRE(per_node->apply(mp, rank1));
+  CHECK(mp.plan.parallel.processes == 2);
+  CHECK(mp.plan.parallel.process == 1);
+  CHECK(mp.plan.parallel.share_reads);
+  scheduler::LoadOptions too_few;
+  const Status s = per_node->apply(too_few, World{.rank = 0, .size = 3});
+  REQUIRE_FALSE(s);
+  CHECK_THAT(s.error().message(),
+             Catch::Contains("needs 4 devices; 3 processes (WORLD_SIZE) with the recipe's 2 hold 6"));
   for (const auto& [text, expect] : malformed) {
     INFO(text);
     auto bad = scripts::parse_recipe(text, "r.lua");

@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "qload/runtime/error.hpp"
+#include "qload/runtime/world.hpp"
 #include "qload/scheduler/load.hpp"
 #include "qload/scheduler/plan.hpp"
 #include "qload/scripts/lua_state.hpp"
@@ -56,6 +57,7 @@ struct RecipeParallel {
   std::uint32_t tensor = 1;
   std::uint32_t pipeline = 1;
   std::uint32_t data = 1;
+  bool share_reads = false;  // several processes holding whole replicas (ParallelLayout::share_reads)
 };
 
 // One quant rule: which weights (a glob or a Lua pattern) and what to do with them.
@@ -111,8 +113,9 @@ struct Recipe {
   bool has_quant_hook() const;  // a quant function, or pattern rules
   // Applies the recipe to load options: devices, placement, dtype, rules and hooks, pipeline
   // stages, io. The hooks keep this recipe's Lua state alive (shared), so the options may
-  // outlive the Recipe.
-  Status apply(scheduler::LoadOptions& options) const;
+  // outlive the Recipe. `world`: one process of a multi-process load (its devices are its
+  // share of the layout's).
+  Status apply(scheduler::LoadOptions& options, const std::optional<World>& world = std::nullopt) const;
 
   std::shared_ptr<detail::RecipeHooks> hooks;  // null when the recipe has no hooks
 };
