@@ -29,7 +29,10 @@ Status LoadOptions::validate() const {
   return {};
 }
 
-Result<Model> load(const formats::Catalog& catalog, const Plan& plan, const LoadOptions& options) {
+namespace {
+
+// load() on this process alone: every check, then the mode's load.
+Result<Model> load_here(const formats::Catalog& catalog, const Plan& plan, const LoadOptions& options) {
   const detail::LoadClock::time_point begin = detail::LoadClock::now();
   QLOAD_TRY(options.validate());
   if (plan.tensors.size() != catalog.tensors.size())
@@ -45,12 +48,19 @@ Result<Model> load(const formats::Catalog& catalog, const Plan& plan, const Load
   if (!plan.quant_warning.empty())
     options.log.warn("quantized weights are not described (loaded as stored tensors): " + plan.quant_warning);
   if (plan.mode == LoadMode::kMmap) return detail::load_mmap(catalog, plan, options, expected, begin);
-  if (!plan.shared_reads) return detail::load_read(catalog, plan, options, expected, begin);
-  // Shared reads: every process loads what it reads; once all have succeeded (or all fail),
-  // each tensor goes from its reader to the others.
+  return detail::load_read(catalog, plan, options, expected, begin);
+}
+
+}  // namespace
+
+Result<Model> load(const formats::Catalog& catalog, const Plan& plan, const LoadOptions& options) {
+  if (!plan.shared_reads) return load_here(catalog, plan, options);
+  // Shared reads: every process loads what it reads; once all have succeeded (a process that
+  // failed, for whatever reason, says so here, so none waits), each tensor goes from its reader
+  // to the others.
   if (options.communicator == nullptr)
     return fail(Errc::kInvalidArgument, "the plan shares reads between processes, but no communicator was given");
-  Result<Model> model = detail::load_read(catalog, plan, options, expected, begin);
+  Result<Model> model = load_here(catalog, plan, options);
   QLOAD_ASSIGN_OR_RETURN(const bool everyone, options.communicator->all_ok(model.has_value()));
   if (!model) return model;
   if (!everyone)
