@@ -20,10 +20,8 @@ qload="$build/qload"
 runs=${RUNS:-3}
 mkdir -p "$work"
 model="$work/model"
-if [ ! -f "$model/config.json" ]; then
-  "$qload" synth "$model" --layers "${LAYERS:-8}" --hidden "${HIDDEN:-2048}" --intermediate "${INTERMEDIATE:-5632}" \
-    --vocab "${VOCAB:-32000}" --heads "${HEADS:-16}" --kv-heads "${KV_HEADS:-4}" --shards "${SHARDS:-2}" >/dev/null
-fi
+source "$(dirname "$0")/llama_model.sh"
+llama_model "$qload" "$model"
 warm() { cat "$model"/*.safetensors > /dev/null; }
 echo "== $(du -sh "$model" | cut -f1) checkpoint; $(nproc) cores; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 results="$work/results.tsv"
