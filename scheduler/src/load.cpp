@@ -132,10 +132,11 @@ std::vector<DeviceTensor> describe_tensors(const formats::Catalog& catalog, cons
 std::vector<QuantizedWeight> describe_quantized(const formats::Catalog& catalog, const Plan& plan,
                                                 const std::vector<DeviceTensor>& tensors) {
   std::vector<QuantizedWeight> out;
-  // Dequantized weights replace their parts; nothing detected, nothing to describe.
-  const bool dequantized =
-      std::ranges::any_of(plan.decodes, [](const DecodeJob& job) { return job.kind == DecodeJob::Kind::kDequantize; });
-  if (!plan.quant || dequantized) return out;
+  if (!plan.quant) return out;  // nothing detected, nothing to describe
+  // A dequantized weight is a plain tensor now: its parts stayed in scratch.
+  std::vector<bool> dequantized(plan.quant->logical.size(), false);
+  for (const DecodeJob& job : plan.decodes)
+    if (job.kind == DecodeJob::Kind::kDequantize) dequantized[job.logical] = true;
   std::map<std::string_view, std::uint32_t> index;
   for (std::uint32_t i = 0; i < tensors.size(); ++i) index.emplace(tensors[i].name, i);
   if (!plan.shards.empty()) {
@@ -145,6 +146,7 @@ std::vector<QuantizedWeight> describe_quantized(const formats::Catalog& catalog,
     for (std::uint32_t i = 0; i < tensors.size(); ++i)
       on_device.emplace(std::pair<std::string_view, std::string_view>(tensors[i].name, tensors[i].device), i);
     for (std::uint32_t l = 0; l < plan.quant->logical.size(); ++l) {
+      if (dequantized[l]) continue;
       const formats::LogicalTensor& lt = plan.quant->logical[l];
       const TensorPlacement& first_part = plan.tensors[lt.parts.front().second];
       const auto dims = plan.sharded_weights.find(l);
@@ -167,6 +169,7 @@ std::vector<QuantizedWeight> describe_quantized(const formats::Catalog& catalog,
   for (const DecodeJob& job : plan.decodes)
     if (job.kind == DecodeJob::Kind::kRepack) repacked[job.logical] = &job;
   for (std::uint32_t l = 0; l < plan.quant->logical.size(); ++l) {
+    if (dequantized[l]) continue;
     const formats::LogicalTensor& lt = plan.quant->logical[l];
     QuantizedWeight w{.name = lt.name, .params = lt.params, .rows = lt.rows, .cols = lt.cols};
     if (const auto it = repacked.find(l); it != repacked.end()) {

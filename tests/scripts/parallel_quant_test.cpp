@@ -190,3 +190,30 @@ TEST_CASE("parallel: quantizing or repacking on load under tensor parallelism is
   CHECK_THAT(repack.error().message(), Catch::Contains("quantizing or repacking on load"));
   CHECK(repack.error().tensor().has_value());
 }
+
+TEST_CASE("weights a rule dequantizes become plain tensors; the kept ones are still described", "[scripts][quant]") {
+  ScratchDir dir;
+  const std::string path = synth(dir, "gptq4");
+  for (const std::uint32_t tp : {1u, 2u}) {
+    INFO("tp " << tp);
+    LoadOptions o = over(tp);
+    o.plan.weight_policy = [](std::string_view name) -> Result<std::optional<WeightPolicy>> {
+      if (name.find(".mlp.") != std::string_view::npos)
+        return std::optional<WeightPolicy>(
+            WeightPolicy{.action = WeightPolicy::Action::kDequantize, .dtype = DType::kBF16});
+      return std::optional<WeightPolicy>();  // kept packed
+    };
+    auto model = load_source(path, o);
+    if (!model) FAIL(model.error().to_string());
+    // 2 layers x 4 attention projections kept, one description per device.
+    REQUIRE(model->quantized().size() == 8 * tp);
+    for (const QuantizedWeight& w : model->quantized()) {
+      INFO(w.name);
+      CHECK(w.name.find(".mlp.") == std::string::npos);
+      for (const auto& [role, index] : w.parts) CHECK(model->tensors()[index].device == w.device);
+    }
+    const DeviceTensor* down = model->find("model.layers.1.mlp.down_proj.weight");
+    REQUIRE(down != nullptr);
+    CHECK(down->dtype == DType::kBF16);
+  }
+}
