@@ -116,8 +116,8 @@ class Model {
   // Like find, but kNotFound naming the tensor.
   Result<const DeviceTensor*> get(std::string_view name) const;
   const LoadReport& report() const noexcept { return parts_.report; }
-  // Quantized weights kept packed, with their parts; empty for an unquantized checkpoint or
-  // when the load dequantized them.
+  // Quantized weights kept packed, with their parts; empty for an unquantized checkpoint.
+  // Weights the load dequantized are plain tensors and not listed here.
   std::span<const QuantizedWeight> quantized() const noexcept { return parts_.quantized; }
   // Copies bytes [offset, offset + out.size()) of a tensor (host or GPU memory) into `out`:
   // how --dump and tests read GPU tensors back. kInvalidArgument past the tensor's end.
