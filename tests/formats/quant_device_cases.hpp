@@ -54,8 +54,8 @@ inline void add_integer_cases(std::vector<Case>& cases, Rng& rng) {
         }
 }
 
-inline Weight ct_int_weight(ScaleLayout layout, DType zero_dtype, Rng& rng) {
-  const std::uint64_t n = 13, k = 90, group = 32;
+// An empty compressed-tensors int8 weight [n, k] (f16 scales), its parts still to add.
+inline Weight ct_int_header(std::uint64_t n, std::uint64_t k, std::uint64_t group, bool sym, ScaleLayout layout) {
   Weight w;
   w.t.name = std::string(kName);
   w.t.rows = n;
@@ -63,10 +63,16 @@ inline Weight ct_int_weight(ScaleLayout layout, DType zero_dtype, Rng& rng) {
   w.t.params = {.scheme = QuantScheme::kCtInt,
                 .bits = 8,
                 .group_size = group,
-                .sym = zero_dtype == DType::kBool,
+                .sym = sym,
                 .scale_layout = layout,
                 .weight_dtype = DType::kI8,
                 .scale_dtype = DType::kF16};
+  return w;
+}
+
+inline Weight ct_int_weight(ScaleLayout layout, DType zero_dtype, Rng& rng) {
+  const std::uint64_t n = 13, k = 90, group = 32;
+  Weight w = ct_int_header(n, k, group, zero_dtype == DType::kBool, layout);
   const std::uint64_t groups = layout == ScaleLayout::kGroup ? ref_ceil(k, group) : 1;
   const std::uint64_t params = layout == ScaleLayout::kTensor ? 1 : n * groups;
   const Shape pshape = layout == ScaleLayout::kTensor ? Shape{1}
@@ -158,16 +164,7 @@ inline CtIntShard ct_int_second_half_of_k(Rng& rng) {
   const std::uint64_t n = 13, k = 128, group = 32, groups = k / group;
   CtIntShard out;
   Weight& w = out.whole;
-  w.t.name = std::string(kName);
-  w.t.rows = n;
-  w.t.cols = k;
-  w.t.params = {.scheme = QuantScheme::kCtInt,
-                .bits = 8,
-                .group_size = group,
-                .sym = false,
-                .scale_layout = ScaleLayout::kGroup,
-                .weight_dtype = DType::kI8,
-                .scale_dtype = DType::kF16};
+  w = ct_int_header(n, k, group, /*sym=*/false, ScaleLayout::kGroup);
   w.add("weight", DType::kI8, Shape{n, k}, random_bytes(n * k, rng));
   w.add("weight_scale", DType::kF16, Shape{n, groups}, random_scales(n * groups, DType::kF16, rng));
   w.add("weight_zero_point", DType::kI8, Shape{n, groups}, random_bytes(n * groups, rng));
