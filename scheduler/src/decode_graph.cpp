@@ -49,10 +49,12 @@ Status produce(ReadLoadState& s, const DecodeOutput& out, std::uint64_t offset, 
 Status cut_shard_parts(ReadLoadState& s, const DecodeJob& job) {
   ArenaTarget& scratch = *s.targets[s.plan.scratch_region];
   std::vector<Delivery> runs;
+  std::vector<ShardPlacement> shards;  // a rewritten slice's bytes are the shard's own: alive until delivered
+  shards.reserve(job.shard_inputs.size());
   for (const DecodeJob::ShardInput& in : job.shard_inputs) {
     const formats::TensorEntry& t = s.catalog.tensors[in.tensor];
-    const ShardPlacement shard{
-        .tensor = in.tensor, .offset = in.offset, .dtype = t.dtype, .bytes = in.bytes, .slice = in.slice};
+    const ShardPlacement& shard = shards.emplace_back(ShardPlacement{
+        .tensor = in.tensor, .offset = in.offset, .dtype = t.dtype, .bytes = in.bytes, .slice = in.slice});
     const ChunkPiece whole{.tensor = in.tensor, .tensor_offset = 0, .bytes = t.nbytes};
     shard_deliveries(t, shard, whole, scratch_bytes(s, in.tensor).data(), runs);
   }

@@ -213,7 +213,7 @@ Status place_shards(const formats::Catalog& catalog, std::uint32_t i, std::uint3
   for (std::uint32_t k = placed.first_shard; eligible && k < placed.first_shard + placed.shard_count; ++k) {
     const ShardPlacement& shard = plan.shards[k];
     eligible =
-        options.devices[shard.region].is_cpu() && shard.slice.col_begin == 0 &&
+        options.devices[shard.region].is_cpu() && shard.slice.literal.empty() && shard.slice.col_begin == 0 &&
         shard.slice.col_end * dtype_info(t.dtype).block_bytes * (t.shape.rank() == 0 ? 1 : t.shape[0]) == t.nbytes;
     total += shard.bytes;
   }

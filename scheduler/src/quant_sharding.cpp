@@ -1,5 +1,6 @@
 #include "quant_sharding.hpp"
 
+#include <cstring>
 #include <numeric>
 
 #include <fmt/format.h>
@@ -62,8 +63,22 @@ Result<PartMap> part_map(const formats::LogicalTensor& lt, std::string_view role
       if (role == "weight_scale" || role == "weight_zero_point") return scale_map(1, 1);
       if (role == "weight_g_idx") return PartMap{.k = {0, 1, 1}};
       break;
+    case formats::QuantScheme::kCtPacked: {
+      // Words hold 32/b fields (the padded layout), or a dense bitstream cut only where a
+      // boundary falls on a word's start.
+      const Axis packed = p.dense_bitstream ? Axis{.num = p.bits, .den = 32} : Axis{.num = 1, .den = 32 / p.bits};
+      if (role == "weight_packed") return PartMap{.n = {0, 1, 1}, .k = {1, packed.num, packed.den}};
+      if (role == "weight_scale") return scale_map(1, 1);
+      if (role == "weight_zero_point") {
+        PartMap map = scale_map(1, 1);
+        map.n = {0, packed.num, packed.den};  // packed along N
+        return map;
+      }
+      if (role == "weight_g_idx") return PartMap{.k = {0, 1, 1}};
+      if (role == "weight_shape") return PartMap{};  // whole, then rewritten per shard
+      break;
+    }
     case formats::QuantScheme::kAwqGemv:
-    case formats::QuantScheme::kCtPacked:
       return fail(weight_error(lt, fmt::format("tensor-parallel splits of {} weights are not supported",
                                                formats::quant_scheme_name(p.scheme))));
   }
@@ -88,6 +103,29 @@ Result<Range> stored_range(const formats::LogicalTensor& lt, std::string_view ro
   QLOAD_ASSIGN_OR_RETURN(const std::uint64_t a, at(r.first));
   QLOAD_ASSIGN_OR_RETURN(const std::uint64_t b, at(r.second));
   return Range{a, b};
+}
+
+// compressed-tensors weight_shape says (N, K) of the weight its parts decode to: each shard's
+// copy says the shard's, in the part's own dtype.
+Status rewrite_weight_shape(const formats::LogicalTensor& lt, const formats::TensorEntry& part,
+                            const std::vector<Range>& dims, std::vector<ShardSlice>& slices) {
+  if (part.dtype != DType::kI64 && part.dtype != DType::kI32)
+    return fail(weight_error(lt, fmt::format("its 'weight_shape' part is {}, not I64 or I32", dtype_name(part.dtype))));
+  for (std::size_t r = 0; r < slices.size(); ++r) {
+    const std::uint64_t values[2] = {dims[r].first, dims[r].second};
+    std::vector<std::byte>& bytes = slices[r].literal;
+    bytes.resize(static_cast<std::size_t>(part.nbytes));
+    for (std::size_t i = 0; i < 2; ++i) {
+      if (part.dtype == DType::kI64) {
+        const auto v = static_cast<std::int64_t>(values[i]);
+        std::memcpy(bytes.data() + i * 8, &v, 8);
+      } else {
+        const auto v = static_cast<std::int32_t>(values[i]);  // a shard is no larger than the weight it records
+        std::memcpy(bytes.data() + i * 4, &v, 4);
+      }
+    }
+  }
+  return {};
 }
 
 }  // namespace
@@ -164,6 +202,7 @@ Result<QuantShards> quantized_shard_slices(const formats::Catalog& catalog, cons
       }
       slices.push_back(std::move(s));
     }
+    if (role == "weight_shape") QLOAD_TRY(rewrite_weight_shape(lt, part, out.dims, slices));
     out.parts.push_back(std::move(slices));
   }
   return out;

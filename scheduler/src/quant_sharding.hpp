@@ -9,9 +9,10 @@
 //   AWQ GEMM  qweight [K, N/8], qzeros [G, N/8], scales [G, N]
 //   FP8       weight [N, K]; scale per tensor (replicated), per row, per group, per block
 //   CT int8   weight [N, K]; scale / zero point per tensor, row or group; weight_g_idx as GPTQ's
+//   CT packed weight_packed [N, K*b/32]; weight_zero_point [N*b/32, G]; scales and weight_g_idx
+//             as CT int8; weight_shape, (N, K) of the whole weight, rewritten as each shard's
 // A rank boundary inside a packed word, a group or a scale block is refused, naming the
-// weight, the part and the sizes. AWQ GEMV and compressed-tensors pack-quantized (whose
-// weight_shape part records the unsplit shape) are refused.
+// weight, the part and the sizes. AWQ GEMV is refused.
 #pragma once
 
 #include <cstdint>

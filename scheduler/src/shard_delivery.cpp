@@ -67,6 +67,12 @@ void for_each_run(const formats::TensorEntry& t, const ShardPlacement& shard, co
 
 void shard_deliveries(const formats::TensorEntry& tensor, const ShardPlacement& shard, const ChunkPiece& piece,
                       const std::byte* stored, std::vector<Delivery>& out) {
+  if (!shard.slice.literal.empty()) {  // the plan's bytes, delivered with the tensor's first piece
+    if (piece.tensor_offset == 0)
+      out.push_back(Delivery{
+          .stored = shard.slice.literal, .arena_offset = shard.offset, .from = shard.dtype, .to = shard.dtype});
+    return;
+  }
   for_each_run(
       tensor, shard, piece,
       [&](std::uint64_t source, std::uint64_t bytes, std::uint64_t target, std::uint64_t rows, std::uint64_t pitch) {
@@ -82,6 +88,10 @@ void shard_deliveries(const formats::TensorEntry& tensor, const ShardPlacement& 
 ShardPieceSize shard_piece_size(const formats::TensorEntry& tensor, const ShardPlacement& shard,
                                 const ChunkPiece& piece) {
   ShardPieceSize size;
+  if (!shard.slice.literal.empty()) {
+    if (piece.tensor_offset == 0) size = {.bytes = shard.slice.literal.size(), .runs = 1};
+    return size;
+  }
   for_each_run(tensor, shard, piece,
                [&](std::uint64_t, std::uint64_t bytes, std::uint64_t, std::uint64_t rows, std::uint64_t) {
                  size.bytes += bytes * rows;

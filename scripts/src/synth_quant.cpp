@@ -41,17 +41,19 @@ struct Scheme {
   Kind kind = Kind::kGptq;
   std::uint32_t bits = 4;
   QuantizeTarget target = QuantizeTarget::kFp8Row;  // kFp8, kCtFp8
+  bool sym = true;                                  // kCtPack: false stores zero points
 };
 
-constexpr std::array<Scheme, 9> kSchemes = {{{"gptq4", Kind::kGptq, 4},
-                                             {"gptq3", Kind::kGptq, 3},
-                                             {"gptq8", Kind::kGptq, 8},
-                                             {"awq", Kind::kAwq, 4},
-                                             {"fp8-block", Kind::kFp8, 8, QuantizeTarget::kFp8Block},
-                                             {"fp8-channel", Kind::kFp8, 8, QuantizeTarget::kFp8Row},
-                                             {"fp8-tensor", Kind::kFp8, 8, QuantizeTarget::kFp8Tensor},
-                                             {"ct-pack4", Kind::kCtPack, 4},
-                                             {"ct-fp8", Kind::kCtFp8, 8, QuantizeTarget::kFp8Row}}};
+constexpr std::array<Scheme, 10> kSchemes = {{{"gptq4", Kind::kGptq, 4},
+                                              {"gptq3", Kind::kGptq, 3},
+                                              {"gptq8", Kind::kGptq, 8},
+                                              {"awq", Kind::kAwq, 4},
+                                              {"fp8-block", Kind::kFp8, 8, QuantizeTarget::kFp8Block},
+                                              {"fp8-channel", Kind::kFp8, 8, QuantizeTarget::kFp8Row},
+                                              {"fp8-tensor", Kind::kFp8, 8, QuantizeTarget::kFp8Tensor},
+                                              {"ct-pack4", Kind::kCtPack, 4},
+                                              {"ct-pack4-asym", Kind::kCtPack, 4, QuantizeTarget::kFp8Row, false},
+                                              {"ct-fp8", Kind::kCtFp8, 8, QuantizeTarget::kFp8Row}}};
 
 constexpr bool names_match() {
   for (std::size_t i = 0; i < kSchemes.size(); ++i)
@@ -76,7 +78,7 @@ formats::LogicalTensor int_tensor(const Scheme& s, const SynthOptions& o, std::s
   switch (s.kind) {
     case Kind::kGptq: p.scheme = formats::QuantScheme::kGptq, p.gptq_version = 1; break;
     case Kind::kAwq: p.scheme = formats::QuantScheme::kAwqGemm, p.sym = false; break;
-    default: p.scheme = formats::QuantScheme::kCtPacked, p.scale_dtype = o.dtype; break;
+    default: p.scheme = formats::QuantScheme::kCtPacked, p.scale_dtype = o.dtype, p.sym = s.sym; break;
   }
   return formats::LogicalTensor{.name = std::move(name), .params = p, .rows = n, .cols = k, .parts = {}};
 }
@@ -199,24 +201,29 @@ Result<std::vector<formats::WriterTensor>> awq_parts(const formats::LogicalTenso
       std::move(compute));
 }
 
-// compressed-tensors pack-quantized, symmetric: signed codes in [-8, 8), scales [N, groups].
+// compressed-tensors pack-quantized: signed codes in [-8, 8), scales [N, groups]; asymmetric:
+// signed zero points in [-8, 8) too, packed along N.
 Result<std::vector<formats::WriterTensor>> ct_pack_parts(const formats::LogicalTensor& t, std::string_view prefix,
                                                          std::uint64_t stream) {
   QLOAD_ASSIGN_OR_RETURN(const formats::PackedShapes s, formats::packed_shapes(t));
-  Compute compute = [t, stream](Parts& parts) -> Status {
+  Compute compute = [t, s, stream](Parts& parts) -> Status {
     const int offset = 1 << (t.params.bits - 1);
     const auto q = random_codes<std::int8_t>(mix(stream + kCodeStream), t.rows * t.cols, t.params.bits, offset);
-    QLOAD_TRY(formats::pack_ct(t, q, {}, parts[0], {}));
+    std::vector<std::int8_t> zeros;
+    if (s.has_zeros)
+      zeros = random_codes<std::int8_t>(mix(stream + kZeroStream), t.rows * s.groups, t.params.bits, offset);
+    std::span<std::byte> zero_point = s.has_zeros ? std::span(parts[2]) : std::span<std::byte>();
+    QLOAD_TRY(formats::pack_ct(t, q, zeros, parts[0], zero_point));
     random_scales(mix(stream + kScaleStream), t.params.scale_dtype, parts[1]);
     const std::array<std::int64_t, 2> shape = {static_cast<std::int64_t>(t.rows), static_cast<std::int64_t>(t.cols)};
-    std::memcpy(parts[2].data(), shape.data(), sizeof(shape));
+    std::memcpy(parts.back().data(), shape.data(), sizeof(shape));
     return {};
   };
-  return make_parts(prefix,
-                    {{"weight_packed", DType::kI32, s.weight},
-                     {"weight_scale", t.params.scale_dtype, s.scales},
-                     {"weight_shape", DType::kI64, Shape{2}}},
-                    std::move(compute));
+  std::vector<PartSpec> specs = {{"weight_packed", DType::kI32, s.weight},
+                                 {"weight_scale", t.params.scale_dtype, s.scales}};
+  if (s.has_zeros) specs.push_back({"weight_zero_point", DType::kI32, s.zeros});
+  specs.push_back({"weight_shape", DType::kI64, Shape{2}});
+  return make_parts(prefix, std::move(specs), std::move(compute));
 }
 
 // The unquantized weight quantized with formats::quantize; ct-fp8 stores the F32 per-row scale
@@ -300,7 +307,7 @@ nlohmann::json quantization_config(const SynthOptions& o) {
     case Kind::kCtPack:
       return ct(
           "pack-quantized",
-          {{"num_bits", 4}, {"type", "int"}, {"symmetric", true}, {"strategy", "group"}, {"group_size", kGroupSize}});
+          {{"num_bits", 4}, {"type", "int"}, {"symmetric", s.sym}, {"strategy", "group"}, {"group_size", kGroupSize}});
     case Kind::kCtFp8:
       return ct("float-quantized", {{"num_bits", 8}, {"type", "float"}, {"symmetric", true}, {"strategy", "channel"}});
     case Kind::kFp8: break;

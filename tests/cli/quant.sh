@@ -9,7 +9,7 @@ qload=$1
 dir=$(mktemp -d); trap 'rm -rf "$dir"' EXIT
 shape=(--layers 1 --hidden 256 --intermediate 512 --vocab 320 --heads 4 --kv-heads 2 --shards 2 --seed 5)
 
-for scheme in gptq4 gptq3 gptq8 awq fp8-block fp8-channel fp8-tensor ct-pack4 ct-fp8; do
+for scheme in gptq4 gptq3 gptq8 awq fp8-block fp8-channel fp8-tensor ct-pack4 ct-pack4-asym ct-fp8; do
   "$qload" synth "$dir/$scheme" "${shape[@]}" --quant "$scheme" > /dev/null
   "$qload" inspect --json "$dir/$scheme" > "$dir/$scheme.inspect.json"
   python3 - "$dir/$scheme.inspect.json" "$scheme" <<'PY'
@@ -17,7 +17,7 @@ import json, sys
 q = json.load(open(sys.argv[1]))["quantization"]
 scheme = sys.argv[2]
 expected = {"gptq4": "gptq", "gptq3": "gptq", "gptq8": "gptq", "awq": "awq-gemm", "fp8-block": "fp8",
-            "fp8-channel": "fp8", "fp8-tensor": "fp8", "ct-pack4": "ct-pack-quantized", "ct-fp8": "fp8"}[scheme]
+            "fp8-channel": "fp8", "fp8-tensor": "fp8", "ct-pack4": "ct-pack-quantized", "ct-pack4-asym": "ct-pack-quantized", "ct-fp8": "fp8"}[scheme]
 assert q is not None, "no quantization detected"
 names = {t["scheme"] for t in q["logical_tensors"]}
 assert len(q["logical_tensors"]) == 7, len(q["logical_tensors"])

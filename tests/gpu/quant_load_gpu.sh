@@ -11,7 +11,7 @@ failed=0
 # The integer schemes need K to be a multiple of their group size (128); the kernel test
 # (dequantize_gpu_test.cpp) covers partial groups and blocks.
 shape=(--layers 2 --hidden 384 --intermediate 1152 --vocab 500 --heads 4 --kv-heads 2 --shards 2)
-for q in gptq4 gptq3 gptq8 awq fp8-block fp8-channel fp8-tensor ct-pack4 ct-fp8; do
+for q in gptq4 gptq3 gptq8 awq fp8-block fp8-channel fp8-tensor ct-pack4 ct-pack4-asym ct-fp8; do
   "$qload" synth "$dir/$q" "${shape[@]}" --seed 5 --quant "$q" >/dev/null
   for t in bf16 f16 f32; do
     "$qload" load "$dir/$q" --device cpu --dequantize "$t" --dump "$dir/cpu" >/dev/null

@@ -72,7 +72,8 @@ LoadOptions over(std::uint32_t tp) {
 TEST_CASE("parallel: quantized weights split along their packed dimensions decode to the unsplit weight's slices",
           "[scripts][parallel][quant]") {
   ScratchDir dir;
-  for (const std::string quant : {"gptq4", "gptq8", "awq", "fp8-block", "fp8-channel", "fp8-tensor", "ct-fp8"}) {
+  for (const std::string quant :
+       {"gptq4", "gptq8", "awq", "fp8-block", "fp8-channel", "fp8-tensor", "ct-pack4", "ct-pack4-asym", "ct-fp8"}) {
     const std::string path = synth(dir, quant);
     auto whole = load_source(path, LoadOptions{});
     REQUIRE(whole);
@@ -118,16 +119,41 @@ TEST_CASE("parallel: quantized splits that would cut a word, group or block are 
   auto fp8 = load_source(synth(dir, "fp8-block"), rows8);
   REQUIRE_FALSE(fp8);
   CHECK_THAT(fp8.error().message(), Catch::Contains("falls inside a packed word, group or scale block"));
-  // compressed-tensors pack-quantized records the unsplit shape in a part: refused.
-  auto ct = load_source(synth(dir, "ct-pack4"), over(2));
+  // compressed-tensors groups of 128 along K: a row-parallel split of K 512 eight ways cuts them.
+  LoadOptions cols8 = over(8);
+  cols8.plan.split = [](std::string_view name) -> Result<std::optional<Split>> {
+    if (name.find("_proj") == std::string_view::npos) return std::optional<Split>();
+    return std::optional<Split>(Split::kCols);
+  };
+  auto ct = load_source(synth(dir, "ct-pack4-asym"), cols8);
   REQUIRE_FALSE(ct);
-  CHECK_THAT(ct.error().message(), Catch::Contains("not supported"));
+  CHECK_THAT(ct.error().message(), Catch::Contains("falls inside a packed word, group or scale block"));
+  CHECK(ct.error().tensor().has_value());
+}
+
+TEST_CASE("parallel: compressed-tensors weight_shape says each shard's own N and K", "[scripts][parallel][quant]") {
+  ScratchDir dir;
+  auto model = load_source(synth(dir, "ct-pack4-asym"), over(2));
+  if (!model) FAIL(model.error().to_string());
+  // o_proj [512, 512] is row-parallel (K split), gate_proj [1024, 512] column-parallel (N split).
+  for (const auto& [name, n, k] :
+       {std::tuple{"model.layers.0.self_attn.o_proj", 512, 256}, std::tuple{"model.layers.1.mlp.gate_proj", 512, 512}})
+    for (const std::string device : {"cpu:0", "cpu:1"}) {
+      INFO(name << " on " << device);
+      const DeviceTensor* shape = model->find(std::string(name) + ".weight_shape", device);
+      REQUIRE(shape != nullptr);
+      REQUIRE(shape->dtype == DType::kI64);
+      std::int64_t dims[2];
+      std::memcpy(dims, shape->data, sizeof dims);
+      CHECK(dims[0] == n);
+      CHECK(dims[1] == k);
+    }
 }
 
 TEST_CASE("parallel: weights dequantized on load under tp, dp and several processes are the unsplit weight's slices",
           "[scripts][parallel][quant]") {
   ScratchDir dir;
-  for (const std::string quant : {"gptq4", "awq", "fp8-block", "ct-fp8"}) {
+  for (const std::string quant : {"gptq4", "awq", "fp8-block", "ct-pack4-asym", "ct-fp8"}) {
     const std::string path = synth(dir, quant);
     auto whole = load_source(path, LoadOptions{});
     REQUIRE(whole);

@@ -51,7 +51,7 @@ Expected expected(const std::string& quant) {
   if (quant == "gptq8") return {"gptq", QuantScheme::kGptq, 8, false};
   if (quant == "awq") return {"awq", QuantScheme::kAwqGemm, 4, false};
   if (quant == "fp8-channel") return {"fbgemm_fp8", QuantScheme::kFp8, 8, true};
-  if (quant == "ct-pack4") return {"compressed-tensors", QuantScheme::kCtPacked, 4, false};
+  if (quant.starts_with("ct-pack4")) return {"compressed-tensors", QuantScheme::kCtPacked, 4, false};
   if (quant == "ct-fp8") return {"compressed-tensors", QuantScheme::kFp8, 8, true};
   return {"fp8", QuantScheme::kFp8, 8, true};  // fp8-block, fp8-tensor
 }
@@ -199,6 +199,7 @@ TEST_CASE("synth --quant configs match what the formats layer and qload convert 
   CHECK(config_of("ct-pack4") == json::parse(R"({"quant_method":"compressed-tensors","format":"pack-quantized",
       "quantization_status":"compressed","config_groups":{"group_0":{"targets":["Linear"],"weights":{"num_bits":4,
       "type":"int","symmetric":true,"strategy":"group","group_size":128}}},"ignore":["lm_head"]})"));
+  CHECK(config_of("ct-pack4-asym")["config_groups"]["group_0"]["weights"]["symmetric"] == false);
   CHECK(config_of("ct-fp8") == json::parse(R"({"quant_method":"compressed-tensors","format":"float-quantized",
       "quantization_status":"compressed","config_groups":{"group_0":{"targets":["Linear"],"weights":{"num_bits":8,
       "type":"float","symmetric":true,"strategy":"channel"}}},"ignore":["lm_head"]})"));

@@ -15,6 +15,7 @@
 // the dimension and the sizes: a shard never cuts an element, a head or a row in two.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string_view>
 #include <utility>
@@ -42,6 +43,9 @@ struct ShardSlice {
   std::uint64_t col_end = 0;
   std::vector<std::pair<std::uint64_t, std::uint64_t>> rows;  // [begin, end) ranges of dim 0
   Shape shape;                                                // of the shard
+  // Non-empty: the shard's bytes are these, not the tensor's (a part that records the whole
+  // weight's geometry, rewritten for the shard: compressed-tensors weight_shape).
+  std::vector<std::byte> literal;
 };
 
 // The slices of `tensor` for ranks 0..ranks-1. kInvalidArgument naming the tensor for a

@@ -19,6 +19,8 @@
 //                          --quantize` writes them (fp8 / fbgemm_fp8 / fp8).
 //   ct-pack4               compressed-tensors pack-quantized, 4-bit, group 128, symmetric:
 //                          weight_packed, weight_scale [N, groups], weight_shape (I64).
+//   ct-pack4-asym          the same, asymmetric: random zero points in weight_zero_point,
+//                          packed along N.
 //   ct-fp8                 compressed-tensors float-quantized, channel strategy: weight F8_E4M3
 //                          and weight_scale [N, 1], the per-row scale rounded to `dtype`.
 // The integer schemes need every linear K (hidden and intermediate) to be a multiple of the
@@ -51,8 +53,8 @@ struct SynthOptions {
 };
 
 // The values SynthOptions::quant accepts.
-inline constexpr std::array<std::string_view, 9> kSynthQuantNames = {
-    "gptq4", "gptq3", "gptq8", "awq", "fp8-block", "fp8-channel", "fp8-tensor", "ct-pack4", "ct-fp8"};
+inline constexpr std::array<std::string_view, 10> kSynthQuantNames = {
+    "gptq4", "gptq3", "gptq8", "awq", "fp8-block", "fp8-channel", "fp8-tensor", "ct-pack4", "ct-pack4-asym", "ct-fp8"};
 
 struct SynthReport {
   std::uint64_t tensors = 0;  // stored tensors (a quantized weight counts each of its parts)
