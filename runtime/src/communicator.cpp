@@ -56,4 +56,32 @@ Status Communicator::broadcast(std::span<const BroadcastBuffer> buffers, std::ui
   return detail::nccl_broadcast(*nccl_, on_gpus, root);
 }
 
+Status Communicator::scatter(std::span<const std::uint64_t> sizes, std::span<const std::span<const std::byte>> parts,
+                             std::span<std::byte> mine, std::uint32_t root) {
+  if (root >= size() || sizes.size() != size() || (rank() == root && parts.size() != size()))
+    return fail(Errc::kInvalidArgument, fmt::format("scatter from rank {} of {} with {} sizes and {} parts", root,
+                                                    size(), sizes.size(), parts.size()));
+  if (rank() != root && mine.size() != sizes[rank()])
+    return fail(Errc::kInvalidArgument,
+                fmt::format("scatter: rank {} expects {} bytes into {}", rank(), sizes[rank()], mine.size()));
+  const std::uint64_t longest = *std::ranges::max_element(sizes);
+  std::vector<std::string_view> to_each(size());
+  for (std::uint64_t done = 0; done < longest; done += kTcpPiece) {
+    if (rank() == root)
+      for (std::uint32_t q = 0; q < size(); ++q) {
+        const std::span<const std::byte> part = q == root ? std::span<const std::byte>() : parts[q];
+        const std::uint64_t n = done < part.size() ? std::min<std::uint64_t>(kTcpPiece, part.size() - done) : 0;
+        to_each[q] = std::string_view(reinterpret_cast<const char*>(part.data()) + (n ? done : 0), n);
+      }
+    QLOAD_ASSIGN_OR_RETURN(const std::vector<std::string> from, rendezvous_->alltoall(to_each));
+    if (rank() == root) continue;
+    const std::uint64_t want = done < mine.size() ? std::min<std::uint64_t>(kTcpPiece, mine.size() - done) : 0;
+    if (from[root].size() != want)
+      return fail(Errc::kInvalidArgument, fmt::format("scatter: rank {} sent {} bytes where rank {} expects {}", root,
+                                                      from[root].size(), rank(), want));
+    if (want > 0) std::memcpy(mine.data() + done, from[root].data(), static_cast<std::size_t>(want));
+  }
+  return {};
+}
+
 }  // namespace qload

@@ -1,5 +1,6 @@
 // Moves bytes between the processes of a multi-process load: one rank's buffers to every rank
-// (broadcast), plus a barrier that carries success. Host memory goes through the TCP
+// (broadcast), one rank's host bytes split between ranks (scatter), and a barrier that carries
+// success. Host memory goes through the TCP
 // rendezvous; GPU memory through NCCL, one communicator per device slot (slot k joins device k
 // of every process). NCCL is opened at run time; without it, GPU buffers are refused.
 #pragma once
@@ -47,6 +48,13 @@ class Communicator {
   // Every rank calls it with buffers of the same sizes and slots, in the same order; when it
   // returns, each holds rank `root`'s bytes.
   Status broadcast(std::span<const BroadcastBuffer> buffers, std::uint32_t root);
+
+  // Rank `root` sends `parts[q]` to each rank q (parts is read on the root only, and its own
+  // entry ignored); every other rank receives its part into `mine`. `sizes[q]` is rank q's
+  // part's size, the same on every rank (so each knows how many pieces to wait for). Host
+  // memory, through the rendezvous.
+  Status scatter(std::span<const std::uint64_t> sizes, std::span<const std::span<const std::byte>> parts,
+                 std::span<std::byte> mine, std::uint32_t root);
 
  private:
   Communicator(Rendezvous& rendezvous, std::unique_ptr<detail::NcclGroup, detail::NcclGroupDeleter> nccl)

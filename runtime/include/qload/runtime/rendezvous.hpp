@@ -3,7 +3,8 @@
 // since rank 0 may start later) and says which rank of which world it is. After that,
 // allgather() exchanges one message per rank, through rank 0. qload uses it to check that every
 // rank planned the same load, to hand out NCCL's unique id, and to learn every rank's outcome,
-// so that a load fails everywhere if it fails anywhere.
+// so that a load fails everywhere if it fails anywhere; alltoall() carries the bytes of shared
+// reads between processes on cpu devices.
 //
 // A rank that dies closes its socket: the others' next allgather fails naming it instead of
 // waiting (TCP keepalive notices a node that vanished). Joining is bounded by the timeout, and
@@ -11,6 +12,7 @@
 #pragma once
 
 #include <chrono>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -37,6 +39,11 @@ class Rendezvous {
   // are still loading).
   Result<std::vector<std::string>> allgather(std::string_view mine);
   Result<std::vector<std::string>> allgather(std::string_view mine, std::chrono::milliseconds wait);
+
+  // Every rank sends `to_each[q]` to rank q (to_each has one message per rank, its own
+  // included) and gets, indexed by rank, the message each rank sent it. Through rank 0, like
+  // allgather, but each message goes only where it is addressed.
+  Result<std::vector<std::string>> alltoall(std::span<const std::string_view> to_each);
 
   const World& world() const noexcept { return world_; }
 
