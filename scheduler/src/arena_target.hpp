@@ -57,6 +57,9 @@ class ArenaTarget {
   virtual void release_into(std::vector<HostBuffer>& host, std::vector<cuda::DeviceBuffer>& device) = 0;
 };
 
+// Puts `deliveries` in host memory at `base` (memcpy, or a CPU conversion), as a host arena does.
+Status deliver_on_host(std::byte* base, std::span<const Delivery> deliveries);
+
 // A host arena of plan.bytes (zero-filled, huge pages).
 Result<std::unique_ptr<ArenaTarget>> make_host_target(const ArenaPlan& plan);
 

@@ -16,22 +16,7 @@ class HostTarget final : public ArenaTarget {
   std::byte* base() const noexcept override { return arena_.data(); }
   bool on_host() const noexcept override { return true; }
 
-  Status deliver(std::span<const Delivery> deliveries) override {
-    for (const Delivery& d : deliveries) {
-      const std::uint64_t out_bytes =
-          d.from == d.to ? d.stored.size() : formats::converted_bytes(d.stored.size(), d.from, d.to);
-      for (std::uint64_t row = 0; row < d.rows; ++row) {
-        std::byte* out = arena_.data() + d.arena_offset + row * out_bytes;
-        const std::span<const std::byte> in(d.stored.data() + row * d.stored_pitch, d.stored.size());
-        if (d.from == d.to) {
-          std::memcpy(out, in.data(), in.size());
-        } else {
-          QLOAD_TRY(formats::convert(in, d.from, std::span(out, static_cast<std::size_t>(out_bytes)), d.to));
-        }
-      }
-    }
-    return {};
-  }
+  Status deliver(std::span<const Delivery> deliveries) override { return deliver_on_host(arena_.data(), deliveries); }
 
   Status dequantize(const formats::LogicalTensor& tensor, std::span<const formats::PartBytes> parts,
                     std::uint64_t row_begin, std::uint64_t row_end, std::uint64_t arena_offset, DType dtype) override {
@@ -49,6 +34,23 @@ class HostTarget final : public ArenaTarget {
 };
 
 }  // namespace
+
+Status deliver_on_host(std::byte* base, std::span<const Delivery> deliveries) {
+  for (const Delivery& d : deliveries) {
+    const std::uint64_t out_bytes =
+        d.from == d.to ? d.stored.size() : formats::converted_bytes(d.stored.size(), d.from, d.to);
+    for (std::uint64_t row = 0; row < d.rows; ++row) {
+      std::byte* out = base + d.arena_offset + row * out_bytes;
+      const std::span<const std::byte> in(d.stored.data() + row * d.stored_pitch, d.stored.size());
+      if (d.from == d.to) {
+        std::memcpy(out, in.data(), in.size());
+      } else {
+        QLOAD_TRY(formats::convert(in, d.from, std::span(out, static_cast<std::size_t>(out_bytes)), d.to));
+      }
+    }
+  }
+  return {};
+}
 
 Result<std::unique_ptr<ArenaTarget>> make_host_target(const ArenaPlan& plan) {
   QLOAD_ASSIGN_OR_RETURN(HostBuffer arena, HostBuffer::allocate(static_cast<std::size_t>(plan.bytes),

@@ -31,8 +31,10 @@ Status LoadOptions::validate() const {
 
 namespace {
 
-// load() on this process alone: every check, then the mode's load.
-Result<Model> load_here(const formats::Catalog& catalog, const Plan& plan, const LoadOptions& options) {
+// load() on this process: every check, then the mode's load (which passes `barrier`, for
+// shared reads, once it has read).
+Result<Model> load_here(const formats::Catalog& catalog, const Plan& plan, const LoadOptions& options,
+                        detail::SharedReadsBarrier* barrier) {
   const detail::LoadClock::time_point begin = detail::LoadClock::now();
   QLOAD_TRY(options.validate());
   if (plan.tensors.size() != catalog.tensors.size())
@@ -48,24 +50,28 @@ Result<Model> load_here(const formats::Catalog& catalog, const Plan& plan, const
   if (!plan.quant_warning.empty())
     options.log.warn("quantized weights are not described (loaded as stored tensors): " + plan.quant_warning);
   if (plan.mode == LoadMode::kMmap) return detail::load_mmap(catalog, plan, options, expected, begin);
-  return detail::load_read(catalog, plan, options, expected, begin);
+  return detail::load_read(catalog, plan, options, expected, begin, barrier);
 }
 
 }  // namespace
 
 Result<Model> load(const formats::Catalog& catalog, const Plan& plan, const LoadOptions& options) {
-  if (!plan.shared_reads) return load_here(catalog, plan, options);
-  // Shared reads: every process loads what it reads; once all have succeeded (a process that
-  // failed, for whatever reason, says so here, so none waits), each tensor goes from its reader
-  // to the others.
+  if (plan.shared_reads == SharedReads::kNone) return load_here(catalog, plan, options, nullptr);
+  // Shared reads: every process reads what it reads, then passes the barrier (a process that
+  // failed before, for whatever reason, passes it here, so none waits); once all have
+  // succeeded, each tensor goes from its reader to the others.
   if (options.communicator == nullptr)
     return fail(Errc::kInvalidArgument, "the plan shares reads between processes, but no communicator was given");
-  Result<Model> model = load_here(catalog, plan, options);
-  QLOAD_ASSIGN_OR_RETURN(const bool everyone, options.communicator->all_ok(model.has_value()));
+  if (plan.mode != LoadMode::kRead) return fail(Errc::kInvalidArgument, "shared reads need read mode");
+  detail::SharedReadsBarrier barrier(*options.communicator);
+  Result<Model> model = load_here(catalog, plan, options, &barrier);
+  if (!barrier.passed()) {
+    Status passed = barrier.pass(model.has_value());
+    if (model) QLOAD_TRY(passed);
+  }
   if (!model) return model;
-  if (!everyone)
-    return fail(Errc::kCancelled, "another process of the load failed, so the tensors it read cannot arrive");
-  QLOAD_TRY(detail::broadcast_shared(*model, plan, *options.communicator));
+  if (plan.shared_reads == SharedReads::kBroadcast)
+    QLOAD_TRY(detail::broadcast_shared(*model, plan, *options.communicator));
   return model;
 }
 

@@ -2,8 +2,11 @@
 #pragma once
 
 #include <chrono>
+#include <memory>
+#include <span>
 #include <vector>
 
+#include "arena_target.hpp"
 #include "qload/formats/catalog.hpp"
 #include "qload/scheduler/load.hpp"
 #include "tensor_digests.hpp"
@@ -12,9 +15,26 @@ namespace qload::scheduler::detail {
 
 using LoadClock = std::chrono::steady_clock;
 
-// Read mode: staging pool -> DAG (read, verify, place) -> host arena.
+// The barrier of a shared-read load (ParallelLayout::share_reads): every process passes it
+// exactly once, once it has read all it reads or has failed, carrying which; tensors move
+// between processes only when every process passed it with success.
+class SharedReadsBarrier {
+ public:
+  explicit SharedReadsBarrier(Communicator& communicator) : communicator_(communicator) {}
+  // kCancelled when another process failed; the rendezvous's error when it broke.
+  Status pass(bool ok);
+  bool passed() const noexcept { return passed_; }
+  Communicator& communicator() const noexcept { return communicator_; }
+
+ private:
+  Communicator& communicator_;
+  bool passed_ = false;
+};
+
+// Read mode: staging pool -> DAG (read, verify, place) -> host arena. `barrier` (shared reads
+// only) is passed once the reads are done, and relayed tensors are then exchanged.
 Result<Model> load_read(const formats::Catalog& catalog, const Plan& plan, const LoadOptions& options,
-                        const ExpectedDigests& expected, LoadClock::time_point begin);
+                        const ExpectedDigests& expected, LoadClock::time_point begin, SharedReadsBarrier* barrier);
 // Mmap mode: read-only mappings; verify tasks only.
 Result<Model> load_mmap(const formats::Catalog& catalog, const Plan& plan, const LoadOptions& options,
                         const ExpectedDigests& expected, LoadClock::time_point begin);
@@ -35,9 +55,16 @@ void fill_report(LoadReport& report, const formats::Catalog& catalog, const Plan
 // kFileChanged if `size_now` differs from the size the catalog validated.
 Status check_catalog_size(const formats::CatalogFile& file, std::uint64_t size_now);
 
-// Shared reads: sends every tensor from its reader to the other processes (every process calls
-// it, in catalog order), filling this process's copies of the tensors it did not read.
+// Shared reads, SharedReads::kBroadcast: sends every tensor from its reader to the other
+// processes (every process calls it, in catalog order), filling this process's copies of the
+// tensors it did not read.
 Status broadcast_shared(Model& model, const Plan& plan, Communicator& communicator);
+
+// SharedReads::kRelay: each relayed tensor's reader cuts the other holders' copies from the
+// stored tensor it kept in scratch and scatters them; each holder puts its own in place
+// (every process calls it, in Plan::relayed order).
+Status relay_shared(const formats::Catalog& catalog, const Plan& plan,
+                    std::span<const std::unique_ptr<ArenaTarget>> targets, Communicator& communicator);
 
 // Whether the load computes tensor `i`'s digest: not for a tensor another process holds, nor
 // for one this process reads only in part.

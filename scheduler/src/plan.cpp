@@ -155,6 +155,31 @@ std::optional<std::uint32_t> local_device(const PlanOptions& options, std::uint3
   return global - par.process * held;
 }
 
+// Shared reads between processes that do not hold whole replicas go through a relay
+// (SharedReads::kRelay).
+bool relays(const PlanOptions& options) {
+  const ParallelLayout& par = options.parallel;
+  return par.share_reads && options.devices.size() % (par.tensor * par.pipeline) != 0;
+}
+
+// Every process's copies of tensor i (a RelayedTensor whose reader is chosen later, by
+// assign_relay_readers), in each process's shard order (replica, then tensor rank).
+Status list_copies(std::uint32_t i, std::uint32_t stage, DType dtype, const std::vector<ShardSlice>& slices,
+                   const PlanOptions& options, Plan& plan) {
+  const ParallelLayout& par = options.parallel;
+  const auto held = static_cast<std::uint32_t>(options.devices.size());
+  RelayedTensor& relayed = plan.relayed.emplace_back(RelayedTensor{.tensor = i, .dtype = dtype});
+  for (std::uint32_t d = 0; d < par.data; ++d)
+    for (std::uint32_t r = 0; r < par.tensor; ++r) {
+      QLOAD_ASSIGN_OR_RETURN(const std::uint64_t numel, slices[r].shape.numel());
+      relayed.copies.push_back({.process = ((d * par.pipeline + stage) * par.tensor + r) / held,
+                                .slice = slices[r],
+                                .bytes = numel * dtype_info(dtype).block_bytes});
+    }
+  std::ranges::stable_sort(relayed.copies, {}, &RelayedTensor::Copy::process);
+  return {};
+}
+
 Status place_shards(const formats::Catalog& catalog, std::uint32_t i, std::uint32_t stage, DType dtype,
                     const PlanOptions& options, const formats::ModelGeometry& geometry,
                     const std::map<std::uint32_t, PartShards>& part_shards, std::vector<std::uint64_t>& cursor,
@@ -173,6 +198,7 @@ Status place_shards(const formats::Catalog& catalog, std::uint32_t i, std::uint3
   TensorPlacement& placed = plan.tensors[i];
   placed = TensorPlacement{.first_shard = static_cast<std::uint32_t>(plan.shards.size()), .dtype = dtype};
   const std::uint64_t element = dtype_info(dtype).block_bytes;
+  if (relays(options)) QLOAD_TRY(list_copies(i, stage, dtype, slices, options, plan));
   for (std::uint32_t d = 0; d < par.data; ++d)
     for (std::uint32_t r = 0; r < par.tensor; ++r) {
       const std::optional<std::uint32_t> here = local_device(options, d, stage, r);
@@ -237,11 +263,8 @@ Status check_parallel(const PlanOptions& options, const Plan& plan) {
                             par.tensor, par.pipeline, par.data, par.devices(), par.processes, options.devices.size(),
                             options.devices.size() * par.processes));
   if (options.place) return fail(Errc::kInvalidArgument, "a placement hook cannot be combined with a parallel layout");
-  if (par.share_reads && (par.processes < 2 || options.devices.size() % (par.tensor * par.pipeline) != 0))
-    return fail(Errc::kInvalidArgument,
-                fmt::format("sharing reads needs several processes holding whole replicas: {} devices per process "
-                            "is not a multiple of tensor {} x pipeline {}",
-                            options.devices.size(), par.tensor, par.pipeline));
+  if (par.share_reads && par.processes < 2)
+    return fail(Errc::kInvalidArgument, "sharing reads needs several processes (ParallelLayout::processes)");
   if (par.share_reads && !plan.decodes.empty())
     return fail(Error(Errc::kUnsupported, "decoding on load with shared reads is not supported yet")
                     .with_tensor(plan.decodes.front().outputs.front().name));
@@ -272,6 +295,52 @@ void assign_readers(const formats::Catalog& catalog, const std::vector<std::uint
     plan.direct_tensors -= placed.direct ? 1 : 0;
     placed.direct = false;
   }
+}
+
+// Relayed shared reads: each tensor held by several processes is read by the holder that has
+// read the fewest bytes so far (file order, lowest rank on a tie), which keeps it whole in
+// scratch; a tensor only one process holds is its own (and may be read in part). Every process
+// computes the same.
+Status assign_relay_readers(const formats::Catalog& catalog, const PlanOptions& options,
+                            std::vector<std::uint64_t>& cursor, std::uint32_t scratch, bool& any_scratch, Plan& plan) {
+  const ParallelLayout& par = options.parallel;
+  std::vector<std::uint64_t> assigned(par.processes, 0);
+  std::vector<RelayedTensor> kept;
+  for (RelayedTensor& relayed : plan.relayed) {  // in file order (place_in_arenas)
+    std::vector<bool> holds(par.processes, false);
+    for (const RelayedTensor::Copy& copy : relayed.copies) holds[copy.process] = true;
+    if (std::ranges::count(holds, true) < 2) {  // its one holder reads it
+      plan.tensors[relayed.tensor].reader = static_cast<std::uint32_t>(std::ranges::find(holds, true) - holds.begin());
+      continue;
+    }
+    std::uint32_t reader = par.processes;
+    for (std::uint32_t q = 0; q < par.processes; ++q)
+      if (holds[q] && (reader == par.processes || assigned[q] < assigned[reader])) reader = q;
+    const formats::TensorEntry& t = catalog.tensors[relayed.tensor];
+    assigned[reader] += t.nbytes;
+    relayed.reader = reader;
+    std::erase_if(relayed.copies, [&](const RelayedTensor::Copy& copy) { return copy.process == reader; });
+    relayed.bytes_to.assign(par.processes, 0);
+    for (const RelayedTensor::Copy& copy : relayed.copies) relayed.bytes_to[copy.process] += copy.bytes;
+    TensorPlacement& placed = plan.tensors[relayed.tensor];
+    placed.reader = reader;
+    if (holds[par.process]) {
+      plan.direct_tensors -= placed.direct ? 1 : 0;
+      placed.direct = false;
+      placed.partial = false;
+      placed.received = reader != par.process;
+      placed.relayed = reader == par.process;
+    }
+    if (placed.relayed) {
+      auto offset = take(cursor[scratch], t.nbytes, options.tensor_alignment, "scratch");
+      if (!offset) return fail(tensor_error(catalog, t, Errc::kOverflow, offset.error().message()));
+      placed.relay_offset = *offset;
+      any_scratch = true;
+    }
+    kept.push_back(std::move(relayed));
+  }
+  plan.relayed = std::move(kept);
+  return {};
 }
 
 // Where each decode job's outputs go. Outside a parallel layout: the device of its first input.
@@ -392,9 +461,12 @@ Status place_in_arenas(const formats::Catalog& catalog, const std::vector<std::u
       QLOAD_ASSIGN_OR_RETURN(in.offset, take(cursor[scratch], in.bytes, detail::kDecodePartAlignment, "scratch"));
     }
   }
-  if (options.parallel.share_reads) {
+  if (relays(options)) {
+    QLOAD_TRY(assign_relay_readers(catalog, options, cursor, scratch, any_scratch, plan));
+    plan.shared_reads = SharedReads::kRelay;
+  } else if (options.parallel.share_reads) {
     assign_readers(catalog, order, options.parallel, plan);
-    plan.shared_reads = true;
+    plan.shared_reads = SharedReads::kBroadcast;
   }
   std::uint64_t host_bytes = 0;
   const std::uint64_t arena_alignment = std::max<std::uint64_t>(options.tensor_alignment, 4096);

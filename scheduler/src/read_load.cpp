@@ -122,7 +122,7 @@ bool has_gpu(const Plan& plan) {
 }  // namespace
 
 Result<Model> load_read(const formats::Catalog& catalog, const Plan& plan, const LoadOptions& options,
-                        const ExpectedDigests& expected, LoadClock::time_point begin) {
+                        const ExpectedDigests& expected, LoadClock::time_point begin, SharedReadsBarrier* barrier) {
   if (plan.arenas.empty()) return fail(Errc::kInvalidArgument, "a read plan needs at least one arena");
   std::optional<StagingPool> owned_pool;
   StagingPool* pool = options.staging_pool;
@@ -160,11 +160,19 @@ Result<Model> load_read(const formats::Catalog& catalog, const Plan& plan, const
   // h2d tasks wait for their copies on a thread of their own: no CPU worker sits idle behind one.
   std::size_t threads = workers;
   for (const auto& t : targets) threads += t->on_host() ? 0 : options.copy_lanes;
-  QLOAD_ASSIGN_OR_RETURN(
-      const ExecutionStats stats,
+  Result<ExecutionStats> stats =
       execute(graph, reader.get(),
-              {.cpu_threads = threads, .trace = options.trace, .on_task_done = progress_reporter(options, plan)}));
-  for (io::FileId id = 0; id < reader->file_count(); ++id) QLOAD_TRY(reader->file(id).check_unchanged());
+              {.cpu_threads = threads, .trace = options.trace, .on_task_done = progress_reporter(options, plan)});
+  Status read = stats ? Status{} : Status(fail(stats.error()));
+  for (io::FileId id = 0; id < reader->file_count() && read; ++id) read = reader->file(id).check_unchanged();
+  if (barrier != nullptr) {
+    Status passed = barrier->pass(read.has_value());
+    QLOAD_TRY(read);
+    QLOAD_TRY(passed);
+    if (plan.shared_reads == SharedReads::kRelay)
+      QLOAD_TRY(relay_shared(catalog, plan, targets, barrier->communicator()));
+  }
+  QLOAD_TRY(read);
 
   Model::Parts parts;
   std::vector<const std::byte*> bases;
@@ -178,7 +186,7 @@ Result<Model> load_read(const formats::Catalog& catalog, const Plan& plan, const
   report.io = reader->stats();
   report.staging_budget_bytes = pool->capacity_bytes();
   report.peak_staging_bytes = pool->peak_leased_bytes();
-  fill_report(report, catalog, plan, options.compute_digests ? state.digests : std::vector<std::uint64_t>{}, stats,
+  fill_report(report, catalog, plan, options.compute_digests ? state.digests : std::vector<std::uint64_t>{}, *stats,
               begin);
   return Model(std::move(parts));
 }

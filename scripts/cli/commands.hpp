@@ -59,7 +59,7 @@ struct LoadArgs {
   std::uint32_t tensor_parallel = 0;  // 0: the recipe's, else 1
   std::uint32_t pipeline_parallel = 0;
   std::uint32_t data_parallel = 0;
-  bool share_reads = false;  // several processes holding whole replicas: each tensor read by one
+  bool share_reads = false;  // several processes: each tensor read by one of those holding it
 };
 int run_load(const LoadArgs& args);
 

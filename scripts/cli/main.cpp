@@ -68,8 +68,9 @@ int main(int argc, char** argv) {
         ->check(CLI::PositiveNumber);
     cmd->add_option("--dp,--data-parallel", a.data_parallel, "Data-parallel replicas")->check(CLI::PositiveNumber);
     cmd->add_flag("--share-reads", a.share_reads,
-                  "Under WORLD_SIZE > 1 with processes holding whole replicas: each tensor is read by one process "
-                  "and broadcast to the others (TCP for cpu devices, NCCL for GPUs)");
+                  "Under WORLD_SIZE > 1: each tensor is read by one of the processes holding it and reaches the "
+                  "others after every process has read (whole replicas: broadcast, TCP for cpu devices and NCCL "
+                  "for GPUs; tensor or pipeline shards: relayed over TCP)");
   };
 
   qload::cli::LoadArgs load_args;

@@ -68,7 +68,8 @@ json plan_json(const formats::Catalog& catalog, const scheduler::Plan& plan) {
                   {"file", scripts::path_in_checkpoint(catalog, catalog.files[t.file].path)},
                   {"file_offset", t.offset},
                   {"bytes", t.nbytes}};
-    if (plan.shared_reads) entry["read_by_process"] = p.reader;  // the others receive it
+    if (plan.shared_reads != scheduler::SharedReads::kNone && (p.shard_count > 0 || p.region != scheduler::kNoRegion))
+      entry["read_by_process"] = p.reader;  // the others holding it receive it
     if (!consumed_by[i].empty()) {
       entry["decode"] = consumed_by[i];
     } else if (p.shard_count > 0) {  // a parallel layout: one copy per device that holds it

@@ -9,7 +9,9 @@
 #  3. A locked load where one rank's copy of the checkpoint has a flipped byte: that rank
 #     fails naming the tensor, and the other fails because it did.
 #  4. Two replicas sharing reads (--share-reads) each dump the whole checkpoint, having read
-#     it once between them. `qload lock` refuses to run as one rank.
+#     it once between them.
+#  5. tp 4 x pp 2 over 4 processes sharing reads: the dumps rebuild the checkpoint, read once
+#     between the ranks. `qload lock` refuses to run as one rank.
 # Usage: multiprocess.sh QLOAD
 set -euo pipefail
 qload=$1
@@ -196,6 +198,34 @@ d = sys.argv[1]
 single = json.load(open(f"{d}/single.json"))
 read = [json.load(open(f"{d}/recipe.{r}.out"))["bytes"] for r in range(2)]
 assert sum(read) == single["bytes"] and min(read) > 0, (read, single["bytes"])
+PY
+# 5. Tensor and pipeline parallel over 4 processes sharing reads (each tensor read by one of
+# the ranks holding it, the others' shards relayed): the dumps rebuild the checkpoint as in 1,
+# and between them the ranks read its tensor bytes once.
+relay_rank() { "$qload" load "$dir/m" --devices cpu:0,cpu:1 --tp 4 --pp 2 --share-reads --json --dump "$dir/relay"; }
+run_world 4 relay relay_rank
+for r in 0 1 2 3; do expect_rc relay $r 0; done
+python3 - "$dir" "$(dirname "$0")" <<'PY'
+import json, os, sys
+d = sys.argv[1]
+sys.path.insert(0, sys.argv[2])
+from shards import Rebuilt, read_checkpoint, read_safetensors
+source = read_checkpoint(f"{d}/m")
+rebuilt = {name: Rebuilt(dtype, shape, full) for name, (dtype, shape, full) in source.items()}
+single = json.load(open(f"{d}/single.json"))
+total = 0
+for r in range(4):
+    plan = json.load(open(f"{d}/plan.{r}.out"))  # the same placement as without shared reads
+    dumps = {name[len(f"rank{r}."):-len(".safetensors")]: read_safetensors(f"{d}/relay/{name}")
+             for name in os.listdir(f"{d}/relay") if name.startswith(f"rank{r}.")}
+    for t in plan["tensors"]:
+        for sh in t.get("shards", []):
+            assert rebuilt[t["name"]].place(sh, dumps[sh["device"]][t["name"]][2]), (t["name"], r)
+    total += json.load(open(f"{d}/relay.{r}.out"))["bytes"]
+for name, (_, _, full) in source.items():
+    assert bytes(rebuilt[name].bytes) == full, f"{name}: the ranks' shards do not rebuild it"
+assert total == single["bytes"], (total, single["bytes"])
+print(f"relayed shared reads: tp 4 x pp 2 over 4 ranks rebuilt {len(source)} tensors, {total} tensor bytes read once")
 PY
 # qload lock refuses to run as one rank.
 if WORLD_SIZE=2 RANK=0 "$qload" lock "$dir/m" -o "$dir/x.lock" 2>"$dir/lock.err"; then exit 1; fi

@@ -229,16 +229,20 @@ RankLoad load_rank(const formats::Catalog& catalog, LoadOptions o, std::uint16_t
 
 }  // namespace
 
-TEST_CASE("parallel: processes holding whole replicas read each tensor once between them and share it",
+TEST_CASE("parallel: processes sharing reads read each tensor once between them, whatever copies each holds",
           "[scheduler][parallel][multiprocess]") {
   Llama m;
   make_model(m);
   auto catalog = open_source(m.dir.path().string());
   REQUIRE(catalog);
-  // tp x pp x dp over `processes`, each holding whole replicas.
+  // tp x pp x dp over `processes`: the first five hold whole replicas (the reader broadcasts
+  // its copies), the others different shards and stages (the reader relays every other
+  // holder's copies), one process per device or several devices each.
   for (const auto& [tp, pp, dp, processes] :
        {std::tuple{1u, 1u, 2u, 2u}, std::tuple{1u, 1u, 4u, 4u}, std::tuple{2u, 1u, 2u, 2u}, std::tuple{2u, 2u, 2u, 2u},
-        std::tuple{1u, 1u, 4u, 2u}})
+        std::tuple{1u, 1u, 4u, 2u}, std::tuple{2u, 1u, 1u, 2u}, std::tuple{4u, 1u, 1u, 4u}, std::tuple{4u, 1u, 1u, 2u},
+        std::tuple{2u, 2u, 1u, 4u}, std::tuple{1u, 2u, 1u, 2u}, std::tuple{2u, 1u, 2u, 4u}, std::tuple{8u, 1u, 1u, 8u},
+        std::tuple{2u, 2u, 2u, 8u}})
     for (const bool convert : {false, true}) {
       INFO("tp " << tp << " pp " << pp << " dp " << dp << " over " << processes << " processes"
                  << (convert ? ", f32" : ""));
@@ -278,6 +282,8 @@ TEST_CASE("parallel: processes holding whole replicas read each tensor once betw
               if (!mismatch.empty()) FAIL(mismatch);
             }
         }
+        CHECK(loads[p].plan->shared_reads ==
+              (per_process % (tp * pp) == 0 ? SharedReads::kBroadcast : SharedReads::kRelay));
         CHECK(model.report().io.bytes == loads[p].plan->read_bytes);
         for (const ReadChunk& chunk : loads[p].plan->chunks)
           for (const ChunkPiece& piece : chunk.pieces)
@@ -298,8 +304,13 @@ TEST_CASE("parallel: when a process sharing reads fails, every process fails and
   make_model(m);
   auto catalog = open_source(m.dir.path().string());
   REQUIRE(catalog);
+  // Replicas (broadcast) and tensor-parallel shards (relayed).
+  const ParallelLayout layout =
+      GENERATE(ParallelLayout{.data = 2, .processes = 2, .process = 0, .share_reads = true},
+               ParallelLayout{.tensor = 2, .processes = 2, .process = 0, .share_reads = true});
+  INFO("tp " << layout.tensor << " dp " << layout.data);
   LoadOptions o;
-  o.plan.parallel = {.data = 2, .processes = 2, .process = 0, .share_reads = true};
+  o.plan.parallel = layout;
   o.plan.devices = cpu_devices(1);
   // A tensor process 1 reads, with a wrong expected digest: process 1 fails verifying it.
   auto plan = make_plan(*catalog, o.plan);

@@ -82,10 +82,13 @@ struct ParallelLayout {
   std::uint32_t data = 1;
   std::uint32_t processes = 1;
   std::uint32_t process = 0;  // this process, < processes
-  // Processes that hold whole replicas (each process's devices a multiple of tensor x
-  // pipeline) share their reads: each tensor is read by one process, chosen to balance the
-  // bytes, and broadcast to the others (LoadOptions::communicator: TCP for host memory, NCCL
-  // for GPUs), so the world reads the checkpoint once. No decoding on load.
+  // Several processes share their reads (LoadOptions::communicator): each tensor is read by
+  // one of the processes that hold a copy of it, chosen to balance the bytes, and reaches the
+  // others after every process has read, so the world reads the checkpoint once. Processes
+  // holding whole replicas (each one's devices a multiple of tensor x pipeline) get the
+  // reader's own copies broadcast (TCP for host memory, NCCL for GPUs); otherwise (tensor or
+  // pipeline parallel over processes, one process per GPU) the reader keeps the stored tensor
+  // in host scratch and scatters each holder's copies to it over TCP. No decoding on load.
   bool share_reads = false;
   std::uint32_t devices() const noexcept { return tensor * pipeline * data; }
   bool trivial() const noexcept { return devices() == 1; }
@@ -172,9 +175,13 @@ struct TensorPlacement {
   // tensor's digest cannot be computed here).
   bool partial = false;
   // Shared reads (ParallelLayout::share_reads): process `reader` reads the tensor; on the
-  // others it is `received` (not read, filled by a broadcast after the load).
+  // other processes holding copies it is `received` (not read, filled after every process has
+  // read). Under SharedReads::kRelay the reader keeps the whole stored tensor in the scratch
+  // arena at `relay_offset` (`relayed`), to cut the other holders' copies from.
   bool received = false;
   std::uint32_t reader = 0;
+  bool relayed = false;
+  std::uint64_t relay_offset = 0;
   bool direct = false;       // read mode: read straight into the arena, not through staging
   DType dtype = DType::kU8;  // as placed (the stored dtype unless the dtype policy converts it)
   std::uint64_t bytes = 0;   // as placed
@@ -206,6 +213,29 @@ struct ShardPlacement {
   std::uint64_t bytes = 0;   // as placed
   Split split = Split::kReplicate;
   ShardSlice slice;
+};
+
+// How the processes of a shared-read load exchange tensors (ParallelLayout::share_reads).
+enum class SharedReads : std::uint8_t {
+  kNone,
+  kBroadcast,  // processes hold whole replicas: each reader broadcasts its own copies
+  kRelay,      // processes hold different copies: each reader scatters the others' (Plan::relayed)
+};
+
+// Under SharedReads::kRelay, a tensor held by several processes: its reader's and the other
+// holders' copies, each cut (and converted) from the stored tensor as placed.
+struct RelayedTensor {
+  std::uint32_t tensor = 0;  // index into catalog.tensors
+  std::uint32_t reader = 0;
+  DType dtype = DType::kU8;  // as placed
+  struct Copy {
+    std::uint32_t process = 0;
+    ShardSlice slice;
+    std::uint64_t bytes = 0;  // as placed
+  };
+  // Every holder's copies but the reader's, by process, each process's in its shard order.
+  std::vector<Copy> copies;
+  std::vector<std::uint64_t> bytes_to;  // [process]: the bytes its copies take (0 for the reader)
 };
 
 // A slice of one tensor carried by a chunk.
@@ -283,14 +313,15 @@ struct Plan {
     std::uint64_t groups = 0;                                   // formats::QuantParams::groups
   };
   std::map<std::uint32_t, ShardedWeight> sharded_weights;
-  bool shared_reads = false;                 // ParallelLayout::share_reads: received tensors are broadcast
-  std::uint32_t scratch_region = kNoRegion;  // index of the scratch arena in `arenas`, if any
-  std::uint64_t tensor_alignment = 0;        // PlanOptions::tensor_alignment (read mode)
-  std::uint64_t tensor_bytes = 0;            // sum of tensor sizes as stored
-  std::uint64_t placed_bytes = 0;            // sum of tensor sizes as placed (after conversion)
-  std::uint32_t converted_tensors = 0;       // tensors whose dtype the policy changes
-  std::uint64_t read_bytes = 0;              // sum of chunk sizes (tensors + gaps + alignment)
-  std::uint64_t max_staged_chunk_bytes = 0;  // largest chunk that goes through staging
+  SharedReads shared_reads = SharedReads::kNone;  // ParallelLayout::share_reads
+  std::vector<RelayedTensor> relayed;             // SharedReads::kRelay, the same on every process, file order
+  std::uint32_t scratch_region = kNoRegion;       // index of the scratch arena in `arenas`, if any
+  std::uint64_t tensor_alignment = 0;             // PlanOptions::tensor_alignment (read mode)
+  std::uint64_t tensor_bytes = 0;                 // sum of tensor sizes as stored
+  std::uint64_t placed_bytes = 0;                 // sum of tensor sizes as placed (after conversion)
+  std::uint32_t converted_tensors = 0;            // tensors whose dtype the policy changes
+  std::uint64_t read_bytes = 0;                   // sum of chunk sizes (tensors + gaps + alignment)
+  std::uint64_t max_staged_chunk_bytes = 0;       // largest chunk that goes through staging
   std::uint32_t direct_tensors = 0;
 };
 

@@ -57,7 +57,7 @@ struct RecipeParallel {
   std::uint32_t tensor = 1;
   std::uint32_t pipeline = 1;
   std::uint32_t data = 1;
-  bool share_reads = false;  // several processes holding whole replicas (ParallelLayout::share_reads)
+  bool share_reads = false;  // several processes: each tensor read once (ParallelLayout::share_reads)
 };
 
 // One quant rule: which weights (a glob or a Lua pattern) and what to do with them.
