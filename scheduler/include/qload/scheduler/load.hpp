@@ -52,7 +52,7 @@ struct LoadOptions {
   TraceRecorder* trace = nullptr;  // not owned; lanes "read", "verify", "place"
   // A plan whose processes share reads (ParallelLayout::share_reads) fills the tensors other
   // processes read through this (not owned; every rank's load uses its own, over one
-  // rendezvous). The load returns once every rank has loaded and every broadcast arrived.
+  // rendezvous). The load returns once every rank has read and every shared tensor arrived.
   Communicator* communicator = nullptr;
   // Progress: called with bytes read from files so far and the total to read (read mode),
   // on the loading thread, after each read. Must be quick.
