@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# Shared reads between data-parallel replicas (issue 7): dp processes (one cpu device each,
-# WORLD_SIZE=dp, meeting over the TCP rendezvous) load a whole replica each, either reading
-# everything themselves ("independent") or with --share-reads (each tensor read by one process
-# and broadcast through rank 0 over TCP). Warm: the files are in the page cache. Cold: evicted
+# Shared reads between processes (issue 7): N processes (one cpu device each, WORLD_SIZE=N,
+# meeting over the TCP rendezvous) load a data-parallel replica (dp:N) or a tensor-parallel
+# shard (tp:N) each, either reading what they need themselves ("independent": a replica reads
+# everything, a shard its byte ranges) or with --share-reads (each tensor read by one process;
+# replicas get it broadcast, shards relayed, through rank 0 over TCP). Warm: the files are in the page cache. Cold: evicted
 # before each run with posix_fadvise(DONTNEED) (dd iflag=nocache; no root needed), so reads hit
-# the disk. Printed per dp and cache: bytes read from storage (summed over the processes), wall
+# the disk. Printed per layout and cache: bytes read from storage (summed over the processes), wall
 # seconds of the whole run, peak RSS (summed), and shared / independent ratios. Best of RUNS.
 #
 # Usage: bench/shared_reads_bench.sh [BUILD_DIR] [WORK_DIR]   (defaults: build, /tmp/qload-shared-bench)
 # Environment: LAYERS HIDDEN INTERMEDIATE VOCAB HEADS KV_HEADS (model shape; defaults as
-# bench/parallel_bench.sh, ~1 GB of bf16), DPS (default "2 4"), RUNS (default 2), KEEP=1.
+# bench/parallel_bench.sh, ~1 GB of bf16), LAYOUTS (default "dp:2 dp:4 tp:2 tp:4"), RUNS
+# (default 2), KEEP=1.
 set -euo pipefail
 build=${1:-build}
 work=${2:-/tmp/qload-shared-bench}
@@ -25,7 +27,8 @@ echo "== $(du -sh "$model" | cut -f1) checkpoint; $(nproc) cores; load average $
 results="$work/results.tsv"
 : >"$results"
 for ((round = 0; round < runs; round++)); do
-  for dp in ${DPS:-2 4}; do
+  for layout in ${LAYOUTS:-dp:2 dp:4 tp:2 tp:4}; do
+    axis=${layout%%:*} n=${layout##*:}
     for cache in warm cold; do
       for kind in independent shared; do
         flags=()
@@ -33,17 +36,17 @@ for ((round = 0; round < runs; round++)); do
         "$cache"
         port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
         start=$(date +%s.%N)
-        for ((rank = 0; rank < dp; rank++)); do
-          WORLD_SIZE=$dp RANK=$rank MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-            "$qload" load "$model" --device cpu --dp "$dp" "${flags[@]}" --json >"$work/rank$rank.json" &
+        for ((rank = 0; rank < n; rank++)); do
+          WORLD_SIZE=$n RANK=$rank MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+            "$qload" load "$model" --device cpu "--$axis" "$n" "${flags[@]}" --json >"$work/rank$rank.json" &
         done
         wait
         end=$(date +%s.%N)
-        python3 - "$work" "$dp" "$start" "$end" "$cache" "$kind" >>"$results" <<'PY'
+        python3 - "$work" "$layout" "$start" "$end" "$cache" "$kind" >>"$results" <<'PY'
 import json, sys
-d, dp, start, end, cache, kind = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), sys.argv[5], sys.argv[6]
-reports = [json.load(open(f"{d}/rank{r}.json")) for r in range(dp)]
-print(dp, cache, kind, end - start, sum(r["read_bytes"] for r in reports), sum(r["peak_rss_bytes"] for r in reports), sep="\t")
+d, layout, start, end, cache, kind = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4]), sys.argv[5], sys.argv[6]
+reports = [json.load(open(f"{d}/rank{r}.json")) for r in range(int(layout.split(":")[1]))]
+print(layout, cache, kind, end - start, sum(r["read_bytes"] for r in reports), sum(r["peak_rss_bytes"] for r in reports), sep="\t")
 PY
       done
     done
@@ -53,17 +56,17 @@ python3 - "$results" <<'PY'
 import sys
 best = {}
 for line in open(sys.argv[1]):
-    dp, cache, kind, sec, read, rss = line.split("\t")
-    key = (int(dp), cache, kind)
+    layout, cache, kind, sec, read, rss = line.split("\t")
+    key = (layout, cache, kind)
     sec, read, rss = float(sec), int(read), int(rss)
     if key not in best or sec < best[key][0]:
         best[key] = (sec, read, max(rss, best.get(key, (0, 0, 0))[2]))
-print(f"\n{'dp':>3} {'cache':>5} {'loader':>11} {'read GB':>8} {'seconds':>8} {'peak RSS':>9} {'time ratio':>10}")
-for dp, cache in sorted({(k[0], k[1]) for k in best}):
-    base = best[(dp, cache, "independent")]
+print(f"\n{'layout':>6} {'cache':>5} {'loader':>11} {'read GB':>8} {'seconds':>8} {'peak RSS':>9} {'time ratio':>10}")
+for layout, cache in sorted({(k[0], k[1]) for k in best}):
+    base = best[(layout, cache, "independent")]
     for kind in ("independent", "shared"):
-        q = best[(dp, cache, kind)]
-        print(f"{dp:>3} {cache:>5} {kind:>11} {q[1] / 1e9:8.3f} {q[0]:8.3f} {q[2] / 2**20:7.0f}Mi {q[0] / base[0]:10.3f}")
+        q = best[(layout, cache, kind)]
+        print(f"{layout:>6} {cache:>5} {kind:>11} {q[1] / 1e9:8.3f} {q[0]:8.3f} {q[2] / 2**20:7.0f}Mi {q[0] / base[0]:10.3f}")
 print("read GB and RSS are sums over the processes; time ratio: against independent (lower is better)")
 PY
 [ "${KEEP:-0}" = 1 ] || rm -rf "$model"

@@ -301,10 +301,13 @@ void assign_readers(const formats::Catalog& catalog, const std::vector<std::uint
 // read the fewest bytes so far (file order, lowest rank on a tie), which keeps it whole in
 // scratch; a tensor only one process holds is its own (and may be read in part). Every process
 // computes the same.
-Status assign_relay_readers(const formats::Catalog& catalog, const PlanOptions& options,
-                            std::vector<std::uint64_t>& cursor, std::uint32_t scratch, bool& any_scratch, Plan& plan) {
+// Each reader's relay arena holds the tensors it reads for others, at offsets every process
+// computes alike (so a process on the same machine can find them in the reader's memory).
+// Returns the bytes of this process's relay arena.
+Result<std::uint64_t> assign_relay_readers(const formats::Catalog& catalog, const PlanOptions& options, Plan& plan) {
   const ParallelLayout& par = options.parallel;
   std::vector<std::uint64_t> assigned(par.processes, 0);
+  std::vector<std::uint64_t> relay_cursor(par.processes, 0);
   std::vector<RelayedTensor> kept;
   for (RelayedTensor& relayed : plan.relayed) {  // in file order (place_in_arenas)
     std::vector<bool> holds(par.processes, false);
@@ -331,16 +334,14 @@ Status assign_relay_readers(const formats::Catalog& catalog, const PlanOptions& 
       placed.received = reader != par.process;
       placed.relayed = reader == par.process;
     }
-    if (placed.relayed) {
-      auto offset = take(cursor[scratch], t.nbytes, options.tensor_alignment, "scratch");
-      if (!offset) return fail(tensor_error(catalog, t, Errc::kOverflow, offset.error().message()));
-      placed.relay_offset = *offset;
-      any_scratch = true;
-    }
+    auto offset = take(relay_cursor[reader], t.nbytes, options.tensor_alignment, "relay");
+    if (!offset) return fail(tensor_error(catalog, t, Errc::kOverflow, offset.error().message()));
+    relayed.offset = *offset;
+    if (placed.relayed) placed.relay_offset = *offset;
     kept.push_back(std::move(relayed));
   }
   plan.relayed = std::move(kept);
-  return {};
+  return relay_cursor[par.process];
 }
 
 // Where each decode job's outputs go. Outside a parallel layout: the device of its first input.
@@ -461,8 +462,9 @@ Status place_in_arenas(const formats::Catalog& catalog, const std::vector<std::u
       QLOAD_ASSIGN_OR_RETURN(in.offset, take(cursor[scratch], in.bytes, detail::kDecodePartAlignment, "scratch"));
     }
   }
+  std::uint64_t relay_bytes = 0;
   if (relays(options)) {
-    QLOAD_TRY(assign_relay_readers(catalog, options, cursor, scratch, any_scratch, plan));
+    QLOAD_ASSIGN_OR_RETURN(relay_bytes, assign_relay_readers(catalog, options, plan));
     plan.shared_reads = SharedReads::kRelay;
   } else if (options.parallel.share_reads) {
     assign_readers(catalog, order, options.parallel, plan);
@@ -483,6 +485,12 @@ Status place_in_arenas(const formats::Catalog& catalog, const std::vector<std::u
         ArenaPlan{.scratch = is_scratch, .device = device, .bytes = cursor[d], .alignment = arena_alignment});
   }
   if (any_scratch) plan.scratch_region = scratch;
+  if (relay_bytes > 0) {
+    plan.relay_region = static_cast<std::uint32_t>(plan.arenas.size());
+    plan.arenas.push_back(ArenaPlan{
+        .scratch = true, .shared = true, .device = Device{}, .bytes = relay_bytes, .alignment = arena_alignment});
+    host_bytes += relay_bytes;
+  }
   if (options.max_arena_bytes == 0 && host_bytes > physical_memory_bytes())
     return fail(Errc::kOutOfMemory, fmt::format("the host arenas need {} bytes, more than the {} bytes of memory",
                                                 host_bytes, physical_memory_bytes()));

@@ -57,8 +57,8 @@ Status deliver_chunk(ReadLoadState& s, std::uint32_t index, Wanted wanted) {
                          by_region[shard.region]);
     }
     const DType from = s.catalog.tensors[piece.tensor].dtype;
-    if (p.relayed && wanted(s.plan.scratch_region))  // kept whole, as stored, for the other holders
-      by_region[s.plan.scratch_region].push_back(
+    if (p.relayed && wanted(s.plan.relay_region))  // kept whole, as stored, for the other holders
+      by_region[s.plan.relay_region].push_back(
           Delivery{.stored = std::span(piece_bytes(s, index, piece), static_cast<std::size_t>(piece.bytes)),
                    .arena_offset = p.relay_offset + piece.tensor_offset,
                    .from = from,
@@ -126,7 +126,7 @@ std::optional<TaskId> add_deliveries(TaskGraph& g, ReadLoadState& s, std::uint32
   for (const ChunkPiece& p : s.plan.chunks[i].pieces) {
     const TensorPlacement& placed = s.plan.tensors[p.tensor];
     if (placed.shard_count == 0) bytes[placed.region] += p.bytes;
-    if (placed.relayed) bytes[s.plan.scratch_region] += p.bytes;
+    if (placed.relayed) bytes[s.plan.relay_region] += p.bytes;
     for (std::uint32_t k = placed.first_shard; k < placed.first_shard + placed.shard_count; ++k)
       bytes[s.plan.shards[k].region] += shard_piece_size(s.catalog.tensors[p.tensor], s.plan.shards[k], p).bytes;
   }

@@ -91,7 +91,7 @@ Status relay_shared(const formats::Catalog& catalog, const Plan& plan,
     std::vector<std::vector<std::byte>> parts;
     std::vector<std::span<const std::byte>> views;
     if (me == relayed.reader) {
-      auto cut = cut_copies(t, relayed, targets[plan.scratch_region]->base() + placed.relay_offset);
+      auto cut = cut_copies(t, relayed, targets[plan.relay_region]->base() + relayed.offset);
       if (!cut) return named(fail(std::move(cut).error()));
       parts = std::move(*cut);
       views.assign(parts.begin(), parts.end());

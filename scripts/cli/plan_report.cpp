@@ -27,7 +27,8 @@ json shape_json(const Shape& shape) {
 
 std::string device_of(const scheduler::Plan& plan, std::uint32_t region) {
   if (plan.mode == scheduler::LoadMode::kMmap) return "cpu";
-  return plan.arenas[region].scratch ? "scratch" : plan.arenas[region].device.to_string();
+  const scheduler::ArenaPlan& arena = plan.arenas[region];
+  return arena.shared ? "relay" : arena.scratch ? "scratch" : arena.device.to_string();
 }
 
 }  // namespace
@@ -35,7 +36,10 @@ std::string device_of(const scheduler::Plan& plan, std::uint32_t region) {
 json plan_json(const formats::Catalog& catalog, const scheduler::Plan& plan) {
   json arenas = json::array();
   for (const scheduler::ArenaPlan& a : plan.arenas)
-    arenas.push_back({{"device", a.scratch ? "scratch" : a.device.to_string()}, {"bytes", a.bytes}});
+    arenas.push_back({{"device", a.shared    ? "relay"
+                                 : a.scratch ? "scratch"
+                                             : a.device.to_string()},
+                      {"bytes", a.bytes}});
   // Which decode job reads each stored tensor.
   std::vector<std::string> consumed_by(catalog.tensors.size());
   json decodes = json::array();

@@ -176,8 +176,8 @@ struct TensorPlacement {
   bool partial = false;
   // Shared reads (ParallelLayout::share_reads): process `reader` reads the tensor; on the
   // other processes holding copies it is `received` (not read, filled after every process has
-  // read). Under SharedReads::kRelay the reader keeps the whole stored tensor in the scratch
-  // arena at `relay_offset` (`relayed`), to cut the other holders' copies from.
+  // read). Under SharedReads::kRelay the reader keeps the whole stored tensor in the relay
+  // arena (Plan::relay_region) at `relay_offset` (`relayed`), to cut the others' copies from.
   bool received = false;
   std::uint32_t reader = 0;
   bool relayed = false;
@@ -189,8 +189,10 @@ struct TensorPlacement {
 
 struct ArenaPlan {
   // Scratch: a host arena holding the inputs of decode jobs (packed parts, weights to
-  // quantize) for the duration of the load; never part of the Model.
+  // quantize), or relayed tensors, for the duration of the load; never part of the Model.
   bool scratch = false;
+  // Host memory other processes on this machine may map (the relay arena: shared memory).
+  bool shared = false;
   Device device;
   std::uint64_t bytes = 0;      // exact: the end of the last tensor placed in it
   std::uint64_t alignment = 0;  // the arena's own start alignment (>= tensor_alignment)
@@ -227,6 +229,7 @@ enum class SharedReads : std::uint8_t {
 struct RelayedTensor {
   std::uint32_t tensor = 0;  // index into catalog.tensors
   std::uint32_t reader = 0;
+  std::uint64_t offset = 0;  // of the stored tensor in the reader's relay arena
   DType dtype = DType::kU8;  // as placed
   struct Copy {
     std::uint32_t process = 0;
@@ -316,6 +319,7 @@ struct Plan {
   SharedReads shared_reads = SharedReads::kNone;  // ParallelLayout::share_reads
   std::vector<RelayedTensor> relayed;             // SharedReads::kRelay, the same on every process, file order
   std::uint32_t scratch_region = kNoRegion;       // index of the scratch arena in `arenas`, if any
+  std::uint32_t relay_region = kNoRegion;         // index of the relay arena (SharedReads::kRelay), if any
   std::uint64_t tensor_alignment = 0;             // PlanOptions::tensor_alignment (read mode)
   std::uint64_t tensor_bytes = 0;                 // sum of tensor sizes as stored
   std::uint64_t placed_bytes = 0;                 // sum of tensor sizes as placed (after conversion)
