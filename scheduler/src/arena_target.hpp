@@ -14,6 +14,7 @@
 #include "qload/runtime/dtype.hpp"
 #include "qload/runtime/error.hpp"
 #include "qload/runtime/host_buffer.hpp"
+#include "qload/runtime/peer_memory.hpp"
 #include "qload/scheduler/plan.hpp"
 
 namespace qload::scheduler::detail {
@@ -53,6 +54,8 @@ class ArenaTarget {
   virtual Status dequantize(const formats::LogicalTensor& tensor, std::span<const formats::PartBytes> parts,
                             std::uint64_t row_begin, std::uint64_t row_end, std::uint64_t arena_offset,
                             DType dtype) = 0;
+  // Where other processes of this machine can map the arena (a shared host arena), if they can.
+  virtual std::optional<PeerAddress> peer_address() const { return std::nullopt; }
   // Moves the arena's memory out (into the Model) once the load has succeeded.
   virtual void release_into(std::vector<HostBuffer>& host, std::vector<cuda::DeviceBuffer>& device) = 0;
 };

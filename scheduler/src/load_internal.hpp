@@ -60,11 +60,17 @@ Status check_catalog_size(const formats::CatalogFile& file, std::uint64_t size_n
 // tensors it did not read.
 Status broadcast_shared(Model& model, const Plan& plan, Communicator& communicator);
 
-// SharedReads::kRelay: each relayed tensor's reader cuts the other holders' copies from the
-// stored tensor it kept in scratch and scatters them; each holder puts its own in place
-// (every process calls it, in Plan::relayed order).
-Status relay_shared(const formats::Catalog& catalog, const Plan& plan,
-                    std::span<const std::unique_ptr<ArenaTarget>> targets, Communicator& communicator);
+// SharedReads::kRelay (relay.cpp): every holder of a relayed tensor gets its copies, cut from
+// the stored tensor its reader kept in the relay arena: in place through shared memory on the
+// reader's machine (when `map_peer_memory`), else scattered over the communicator. Every
+// process calls it after the barrier.
+struct RelayStats {
+  std::uint64_t in_place_bytes = 0;  // LoadReport::shared_in_place_bytes
+  std::uint64_t received_bytes = 0;  // LoadReport::shared_received_bytes
+};
+Result<RelayStats> relay_shared(const formats::Catalog& catalog, const Plan& plan,
+                                std::span<const std::unique_ptr<ArenaTarget>> targets, Communicator& communicator,
+                                bool map_peer_memory);
 
 // Whether the load computes tensor `i`'s digest: not for a tensor another process holds, nor
 // for one this process reads only in part.

@@ -165,12 +165,15 @@ Result<Model> load_read(const formats::Catalog& catalog, const Plan& plan, const
               {.cpu_threads = threads, .trace = options.trace, .on_task_done = progress_reporter(options, plan)});
   Status read = stats ? Status{} : Status(fail(stats.error()));
   for (io::FileId id = 0; id < reader->file_count() && read; ++id) read = reader->file(id).check_unchanged();
+  RelayStats relayed;
   if (barrier != nullptr) {
     Status passed = barrier->pass(read.has_value());
     QLOAD_TRY(read);
     QLOAD_TRY(passed);
-    if (plan.shared_reads == SharedReads::kRelay)
-      QLOAD_TRY(relay_shared(catalog, plan, targets, barrier->communicator()));
+    if (plan.shared_reads == SharedReads::kRelay) {
+      QLOAD_ASSIGN_OR_RETURN(relayed,
+                             relay_shared(catalog, plan, targets, barrier->communicator(), options.map_peer_memory));
+    }
   }
   QLOAD_TRY(read);
 
@@ -188,6 +191,12 @@ Result<Model> load_read(const formats::Catalog& catalog, const Plan& plan, const
   report.peak_staging_bytes = pool->peak_leased_bytes();
   fill_report(report, catalog, plan, options.compute_digests ? state.digests : std::vector<std::uint64_t>{}, *stats,
               begin);
+  report.shared_in_place_bytes = relayed.in_place_bytes;
+  report.shared_received_bytes = relayed.received_bytes;
+  if (plan.shared_reads == SharedReads::kBroadcast)  // arrives after this, or the load fails
+    for (const TensorPlacement& p : plan.tensors)
+      for (std::uint32_t k = p.first_shard; p.received && k < p.first_shard + p.shard_count; ++k)
+        report.shared_received_bytes += plan.shards[k].bytes;
   return Model(std::move(parts));
 }
 

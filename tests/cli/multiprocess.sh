@@ -181,6 +181,7 @@ for r in range(2):
         assert dumped[name][2] == full, f"rank {r}: {name} differs"
     report = json.load(open(f"{d}/shared.{r}.out"))
     assert 0 < report["bytes"] < single["bytes"], (r, report["bytes"])
+    assert report["shared_received_bytes"] > 0 and report["shared_in_place_bytes"] == 0, (r, report)
     total += report["bytes"]
 assert total == single["bytes"], (total, single["bytes"])
 print(f"shared reads: 2 replicas whole, {total} tensor bytes read between them")
@@ -221,7 +222,10 @@ for r in range(4):
     for t in plan["tensors"]:
         for sh in t.get("shards", []):
             assert rebuilt[t["name"]].place(sh, dumps[sh["device"]][t["name"]][2]), (t["name"], r)
-    total += json.load(open(f"{d}/relay.{r}.out"))["bytes"]
+    report = json.load(open(f"{d}/relay.{r}.out"))
+    total += report["bytes"]
+    # Real processes on one machine read each other's relay arenas in place: no socket.
+    assert report["shared_in_place_bytes"] > 0 and report["shared_received_bytes"] == 0, (r, report)
 for name, (_, _, full) in source.items():
     assert bytes(rebuilt[name].bytes) == full, f"{name}: the ranks' shards do not rebuild it"
 assert total == single["bytes"], (total, single["bytes"])

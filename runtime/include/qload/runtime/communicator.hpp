@@ -41,6 +41,9 @@ class Communicator {
   std::uint32_t rank() const noexcept { return rendezvous_->world().rank; }
   std::uint32_t size() const noexcept { return rendezvous_->world().size; }
 
+  // Every rank's `mine`, indexed by rank (small messages: addresses, flags).
+  Result<std::vector<std::string>> allgather(std::string_view mine) { return rendezvous_->allgather(mine); }
+
   // A barrier carrying one bit: true when every rank passed true. Waits as long as the slowest
   // rank takes; an error when a rank is gone.
   Result<bool> all_ok(bool ok);

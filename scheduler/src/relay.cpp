@@ -1,0 +1,174 @@
+// Relayed shared reads (SharedReads::kRelay), once every process has read: each relayed
+// tensor's reader kept the stored tensor in its relay arena, and every other holder gets its
+// copies cut from it with the same runs that cut staged pieces (converted as placed).
+// - A holder on the reader's machine maps the reader's relay arena (shared memory, PeerMemory)
+//   and cuts its copies straight into its shards: one copy, nothing on a socket.
+// - Any other holder gets them scattered by the reader over the communicator (TCP), in shard
+//   order, and puts them in place.
+// Every process takes part in every exchange even after a local failure, so none waits for a
+// timeout; a last barrier keeps each relay arena alive until every peer is done with it, and
+// fails everyone if anyone failed.
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "load_internal.hpp"
+#include "qload/runtime/peer_memory.hpp"
+#include "shard_delivery.hpp"
+
+namespace qload::scheduler::detail {
+namespace {
+
+// Which relay arenas each process reads in place: in_place[q][r] when process q mapped process
+// r's. Learnt by two exchanges: every relay arena's address, then what each process mapped.
+struct PeerMaps {
+  std::vector<PeerMemory> mapped;     // [r]: this process's mapping of r's relay arena
+  std::vector<std::string> in_place;  // [q][r] == '1'
+  bool reads_in_place(std::uint32_t q, std::uint32_t r) const { return !in_place.empty() && in_place[q][r] == '1'; }
+};
+
+Result<PeerMaps> map_peers(const Plan& plan, std::span<const std::unique_ptr<ArenaTarget>> targets,
+                           Communicator& communicator, bool allowed) {
+  PeerMaps maps;
+  maps.mapped.resize(communicator.size());
+  if (!allowed) return maps;
+  std::string mine;
+  if (plan.relay_region != kNoRegion)
+    if (const std::optional<PeerAddress> address = targets[plan.relay_region]->peer_address())
+      mine = address->to_string();
+  QLOAD_ASSIGN_OR_RETURN(const std::vector<std::string> addresses, communicator.allgather(mine));
+  std::string mapped(communicator.size(), '0');
+  for (std::uint32_t r = 0; r < communicator.size(); ++r) {
+    const std::optional<PeerAddress> address = PeerAddress::parse(addresses[r]);
+    if (r == communicator.rank() || !address) continue;
+    if (auto memory = PeerMemory::map(*address)) {  // else: another machine, or not visible here
+      maps.mapped[r] = std::move(*memory);
+      mapped[r] = '1';
+    }
+  }
+  QLOAD_ASSIGN_OR_RETURN(maps.in_place, communicator.allgather(mapped));
+  return maps;
+}
+
+// The reader's side: the copies of the holders in `sizes` (non-zero), cut from the stored
+// tensor and converted as placed, one message per process.
+Result<std::vector<std::vector<std::byte>>> cut_copies(const formats::TensorEntry& t, const RelayedTensor& relayed,
+                                                       const std::vector<std::uint64_t>& sizes,
+                                                       const std::byte* stored) {
+  std::vector<std::vector<std::byte>> parts(sizes.size());
+  std::vector<std::uint64_t> filled(parts.size(), 0);
+  for (std::size_t q = 0; q < parts.size(); ++q) parts[q].resize(static_cast<std::size_t>(sizes[q]));
+  const ChunkPiece whole{.tensor = relayed.tensor, .tensor_offset = 0, .bytes = t.nbytes};
+  std::vector<Delivery> runs;
+  for (const RelayedTensor::Copy& copy : relayed.copies) {
+    if (sizes[copy.process] == 0) continue;
+    const ShardPlacement shard{.tensor = relayed.tensor,
+                               .offset = filled[copy.process],
+                               .dtype = relayed.dtype,
+                               .bytes = copy.bytes,
+                               .slice = copy.slice};
+    runs.clear();
+    shard_deliveries(t, shard, whole, stored, runs);
+    QLOAD_TRY(deliver_on_host(parts[copy.process].data(), runs));
+    filled[copy.process] += copy.bytes;
+  }
+  return parts;
+}
+
+// A holder's side, reading the reader's relay arena in place: its copies cut into its shards.
+Status cut_in_place(const formats::TensorEntry& t, const Plan& plan, const TensorPlacement& placed,
+                    std::span<const std::byte> stored, std::span<const std::unique_ptr<ArenaTarget>> targets) {
+  std::vector<std::vector<Delivery>> by_region(targets.size());
+  const ChunkPiece whole{.tensor = plan.shards[placed.first_shard].tensor, .tensor_offset = 0, .bytes = t.nbytes};
+  for (std::uint32_t k = placed.first_shard; k < placed.first_shard + placed.shard_count; ++k)
+    shard_deliveries(t, plan.shards[k], whole, stored.data(), by_region[plan.shards[k].region]);
+  for (std::size_t r = 0; r < by_region.size(); ++r)
+    if (!by_region[r].empty()) QLOAD_TRY(targets[r]->deliver(by_region[r]));
+  return {};
+}
+
+// A holder's side, from the bytes scattered to it: its copies, in shard order.
+Status put_received(const Plan& plan, const TensorPlacement& placed, std::span<const std::byte> received,
+                    std::span<const std::unique_ptr<ArenaTarget>> targets) {
+  std::vector<std::vector<Delivery>> by_region(targets.size());
+  std::uint64_t at = 0;
+  for (std::uint32_t k = placed.first_shard; k < placed.first_shard + placed.shard_count; ++k) {
+    const ShardPlacement& shard = plan.shards[k];
+    if (at + shard.bytes > received.size())
+      return fail(Errc::kInternal, fmt::format("{} bytes received, fewer than its copies here", received.size()));
+    by_region[shard.region].push_back(Delivery{.stored = received.subspan(at, shard.bytes),
+                                               .arena_offset = shard.offset,
+                                               .from = shard.dtype,
+                                               .to = shard.dtype});
+    at += shard.bytes;
+  }
+  for (std::size_t r = 0; r < by_region.size(); ++r)
+    if (!by_region[r].empty()) QLOAD_TRY(targets[r]->deliver(by_region[r]));
+  return {};
+}
+
+}  // namespace
+
+Result<RelayStats> relay_shared(const formats::Catalog& catalog, const Plan& plan,
+                                std::span<const std::unique_ptr<ArenaTarget>> targets, Communicator& communicator,
+                                bool map_peer_memory) {
+  RelayStats stats;
+  const std::uint32_t me = communicator.rank();
+  QLOAD_ASSIGN_OR_RETURN(const PeerMaps maps, map_peers(plan, targets, communicator, map_peer_memory));
+  Status local;  // the first failure here; collectives go on regardless
+  for (const RelayedTensor& relayed : plan.relayed) {
+    const formats::TensorEntry& t = catalog.tensors[relayed.tensor];
+    const TensorPlacement& placed = plan.tensors[relayed.tensor];
+    const auto named = [&](Status failed) {
+      return fail(std::move(failed).error().with_tensor(t.name).with_note(
+          fmt::format("relaying it from process {}", relayed.reader)));
+    };
+    // What goes over the communicator: the copies of holders that do not read in place.
+    std::vector<std::uint64_t> sizes = relayed.bytes_to;
+    bool any = false;
+    for (std::uint32_t q = 0; q < sizes.size(); ++q) {
+      if (maps.reads_in_place(q, relayed.reader)) sizes[q] = 0;
+      any = any || sizes[q] > 0;
+    }
+    std::vector<std::byte> mine;
+    if (any) {
+      std::vector<std::vector<std::byte>> parts;
+      std::vector<std::span<const std::byte>> views;
+      if (me == relayed.reader && local) {
+        auto cut = cut_copies(t, relayed, sizes, targets[plan.relay_region]->base() + relayed.offset);
+        if (cut) {
+          parts = std::move(*cut);
+        } else {
+          local = named(fail(std::move(cut).error()));
+          parts.resize(sizes.size());  // the others still get their (meaningless) bytes and fail below
+          for (std::size_t q = 0; q < sizes.size(); ++q) parts[q].resize(static_cast<std::size_t>(sizes[q]));
+        }
+      }
+      views.assign(parts.begin(), parts.end());
+      if (me != relayed.reader) mine.resize(static_cast<std::size_t>(sizes[me]));
+      if (Status sent = communicator.scatter(sizes, views, mine, relayed.reader); !sent) return named(std::move(sent));
+    }
+    if (!placed.received || !local) continue;
+    if (maps.reads_in_place(me, relayed.reader)) {
+      const std::span<const std::byte> arena = maps.mapped[relayed.reader].bytes();
+      if (relayed.offset > arena.size() || t.nbytes > arena.size() - relayed.offset) {
+        local = named(fail(Errc::kInternal, "the reader's relay arena is smaller than its plan says"));
+        continue;
+      }
+      if (Status put = cut_in_place(t, plan, placed, arena.subspan(relayed.offset, t.nbytes), targets); !put)
+        local = named(std::move(put));
+      stats.in_place_bytes += relayed.bytes_to[me];
+    } else if (Status put = put_received(plan, placed, mine, targets); !put) {
+      local = named(std::move(put));
+    } else {
+      stats.received_bytes += mine.size();
+    }
+  }
+  // Each relay arena stays until every peer is done reading it; a failure anywhere fails all.
+  QLOAD_ASSIGN_OR_RETURN(const bool everyone, communicator.all_ok(local.has_value()));
+  QLOAD_TRY(local);
+  if (!everyone) return fail(Errc::kCancelled, "another process failed while shared tensors were relayed");
+  return stats;
+}
+
+}  // namespace qload::scheduler::detail
