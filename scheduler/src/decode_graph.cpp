@@ -93,15 +93,21 @@ Status dequantize_task(ReadLoadState& s, const DecodeJob& job, std::uint64_t row
                                            out.dtype);
 }
 
+// The whole weight, or a tensor rank's shard of it (cut into scratch by cut_shard_parts).
 Status quantize_task(ReadLoadState& s, const DecodeJob& job) {
   const formats::TensorEntry& t = s.catalog.tensors[job.input];
   const DecodeOutput& weight = job.outputs[0];
   const DecodeOutput& scale = job.outputs[1];
-  const std::span<const std::byte> in = scratch_bytes(s, job.input);
+  std::span<const std::byte> in = scratch_bytes(s, job.input);
+  if (!job.shard_inputs.empty()) {
+    const DecodeJob::ShardInput& shard = job.shard_inputs.front();
+    in = std::span<const std::byte>(s.targets[s.plan.scratch_region]->base() + shard.offset,
+                                    static_cast<std::size_t>(shard.bytes));
+  }
   // Both outputs come from one pass; on a GPU both go through host memory first.
   std::vector<std::byte> scale_host(static_cast<std::size_t>(scale.bytes));
   QLOAD_TRY(produce(s, weight, 0, weight.bytes, [&](std::span<std::byte> dst) {
-    return formats::quantize(in, t.dtype, t.shape[0], t.shape[1], job.target, dst, scale_host);
+    return formats::quantize(in, t.dtype, weight.shape[0], weight.shape[1], job.target, dst, scale_host);
   }));
   return produce(s, scale, 0, scale.bytes, [&](std::span<std::byte> dst) {
     std::memcpy(dst.data(), scale_host.data(), dst.size());

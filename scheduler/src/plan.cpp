@@ -15,6 +15,7 @@
 #include "placement.hpp"
 #include "qload/formats/convert.hpp"
 #include "qload/formats/model_config.hpp"
+#include "qload/formats/quant_codec.hpp"
 #include "qload/io/reader.hpp"
 #include "quant_sharding.hpp"
 
@@ -270,10 +271,10 @@ Status check_parallel(const PlanOptions& options, const Plan& plan) {
                     .with_tensor(plan.decodes.front().outputs.front().name));
   const bool copies = par.tensor > 1 || par.data > 1 || par.processes > 1;
   for (const DecodeJob& job : plan.decodes)
-    if (copies && job.kind != DecodeJob::Kind::kDequantize)
+    if (copies && job.kind == DecodeJob::Kind::kRepack)
       return fail(Error(Errc::kUnsupported,
-                        "quantizing or repacking on load with tensor or data parallelism or "
-                        "several processes is not supported yet (dequantizing is)")
+                        "repacking on load with tensor or data parallelism or several processes is not "
+                        "supported yet (dequantizing and quantizing are)")
                       .with_tensor(job.outputs.front().name));
   return {};
 }
@@ -344,12 +345,34 @@ Result<std::uint64_t> assign_relay_readers(const formats::Catalog& catalog, cons
   return relay_cursor[par.process];
 }
 
+// A quantize job's copy for tensor rank `rank`: the plain weight's shard, cut in scratch, is
+// quantized alone (its own scales: what each rank of a server quantizing online holds).
+Status shard_quantize_job(const formats::Catalog& catalog, const PlanOptions& options,
+                          const formats::ModelGeometry& geometry, std::uint32_t rank, DecodeJob& copy) {
+  const formats::TensorEntry& t = catalog.tensors[copy.input];
+  QLOAD_ASSIGN_OR_RETURN(const Split split, split_of(options, t.name));
+  QLOAD_ASSIGN_OR_RETURN(const std::vector<ShardSlice> slices,
+                         shard_slices(t, split, options.parallel.tensor, geometry));
+  const ShardSlice& slice = slices[rank];
+  if (slice.shape.rank() != 2) return fail(Errc::kInternal, "a weight to quantize is not 2-D");
+  const formats::QuantizedLayout layout = formats::quantized_layout(slice.shape[0], slice.shape[1], copy.target);
+  copy.outputs[0].shape = slice.shape;
+  copy.outputs[0].bytes = layout.weight_bytes;
+  copy.outputs[1].shape = layout.scale_shape;
+  copy.outputs[1].bytes = layout.scale_bytes;
+  QLOAD_ASSIGN_OR_RETURN(const std::uint64_t bytes, slice.shape.nbytes(t.dtype));
+  copy.shard_inputs.push_back({.tensor = copy.input, .slice = slice, .offset = 0, .bytes = bytes});
+  return {};
+}
+
 // Where each decode job's outputs go. Outside a parallel layout: the device of its first input.
-// Under one, a dequantize job becomes one job per copy of its weight on this process's devices:
-// a tensor rank's shard (its parts cut to the rank's slices first, DecodeJob::shard_inputs) or
-// a data replica; a weight whose copies are all another process's is not decoded here.
+// Under one, a dequantize or quantize job becomes one job per copy of its weight on this
+// process's devices: a tensor rank's shard (its inputs cut to the rank's slices first,
+// DecodeJob::shard_inputs) or a data replica; a weight whose copies are all another process's
+// is not decoded here.
 Status place_decode_jobs(const formats::Catalog& catalog, const PlanOptions& options,
-                         const std::vector<std::uint32_t>& device_of, const std::vector<std::uint32_t>& stage_of,
+                         const formats::ModelGeometry& geometry, const std::vector<std::uint32_t>& device_of,
+                         const std::vector<std::uint32_t>& stage_of,
                          const std::map<std::uint32_t, PartShards>& part_shards, Plan& plan) {
   if (options.parallel.trivial()) {
     for (DecodeJob& job : plan.decodes)
@@ -358,7 +381,7 @@ Status place_decode_jobs(const formats::Catalog& catalog, const PlanOptions& opt
   }
   const ParallelLayout& par = options.parallel;
   std::vector<DecodeJob> copies;
-  for (const DecodeJob& job : plan.decodes) {  // only dequantize jobs when there are copies (check_parallel)
+  for (const DecodeJob& job : plan.decodes) {  // no repack jobs when there are copies (check_parallel)
     const std::uint32_t stage = stage_of[job.inputs.front()];
     for (std::uint32_t d = 0; d < par.data; ++d)
       for (std::uint32_t r = 0; r < par.tensor; ++r) {
@@ -367,7 +390,9 @@ Status place_decode_jobs(const formats::Catalog& catalog, const PlanOptions& opt
         DecodeJob copy = job;
         copy.rank = r;
         for (DecodeOutput& out : copy.outputs) out.region = *here;
-        if (par.tensor > 1) {
+        if (par.tensor > 1 && job.kind == DecodeJob::Kind::kQuantize) {
+          QLOAD_TRY(shard_quantize_job(catalog, options, geometry, r, copy));
+        } else if (par.tensor > 1) {
           DecodeOutput& out = copy.outputs.front();
           const auto& [rows, cols] = plan.sharded_weights.at(job.logical).dims[r];
           out.shape = Shape{rows, cols};
@@ -414,7 +439,7 @@ Status place_in_arenas(const formats::Catalog& catalog, const std::vector<std::u
       device_of[i] = **chosen;
     }
   }
-  QLOAD_TRY(place_decode_jobs(catalog, options, device_of, stage_of, part_shards, plan));
+  QLOAD_TRY(place_decode_jobs(catalog, options, geometry, device_of, stage_of, part_shards, plan));
   std::vector<bool> decoded_here(catalog.tensors.size(), false);  // inputs of this process's decode jobs
   for (const DecodeJob& job : plan.decodes)
     for (const std::uint32_t i : job.inputs) decoded_here[i] = true;

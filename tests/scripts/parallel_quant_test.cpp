@@ -4,6 +4,8 @@
 // the rules) of the unsplit weight decoded; packed words, groups and scale blocks are never
 // cut, and splits that would cut one are refused by name. GPTQ's row-parallel shards keep
 // the whole scales and zeros, their g_idx indexing them (QuantizedWeight params.groups).
+// Weights dequantized or quantized on load under layouts are each copy's slice decoded or
+// quantized alone.
 #include <catch2/catch.hpp>
 
 #include <cstring>
@@ -205,16 +207,74 @@ TEST_CASE("parallel: weights dequantized on load under tp, dp and several proces
   }
 }
 
-TEST_CASE("parallel: quantizing or repacking on load under tensor parallelism is refused by name",
-          "[scripts][parallel][quant]") {
+TEST_CASE("parallel: repacking on load under tensor parallelism is refused by name", "[scripts][parallel][quant]") {
   ScratchDir dir;
   LoadOptions o = over(2);
   o.plan.repack = true;
   auto repack = load_source(synth(dir, "gptq4"), o);
   REQUIRE_FALSE(repack);
   CHECK(repack.error().code() == Errc::kUnsupported);
-  CHECK_THAT(repack.error().message(), Catch::Contains("quantizing or repacking on load"));
+  CHECK_THAT(repack.error().message(), Catch::Contains("repacking on load"));
   CHECK(repack.error().tensor().has_value());
+}
+
+TEST_CASE("parallel: weights quantized on load under tp, dp and several processes are each copy's slice quantized",
+          "[scripts][parallel][quant]") {
+  ScratchDir dir;
+  const std::string path = synth(dir, "");  // plain bf16 linears
+  auto whole = load_source(path, LoadOptions{});
+  REQUIRE(whole);
+  using formats::QuantizeTarget;
+  for (const QuantizeTarget target :
+       {QuantizeTarget::kFp8Tensor, QuantizeTarget::kFp8Row, QuantizeTarget::kFp8Block, QuantizeTarget::kInt8Row}) {
+    const formats::QuantizedLayout names = formats::quantized_layout(1, 1, target);
+    for (const auto& [tp, dp, processes] : {std::tuple{2u, 1u, 1u}, std::tuple{4u, 1u, 1u}, std::tuple{2u, 2u, 4u}}) {
+      const std::uint32_t per_process = tp * dp / processes;
+      for (std::uint32_t p = 0; p < processes; ++p) {
+        INFO(formats::quantize_target_name(target) << " tp " << tp << " dp " << dp << ", process " << p);
+        LoadOptions o = over(per_process);
+        o.plan.parallel = {.tensor = tp, .data = dp, .processes = processes, .process = p};
+        o.plan.quantize = target;
+        auto model = load_source(path, o);
+        if (!model) FAIL(model.error().to_string());
+        std::size_t weights = 0;
+        for (const DeviceTensor& plain : whole->tensors()) {
+          if (plain.name.find("_proj.weight") == std::string::npos) continue;
+          ++weights;
+          for (std::uint32_t d = 0; d < dp; ++d)
+            for (std::uint32_t r = 0; r < tp; ++r) {
+              const std::uint32_t global = d * tp + r;
+              if (global / per_process != p) continue;
+              const std::string device = Device{.index = static_cast<int>(global % per_process)}.to_string();
+              INFO(plain.name << " rank " << r << " replica " << d);
+              // The reference: the rank's slice (llama_splits.hpp) of the plain weight, quantized alone.
+              const SplitExpect e = expected_split(plain.name, plain.shape, r, tp, {kHeads, kKv, kHeadDim});
+              const std::uint64_t width = e.col_end - e.col_begin, row_bytes = plain.shape[1] * 2;
+              std::vector<std::byte> slice;
+              for (const std::uint64_t row : e.rows) {
+                const std::byte* from = plain.data + row * row_bytes + e.col_begin * 2;
+                slice.insert(slice.end(), from, from + width * 2);
+              }
+              const formats::QuantizedLayout layout = formats::quantized_layout(e.rows.size(), width, target);
+              std::vector<std::byte> want_weight(layout.weight_bytes), want_scale(layout.scale_bytes);
+              REQUIRE(formats::quantize(slice, DType::kBF16, e.rows.size(), width, target, want_weight, want_scale));
+              const DeviceTensor* weight = model->find(plain.name, device);
+              const std::string scale_name =
+                  plain.name.substr(0, plain.name.size() - std::string_view("weight").size()) + names.scale_suffix;
+              const DeviceTensor* scale = model->find(scale_name, device);
+              REQUIRE(weight != nullptr);
+              REQUIRE(scale != nullptr);
+              CHECK(weight->dtype == layout.weight_dtype);
+              CHECK(weight->shape == Shape{e.rows.size(), width});
+              CHECK(scale->shape == layout.scale_shape);
+              CHECK(std::ranges::equal(weight->bytes(), want_weight));
+              CHECK(std::ranges::equal(scale->bytes(), want_scale));
+            }
+        }
+        CHECK(weights == 14);
+      }
+    }
+  }
 }
 
 TEST_CASE("weights a rule dequantizes become plain tensors; the kept ones are still described", "[scripts][quant]") {
