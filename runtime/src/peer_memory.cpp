@@ -1,7 +1,6 @@
 #include "qload/runtime/peer_memory.hpp"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -48,16 +47,7 @@ Result<PeerAddress> address_of(const HostBuffer& buffer) {
                      .bytes = buffer.size()};
 }
 
-PeerMemory& PeerMemory::operator=(PeerMemory&& other) noexcept {
-  if (this != &other) {
-    reset();
-    data_ = std::exchange(other.data_, nullptr);
-    size_ = std::exchange(other.size_, 0);
-  }
-  return *this;
-}
-
-Result<PeerMemory> PeerMemory::map(const PeerAddress& address) {
+Result<MappedRegion> map_peer_memory(const PeerAddress& address) {
   if (address.machine.empty() || address.machine != machine_id())
     return fail(Errc::kUnsupported, fmt::format("process {}'s memory is on another machine", address.pid));
   const std::string path = fmt::format("/proc/{}/fd/{}", address.pid, address.fd);
@@ -69,19 +59,8 @@ Result<PeerMemory> PeerMemory::map(const PeerAddress& address) {
       static_cast<std::uint64_t>(st.st_ino) != address.inode || static_cast<std::uint64_t>(st.st_size) < address.bytes)
     return fail(Errc::kIo,
                 fmt::format("{} is not process {}'s shared memory (another pid namespace?)", path, address.pid));
-  PeerMemory out;
-  if (address.bytes == 0) return out;
-  void* map = ::mmap(nullptr, static_cast<std::size_t>(address.bytes), PROT_READ, MAP_SHARED, fd.get(), 0);
-  if (map == MAP_FAILED) return fail(Error::from_errno(errno, "mapping " + path));
-  out.data_ = static_cast<const std::byte*>(map);
-  out.size_ = static_cast<std::size_t>(address.bytes);
-  return out;
-}
-
-void PeerMemory::reset() noexcept {
-  if (data_ != nullptr) ::munmap(const_cast<std::byte*>(data_), size_);
-  data_ = nullptr;
-  size_ = 0;
+  // Read-only and private: the owner's writes stay visible (no page of it is ever copied).
+  return MappedRegion::map(fd.get(), 0, address.bytes, path);
 }
 
 }  // namespace qload

@@ -1,7 +1,7 @@
 // Relayed shared reads (SharedReads::kRelay), once every process has read: each relayed
 // tensor's reader kept the stored tensor in its relay arena, and every other holder gets its
 // copies cut from it with the same runs that cut staged pieces (converted as placed).
-// - A holder on the reader's machine maps the reader's relay arena (shared memory, PeerMemory)
+// - A holder on the reader's machine maps the reader's relay arena (shared memory, map_peer_memory)
 //   and cuts its copies straight into its shards: one copy, nothing on a socket.
 // - Any other holder gets them scattered by the reader over the communicator (TCP), in shard
 //   order, and puts them in place.
@@ -22,7 +22,7 @@ namespace {
 // Which relay arenas each process reads in place: in_place[q][r] when process q mapped process
 // r's. Learnt by two exchanges: every relay arena's address, then what each process mapped.
 struct PeerMaps {
-  std::vector<PeerMemory> mapped;     // [r]: this process's mapping of r's relay arena
+  std::vector<MappedRegion> mapped;   // [r]: this process's mapping of r's relay arena
   std::vector<std::string> in_place;  // [q][r] == '1'
   bool reads_in_place(std::uint32_t q, std::uint32_t r) const { return !in_place.empty() && in_place[q][r] == '1'; }
 };
@@ -41,7 +41,7 @@ Result<PeerMaps> map_peers(const Plan& plan, std::span<const std::unique_ptr<Are
   for (std::uint32_t r = 0; r < communicator.size(); ++r) {
     const std::optional<PeerAddress> address = PeerAddress::parse(addresses[r]);
     if (r == communicator.rank() || !address) continue;
-    if (auto memory = PeerMemory::map(*address)) {  // else: another machine, or not visible here
+    if (auto memory = qload::map_peer_memory(*address)) {  // else: another machine, or not visible here
       maps.mapped[r] = std::move(*memory);
       mapped[r] = '1';
     }
@@ -150,7 +150,8 @@ Result<RelayStats> relay_shared(const formats::Catalog& catalog, const Plan& pla
     }
     if (!placed.received || !local) continue;
     if (maps.reads_in_place(me, relayed.reader)) {
-      const std::span<const std::byte> arena = maps.mapped[relayed.reader].bytes();
+      const MappedRegion& mapped = maps.mapped[relayed.reader];
+      const std::span<const std::byte> arena(mapped.data(), static_cast<std::size_t>(mapped.size()));
       if (relayed.offset > arena.size() || t.nbytes > arena.size() - relayed.offset) {
         local = named(fail(Errc::kInternal, "the reader's relay arena is smaller than its plan says"));
         continue;

@@ -53,3 +53,27 @@ class Rebuilt:
                     self.covered[k] += 1
                 srow += 1
         return srow * width * e == len(shard_bytes)
+
+
+def rebuild_from_ranks(checkpoint, plans, dump_dir):
+    """Puts every shard of the per-rank dumps in `dump_dir` (rank<R>.<device>.safetensors)
+    back where rank R's `qload plan --json` (`plans[R]`) says, and checks that they rebuild
+    every tensor of `checkpoint`, each element covered. Returns, per rank, its devices and the
+    number of copies it held."""
+    source = read_checkpoint(checkpoint)
+    rebuilt = {name: Rebuilt(dtype, shape, full) for name, (dtype, shape, full) in source.items()}
+    ranks = []
+    for r, plan in enumerate(plans):
+        prefix = f"rank{r}."
+        dumps = {name[len(prefix):-len(".safetensors")]: read_safetensors(os.path.join(dump_dir, name))
+                 for name in os.listdir(dump_dir) if name.startswith(prefix)}
+        held = 0
+        for t in plan["tensors"]:
+            for sh in t.get("shards", []):
+                held += 1
+                assert rebuilt[t["name"]].place(sh, dumps[sh["device"]][t["name"]][2]), (t["name"], r)
+        ranks.append((sorted(dumps), held))
+    for name, (_, _, full) in source.items():
+        assert bytes(rebuilt[name].bytes) == full, f"{name}: the ranks' shards do not rebuild it"
+        assert min(rebuilt[name].covered) >= 1, f"{name}: an element is on no rank"
+    return ranks

@@ -48,21 +48,21 @@ TEST_CASE("peer memory: another process's shared buffer is read in place", "[run
   CHECK(address->bytes == kBytes);
   CHECK(address->machine == machine_id());
   {
-    auto peer = PeerMemory::map(*address);
+    auto peer = map_peer_memory(*address);
     if (!peer) FAIL(peer.error().to_string());
-    REQUIRE(peer->bytes().size() == kBytes);
+    REQUIRE(peer->size() == kBytes);
     std::size_t wrong = 0;
-    for (std::size_t i = 0; i < kBytes; ++i) wrong += peer->bytes()[i] != pattern(i) ? 1 : 0;
+    for (std::size_t i = 0; i < kBytes; ++i) wrong += peer->data()[i] != pattern(i) ? 1 : 0;
     CHECK(wrong == 0);
     // Not what the address names: refused before anything is read.
     PeerAddress other_inode = *address;
     ++other_inode.inode;
-    auto refused = PeerMemory::map(other_inode);
+    auto refused = map_peer_memory(other_inode);
     REQUIRE_FALSE(refused);
     CHECK(refused.error().code() == Errc::kIo);
     PeerAddress elsewhere = *address;
     elsewhere.machine = "another-machine";
-    auto far = PeerMemory::map(elsewhere);
+    auto far = map_peer_memory(elsewhere);
     REQUIRE_FALSE(far);
     CHECK(far.error().code() == Errc::kUnsupported);
   }
@@ -86,9 +86,9 @@ TEST_CASE("peer memory: addresses round-trip as text; a plain buffer has none", 
   REQUIRE(shared);
   CHECK(reinterpret_cast<std::uintptr_t>(shared->data()) % (1u << 21) == 0);
   std::memset(shared->data(), 0x5a, shared->size());
-  auto self = PeerMemory::map(address_of(*shared).value());
+  auto self = map_peer_memory(address_of(*shared).value());
   REQUIRE(self);
-  CHECK(self->bytes()[8191] == std::byte{0x5a});
+  CHECK(self->data()[8191] == std::byte{0x5a});
   shared->data()[8191] = std::byte{1};  // the same memory, not a copy
-  CHECK(self->bytes()[8191] == std::byte{1});
+  CHECK(self->data()[8191] == std::byte{1});
 }

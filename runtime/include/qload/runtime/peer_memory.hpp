@@ -7,13 +7,12 @@
 
 #include <cstdint>
 #include <optional>
-#include <span>
 #include <string>
 #include <string_view>
-#include <utility>
 
 #include "qload/runtime/error.hpp"
 #include "qload/runtime/host_buffer.hpp"
+#include "qload/runtime/mapped_region.hpp"
 
 namespace qload {
 
@@ -36,27 +35,9 @@ std::string machine_id();
 // The address of `buffer`'s memory (made by allocate_shared); kInvalidArgument otherwise.
 Result<PeerAddress> address_of(const HostBuffer& buffer);
 
-// A read-only mapping of a peer's shared memory.
-class PeerMemory {
- public:
-  PeerMemory() = default;
-  PeerMemory(PeerMemory&& other) noexcept
-      : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
-  PeerMemory& operator=(PeerMemory&& other) noexcept;
-  PeerMemory(const PeerMemory&) = delete;
-  PeerMemory& operator=(const PeerMemory&) = delete;
-  ~PeerMemory() { reset(); }
-
-  // kUnsupported when the address is another machine's; kIo (with why) when the memory cannot
-  // be opened or is not the one the address names.
-  static Result<PeerMemory> map(const PeerAddress& address);
-
-  std::span<const std::byte> bytes() const noexcept { return {data_, size_}; }
-  void reset() noexcept;
-
- private:
-  const std::byte* data_ = nullptr;
-  std::size_t size_ = 0;
-};
+// A read-only mapping of the peer's shared memory that `address` names. kUnsupported when
+// the address is another machine's; kIo (with why) when the memory cannot be opened or is not
+// the one the address names.
+Result<MappedRegion> map_peer_memory(const PeerAddress& address);
 
 }  // namespace qload

@@ -19,9 +19,9 @@
 #include "qload/runtime/dtype.hpp"
 #include "qload/runtime/error.hpp"
 #include "qload/runtime/host_buffer.hpp"
+#include "qload/runtime/mapped_region.hpp"
 #include "qload/runtime/shape.hpp"
 #include "qload/scheduler/executor.hpp"
-#include "qload/scheduler/mapped_region.hpp"
 #include "qload/scheduler/plan.hpp"
 
 namespace qload::scheduler {

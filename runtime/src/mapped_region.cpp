@@ -1,4 +1,4 @@
-#include "qload/scheduler/mapped_region.hpp"
+#include "qload/runtime/mapped_region.hpp"
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-namespace qload::scheduler {
+namespace qload {
 
 MappedRegion& MappedRegion::operator=(MappedRegion&& other) noexcept {
   if (this != &other) {
@@ -45,4 +45,4 @@ void MappedRegion::reset() noexcept {
   bytes_ = 0;
 }
 
-}  // namespace qload::scheduler
+}  // namespace qload

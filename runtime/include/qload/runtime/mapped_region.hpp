@@ -1,4 +1,5 @@
-// Move-only owner of a read-only file mapping (mmap mode's zero-copy tensors point into it).
+// Move-only owner of a read-only file mapping (mmap mode's zero-copy tensors point into it;
+// a peer's shared memory, peer_memory.hpp).
 #pragma once
 
 #include <cstddef>
@@ -8,7 +9,7 @@
 
 #include "qload/runtime/error.hpp"
 
-namespace qload::scheduler {
+namespace qload {
 
 class MappedRegion {
  public:
@@ -37,4 +38,4 @@ class MappedRegion {
   std::uint64_t bytes_ = 0;
 };
 
-}  // namespace qload::scheduler
+}  // namespace qload
