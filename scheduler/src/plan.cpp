@@ -13,23 +13,23 @@
 #include "chunker.hpp"
 #include "decode_plan.hpp"
 #include "placement.hpp"
+#include "plan_arith.hpp"
 #include "qload/formats/convert.hpp"
 #include "qload/formats/model_config.hpp"
 #include "qload/formats/quant_codec.hpp"
 #include "qload/io/reader.hpp"
 #include "quant_sharding.hpp"
+#include "shared_reads_plan.hpp"
 
 namespace qload::scheduler {
 namespace {
 
+using detail::take;
+using detail::tensor_error;
+
 Result<std::uint64_t> align_up(std::uint64_t value, std::uint64_t alignment) {
   QLOAD_ASSIGN_OR_RETURN(const std::uint64_t bumped, checked_add(value, alignment - 1));
   return bumped & ~(alignment - 1);
-}
-
-Error tensor_error(const formats::Catalog& catalog, const formats::TensorEntry& t, Errc code, std::string message) {
-  std::string path = t.file < catalog.files.size() ? catalog.files[t.file].path : std::string();
-  return Error(code, std::move(message)).with_offset(t.offset).with_tensor(t.name).with_file(std::move(path));
 }
 
 // The tensor's bytes lie inside its file's validated size and agree with dtype x shape.
@@ -92,16 +92,6 @@ struct TensorRoles {
   std::vector<bool> quantized_part;
 };
 
-// Bumps `cursor` to the next aligned offset for `bytes`, or kOverflow naming the arena.
-Result<std::uint64_t> take(std::uint64_t& cursor, std::uint64_t bytes, std::uint64_t alignment,
-                           const std::string& arena) {
-  auto offset = align_up(cursor, alignment);
-  auto end = offset ? checked_add(*offset, bytes) : offset;
-  if (!end) return fail(Errc::kOverflow, fmt::format("the {} arena would exceed 2^64 bytes", arena));
-  cursor = *end;
-  return *offset;
-}
-
 // Arena layout: each tensor at the next multiple of the alignment in its device's arena (or
 // the scratch arena), in file order, so reads and copies walk the arenas forwards; decode
 // outputs follow on the device of their first input. Each arena is exactly as long as its
@@ -156,31 +146,6 @@ std::optional<std::uint32_t> local_device(const PlanOptions& options, std::uint3
   return global - par.process * held;
 }
 
-// Shared reads between processes that do not hold whole replicas go through a relay
-// (SharedReads::kRelay).
-bool relays(const PlanOptions& options) {
-  const ParallelLayout& par = options.parallel;
-  return par.share_reads && options.devices.size() % (par.tensor * par.pipeline) != 0;
-}
-
-// Every process's copies of tensor i (a RelayedTensor whose reader is chosen later, by
-// assign_relay_readers), in each process's shard order (replica, then tensor rank).
-Status list_copies(std::uint32_t i, std::uint32_t stage, DType dtype, const std::vector<ShardSlice>& slices,
-                   const PlanOptions& options, Plan& plan) {
-  const ParallelLayout& par = options.parallel;
-  const auto held = static_cast<std::uint32_t>(options.devices.size());
-  RelayedTensor& relayed = plan.relayed.emplace_back(RelayedTensor{.tensor = i, .dtype = dtype});
-  for (std::uint32_t d = 0; d < par.data; ++d)
-    for (std::uint32_t r = 0; r < par.tensor; ++r) {
-      QLOAD_ASSIGN_OR_RETURN(const std::uint64_t numel, slices[r].shape.numel());
-      relayed.copies.push_back({.process = ((d * par.pipeline + stage) * par.tensor + r) / held,
-                                .slice = slices[r],
-                                .bytes = numel * dtype_info(dtype).block_bytes});
-    }
-  std::ranges::stable_sort(relayed.copies, {}, &RelayedTensor::Copy::process);
-  return {};
-}
-
 Status place_shards(const formats::Catalog& catalog, std::uint32_t i, std::uint32_t stage, DType dtype,
                     const PlanOptions& options, const formats::ModelGeometry& geometry,
                     const std::map<std::uint32_t, PartShards>& part_shards, std::vector<std::uint64_t>& cursor,
@@ -199,7 +164,7 @@ Status place_shards(const formats::Catalog& catalog, std::uint32_t i, std::uint3
   TensorPlacement& placed = plan.tensors[i];
   placed = TensorPlacement{.first_shard = static_cast<std::uint32_t>(plan.shards.size()), .dtype = dtype};
   const std::uint64_t element = dtype_info(dtype).block_bytes;
-  if (relays(options)) QLOAD_TRY(list_copies(i, stage, dtype, slices, options, plan));
+  if (detail::relays(options)) QLOAD_TRY(detail::list_copies(i, stage, dtype, slices, options, plan));
   for (std::uint32_t d = 0; d < par.data; ++d)
     for (std::uint32_t r = 0; r < par.tensor; ++r) {
       const std::optional<std::uint32_t> here = local_device(options, d, stage, r);
@@ -277,72 +242,6 @@ Status check_parallel(const PlanOptions& options, const Plan& plan) {
                         "supported yet (dequantizing and quantizing are)")
                       .with_tensor(job.outputs.front().name));
   return {};
-}
-
-// Shared reads: every process holds whole replicas, so every tensor is everywhere; each is read
-// by the process that has read the fewest bytes so far (in file order, lowest rank on a tie),
-// which every process computes alike.
-void assign_readers(const formats::Catalog& catalog, const std::vector<std::uint32_t>& order, const ParallelLayout& par,
-                    Plan& plan) {
-  std::vector<std::uint64_t> assigned(par.processes, 0);
-  for (const std::uint32_t i : order) {
-    const auto least = static_cast<std::uint32_t>(std::ranges::min_element(assigned) - assigned.begin());
-    assigned[least] += catalog.tensors[i].nbytes;
-    TensorPlacement& placed = plan.tensors[i];
-    placed.reader = least;
-    placed.received = least != par.process;
-    if (!placed.received) continue;
-    placed.partial = false;
-    plan.direct_tensors -= placed.direct ? 1 : 0;
-    placed.direct = false;
-  }
-}
-
-// Relayed shared reads: each tensor held by several processes is read by the holder that has
-// read the fewest bytes so far (file order, lowest rank on a tie), which keeps it whole in
-// scratch; a tensor only one process holds is its own (and may be read in part). Every process
-// computes the same.
-// Each reader's relay arena holds the tensors it reads for others, at offsets every process
-// computes alike (so a process on the same machine can find them in the reader's memory).
-// Returns the bytes of this process's relay arena.
-Result<std::uint64_t> assign_relay_readers(const formats::Catalog& catalog, const PlanOptions& options, Plan& plan) {
-  const ParallelLayout& par = options.parallel;
-  std::vector<std::uint64_t> assigned(par.processes, 0);
-  std::vector<std::uint64_t> relay_cursor(par.processes, 0);
-  std::vector<RelayedTensor> kept;
-  for (RelayedTensor& relayed : plan.relayed) {  // in file order (place_in_arenas)
-    std::vector<bool> holds(par.processes, false);
-    for (const RelayedTensor::Copy& copy : relayed.copies) holds[copy.process] = true;
-    if (std::ranges::count(holds, true) < 2) {  // its one holder reads it
-      plan.tensors[relayed.tensor].reader = static_cast<std::uint32_t>(std::ranges::find(holds, true) - holds.begin());
-      continue;
-    }
-    std::uint32_t reader = par.processes;
-    for (std::uint32_t q = 0; q < par.processes; ++q)
-      if (holds[q] && (reader == par.processes || assigned[q] < assigned[reader])) reader = q;
-    const formats::TensorEntry& t = catalog.tensors[relayed.tensor];
-    assigned[reader] += t.nbytes;
-    relayed.reader = reader;
-    std::erase_if(relayed.copies, [&](const RelayedTensor::Copy& copy) { return copy.process == reader; });
-    relayed.bytes_to.assign(par.processes, 0);
-    for (const RelayedTensor::Copy& copy : relayed.copies) relayed.bytes_to[copy.process] += copy.bytes;
-    TensorPlacement& placed = plan.tensors[relayed.tensor];
-    placed.reader = reader;
-    if (holds[par.process]) {
-      plan.direct_tensors -= placed.direct ? 1 : 0;
-      placed.direct = false;
-      placed.partial = false;
-      placed.received = reader != par.process;
-      placed.relayed = reader == par.process;
-    }
-    auto offset = take(relay_cursor[reader], t.nbytes, options.tensor_alignment, "relay");
-    if (!offset) return fail(tensor_error(catalog, t, Errc::kOverflow, offset.error().message()));
-    relayed.offset = *offset;
-    if (placed.relayed) placed.relay_offset = *offset;
-    kept.push_back(std::move(relayed));
-  }
-  plan.relayed = std::move(kept);
-  return relay_cursor[par.process];
 }
 
 // A quantize job's copy for tensor rank `rank`: the plain weight's shard, cut in scratch, is
@@ -488,11 +387,11 @@ Status place_in_arenas(const formats::Catalog& catalog, const std::vector<std::u
     }
   }
   std::uint64_t relay_bytes = 0;
-  if (relays(options)) {
-    QLOAD_ASSIGN_OR_RETURN(relay_bytes, assign_relay_readers(catalog, options, plan));
+  if (detail::relays(options)) {
+    QLOAD_ASSIGN_OR_RETURN(relay_bytes, detail::assign_relay_readers(catalog, options, plan));
     plan.shared_reads = SharedReads::kRelay;
   } else if (options.parallel.share_reads) {
-    assign_readers(catalog, order, options.parallel, plan);
+    detail::assign_readers(catalog, order, options.parallel, plan);
     plan.shared_reads = SharedReads::kBroadcast;
   }
   std::uint64_t host_bytes = 0;
@@ -577,6 +476,25 @@ void plan_mappings(const formats::Catalog& catalog, const std::vector<std::uint3
 }
 
 }  // namespace
+
+namespace detail {
+
+Error tensor_error(const formats::Catalog& catalog, const formats::TensorEntry& t, Errc code, std::string message) {
+  std::string path = t.file < catalog.files.size() ? catalog.files[t.file].path : std::string();
+  return Error(code, std::move(message)).with_offset(t.offset).with_tensor(t.name).with_file(std::move(path));
+}
+
+// Bumps `cursor` to the next aligned offset for `bytes`, or kOverflow naming the arena.
+Result<std::uint64_t> take(std::uint64_t& cursor, std::uint64_t bytes, std::uint64_t alignment,
+                           const std::string& arena) {
+  auto offset = align_up(cursor, alignment);
+  auto end = offset ? checked_add(*offset, bytes) : offset;
+  if (!end) return fail(Errc::kOverflow, fmt::format("the {} arena would exceed 2^64 bytes", arena));
+  cursor = *end;
+  return *offset;
+}
+
+}  // namespace detail
 
 std::string_view load_mode_name(LoadMode mode) noexcept {
   switch (mode) {
