@@ -75,13 +75,31 @@ Result<std::vector<std::vector<std::byte>>> cut_copies(const formats::TensorEntr
   return parts;
 }
 
-// A holder's side, reading the reader's relay arena in place: its copies cut into its shards.
+// A holder's side, reading the reader's relay arena in place: its copies cut into its shards,
+// straight into a host arena; for a GPU, cut and converted on the host first (a GPU converts
+// through its copy lanes' scratch, sized for staged pieces, not whole shards).
 Status cut_in_place(const formats::TensorEntry& t, const Plan& plan, const TensorPlacement& placed,
                     std::span<const std::byte> stored, std::span<const std::unique_ptr<ArenaTarget>> targets) {
   std::vector<std::vector<Delivery>> by_region(targets.size());
+  std::vector<std::vector<std::byte>> staged;  // GPU-bound copies, as placed
+  staged.reserve(placed.shard_count);
+  std::vector<Delivery> runs;
   const ChunkPiece whole{.tensor = plan.shards[placed.first_shard].tensor, .tensor_offset = 0, .bytes = t.nbytes};
-  for (std::uint32_t k = placed.first_shard; k < placed.first_shard + placed.shard_count; ++k)
-    shard_deliveries(t, plan.shards[k], whole, stored.data(), by_region[plan.shards[k].region]);
+  for (std::uint32_t k = placed.first_shard; k < placed.first_shard + placed.shard_count; ++k) {
+    const ShardPlacement& shard = plan.shards[k];
+    if (targets[shard.region]->on_host()) {
+      shard_deliveries(t, shard, whole, stored.data(), by_region[shard.region]);
+      continue;
+    }
+    ShardPlacement at_zero = shard;
+    at_zero.offset = 0;
+    runs.clear();
+    shard_deliveries(t, at_zero, whole, stored.data(), runs);
+    std::vector<std::byte>& host = staged.emplace_back(static_cast<std::size_t>(shard.bytes));
+    QLOAD_TRY(deliver_on_host(host.data(), runs));
+    by_region[shard.region].push_back(
+        Delivery{.stored = host, .arena_offset = shard.offset, .from = shard.dtype, .to = shard.dtype});
+  }
   for (std::size_t r = 0; r < by_region.size(); ++r)
     if (!by_region[r].empty()) QLOAD_TRY(targets[r]->deliver(by_region[r]));
   return {};

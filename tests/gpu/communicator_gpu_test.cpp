@@ -2,7 +2,9 @@
 // One GPU: a world of one process broadcasts to itself (NCCL opened, a communicator made, a
 // broadcast issued and waited for). Two or more: two ranks (threads, cuda:0 and cuda:1) send
 // bytes from one GPU to the other, and two replicas sharing reads each hold the whole
-// checkpoint. Without a GPU: a GPU slot is refused with an error, never a crash or a hang.
+// checkpoint. Tensor-parallel shards relayed onto one GPU (two processes as threads on cuda:0)
+// match the reference. Without a GPU: a GPU slot is refused with an error, never a crash or a
+// hang.
 #include <catch2/catch.hpp>
 
 #include <future>
@@ -118,5 +120,56 @@ TEST_CASE("communicator: two GPU replicas sharing reads each hold the whole chec
     auto mismatches = f->get();
     if (!mismatches) FAIL(mismatches.error().to_string());
     CHECK(mismatches->empty());
+  }
+}
+
+TEST_CASE("shared reads: tensor-parallel shards relayed onto a GPU match the reference", "[gpu]") {
+  const CudaInfo info = probe_cuda();
+  if (info.devices.empty()) {
+    WARN("SKIPPED [gpu]: no GPU visible: " << info.unavailable_reason);
+    return;
+  }
+  // Two processes (threads here) of tp 2, both on cuda:0 (separate arenas): each reads half
+  // the tensors and gets its shards of the others relayed, in place or over TCP, converted to
+  // f32 or not (a GPU-bound copy is cut and converted on the host first).
+  Llama m;
+  make_model(m);
+  for (const auto& [convert, in_place] :
+       {std::pair{false, true}, std::pair{true, true}, std::pair{false, false}, std::pair{true, false}}) {
+    INFO((convert ? "f32" : "bf16") << (in_place ? ", in place" : ", over TCP"));
+    const std::uint16_t port = free_port();
+    const auto rank = [&](std::uint32_t r) -> Result<std::vector<std::string>> {
+      QLOAD_ASSIGN_OR_RETURN(Rendezvous rv, Rendezvous::join(World{.rank = r, .size = 2, .master_port = port}, 60s));
+      const std::vector<int> host_slots = {-1};  // the relay moves host memory: no NCCL
+      QLOAD_ASSIGN_OR_RETURN(Communicator comm, Communicator::create(rv, host_slots));
+      scheduler::LoadOptions o;
+      o.plan.parallel = {.tensor = 2, .processes = 2, .process = r, .share_reads = true};
+      o.plan.devices = {Device{.kind = Device::Kind::kCuda, .index = 0}};
+      if (convert) o.plan.dtype = DType::kF32;
+      o.communicator = &comm;
+      o.map_peer_memory = in_place;
+      QLOAD_ASSIGN_OR_RETURN(scheduler::Model model, scheduler::load_source(m.dir.path().string(), o));
+      std::vector<std::string> mismatches;
+      for (const auto& [name, shape] : m.shapes) {
+        const scheduler::DeviceTensor* t = model.find(name, "cuda:0");
+        if (t == nullptr) return fail(Errc::kNotFound, name);
+        std::vector<std::byte> host(t->nbytes);
+        QLOAD_TRY(model.copy_to_host(*t, 0, host));
+        scheduler::DeviceTensor on_host = *t;
+        on_host.data = host.data();
+        if (std::string why = copy_mismatch(m, name, on_host, r, 2, convert); !why.empty())
+          mismatches.push_back(name + ": " + why);
+      }
+      if (model.report().shared_in_place_bytes + model.report().shared_received_bytes == 0)
+        mismatches.push_back("nothing was relayed");
+      return mismatches;
+    };
+    auto zero = std::async(std::launch::async, rank, 0u);
+    auto one = std::async(std::launch::async, rank, 1u);
+    for (auto* f : {&zero, &one}) {
+      auto mismatches = f->get();
+      if (!mismatches) FAIL(mismatches.error().to_string());
+      CHECK(mismatches->empty());
+    }
   }
 }
