@@ -115,10 +115,13 @@ Status quantize_task(ReadLoadState& s, const DecodeJob& job) {
   });
 }
 
-// The repacked parts (DecodeJob::outputs, by role) of one GPTQ v1 / AWQ GEMM / act-order weight.
+// The repacked parts (DecodeJob::outputs, by role) of one GPTQ v1 / AWQ GEMM / act-order weight,
+// or of a tensor rank's shard of one.
 Status repack_task(ReadLoadState& s, const DecodeJob& job) {
-  const formats::LogicalTensor& lt = s.plan.quant->logical[job.logical];
-  auto part = [&](std::string_view role) { return scratch_bytes(s, *lt.part(role)); };
+  const auto [lt, parts] = decoded_weight(s, job);
+  auto part = [&](std::string_view role) {
+    return std::ranges::find(parts, role, &formats::PartBytes::role)->bytes;  // every role of lt is there
+  };
   std::map<std::string, std::vector<std::byte>, std::less<>> out;
   for (const DecodeOutput& o : job.outputs) out[o.role].resize(static_cast<std::size_t>(o.bytes));
   formats::LogicalTensor gptq = lt;  // the geometry the act-order sort works in

@@ -21,33 +21,11 @@ std::string sibling_name(const std::string& weight_name, std::string_view suffix
 // A repack job for `lt` when it needs one (GPTQ v1, GPTQ with g_idx, AWQ GEMM), else none.
 Result<std::optional<DecodeJob>> repack_job(const formats::Catalog& catalog, const formats::LogicalTensor& lt,
                                             std::uint32_t l) {
-  const formats::QuantParams& p = lt.params;
-  const bool gptq = p.scheme == formats::QuantScheme::kGptq;
-  const bool awq = p.scheme == formats::QuantScheme::kAwqGemm;
-  const bool act_order = gptq && lt.part("g_idx").has_value();
-  if (!(awq || (gptq && (p.gptq_version == 1 || act_order)))) return std::optional<DecodeJob>();
-  const formats::LogicalTensor target = awq ? formats::awq_gemm_as_gptq(lt) : [&] {
-    formats::LogicalTensor t = lt;
-    t.params.gptq_version = 2;
-    return t;
-  }();
-  QLOAD_ASSIGN_OR_RETURN(const formats::PackedShapes shapes, formats::packed_shapes(target));
-  DecodeJob job{.kind = DecodeJob::Kind::kRepack, .logical = l, .repacked = target.params};
+  if (!needs_repack(lt)) return std::optional<DecodeJob>();
+  DecodeJob job{.kind = DecodeJob::Kind::kRepack, .logical = l, .repacked = repacked_params(lt)};
   for (const auto& [role, index] : lt.parts) job.inputs.push_back(index);
-  auto add = [&](std::string role, DType dtype, Shape shape) -> Status {
-    QLOAD_ASSIGN_OR_RETURN(const std::uint64_t bytes, shape.nbytes(dtype));
-    job.outputs.push_back(DecodeOutput{
-        .name = sibling_name(lt.name, role), .role = std::move(role), .dtype = dtype, .shape = shape, .bytes = bytes});
-    return {};
-  };
-  QLOAD_TRY(add("qweight", DType::kI32, shapes.weight));
-  QLOAD_TRY(add("qzeros", DType::kI32, shapes.zeros));
   const formats::TensorEntry& scales = catalog.tensors[*lt.part("scales")];
-  QLOAD_TRY(add("scales", scales.dtype, scales.shape));
-  if (act_order) {
-    QLOAD_TRY(add("g_idx", DType::kI32, Shape{lt.cols}));
-    QLOAD_TRY(add("perm", DType::kI32, Shape{lt.cols}));
-  }
+  QLOAD_ASSIGN_OR_RETURN(job.outputs, repack_outputs(lt, scales.dtype, scales.shape));
   for (const DecodeOutput& out : job.outputs)
     if (const formats::TensorEntry* same = catalog.find(out.name);
         same != nullptr && std::ranges::none_of(lt.parts, [&](const auto& part) {
@@ -59,6 +37,48 @@ Result<std::optional<DecodeJob>> repack_job(const formats::Catalog& catalog, con
 }
 
 }  // namespace
+
+bool needs_repack(const formats::LogicalTensor& lt) {
+  const formats::QuantParams& p = lt.params;
+  const bool gptq = p.scheme == formats::QuantScheme::kGptq;
+  return p.scheme == formats::QuantScheme::kAwqGemm || (gptq && (p.gptq_version == 1 || lt.part("g_idx")));
+}
+
+namespace {
+
+// The GPTQ v2 weight a repack turns `lt` into (its geometry and group count kept).
+formats::LogicalTensor repack_target(const formats::LogicalTensor& lt) {
+  if (lt.params.scheme == formats::QuantScheme::kAwqGemm) return formats::awq_gemm_as_gptq(lt);
+  formats::LogicalTensor t = lt;
+  t.params.gptq_version = 2;
+  return t;
+}
+
+}  // namespace
+
+formats::QuantParams repacked_params(const formats::LogicalTensor& lt) {
+  return repack_target(lt).params;
+}
+
+Result<std::vector<DecodeOutput>> repack_outputs(const formats::LogicalTensor& lt, DType scales_dtype,
+                                                 const Shape& scales_shape) {
+  QLOAD_ASSIGN_OR_RETURN(const formats::PackedShapes shapes, formats::packed_shapes(repack_target(lt)));
+  std::vector<DecodeOutput> outputs;
+  auto add = [&](std::string role, DType dtype, Shape shape) -> Status {
+    QLOAD_ASSIGN_OR_RETURN(const std::uint64_t bytes, shape.nbytes(dtype));
+    outputs.push_back(DecodeOutput{
+        .name = sibling_name(lt.name, role), .role = std::move(role), .dtype = dtype, .shape = shape, .bytes = bytes});
+    return {};
+  };
+  QLOAD_TRY(add("qweight", DType::kI32, shapes.weight));
+  QLOAD_TRY(add("qzeros", DType::kI32, shapes.zeros));
+  QLOAD_TRY(add("scales", scales_dtype, scales_shape));
+  if (lt.params.scheme == formats::QuantScheme::kGptq && lt.part("g_idx")) {  // act-order: sorted, with its order
+    QLOAD_TRY(add("g_idx", DType::kI32, Shape{lt.cols}));
+    QLOAD_TRY(add("perm", DType::kI32, Shape{lt.cols}));
+  }
+  return outputs;
+}
 
 bool is_quantizable_weight(const formats::TensorEntry& t) {
   const std::string& n = t.name;

@@ -15,6 +15,14 @@ namespace qload::scheduler::detail {
 // rank's slices of them are cut into the scratch arena on it too.
 inline constexpr std::uint64_t kDecodePartAlignment = 256;
 
+// Repacking (PlanOptions::repack): whether `lt` needs it (GPTQ v1, GPTQ with g_idx, AWQ GEMM),
+// the parameters it has after, and the parts a repack of a weight of `lt`'s geometry (a whole
+// weight, or a tensor rank's shard of one) writes, whose scales are `scales_shape`.
+bool needs_repack(const formats::LogicalTensor& lt);
+formats::QuantParams repacked_params(const formats::LogicalTensor& lt);
+Result<std::vector<DecodeOutput>> repack_outputs(const formats::LogicalTensor& lt, DType scales_dtype,
+                                                 const Shape& scales_shape);
+
 // Whether quantize-on-load applies to this tensor (see PlanOptions::quantize).
 bool is_quantizable_weight(const formats::TensorEntry& t);
 

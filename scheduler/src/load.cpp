@@ -141,51 +141,57 @@ std::vector<QuantizedWeight> describe_quantized(const formats::Catalog& catalog,
   if (!plan.quant) return out;  // nothing detected, nothing to describe
   // A dequantized weight is a plain tensor now: its parts stayed in scratch.
   std::vector<bool> dequantized(plan.quant->logical.size(), false);
-  for (const DecodeJob& job : plan.decodes)
+  std::map<std::uint32_t, std::vector<const DecodeJob*>> repacked;  // logical index -> its repack jobs (one per copy)
+  for (const DecodeJob& job : plan.decodes) {
     if (job.kind == DecodeJob::Kind::kDequantize) dequantized[job.logical] = true;
-  std::map<std::string_view, std::uint32_t> index;
-  for (std::uint32_t i = 0; i < tensors.size(); ++i) index.emplace(tensors[i].name, i);
-  if (!plan.shards.empty()) {
-    // A parallel layout: one description per copy (a tensor rank's shard, or a replica), on
-    // its device, with the shard's N and K; its parts are that device's copies.
-    std::map<std::pair<std::string_view, std::string_view>, std::uint32_t> on_device;
-    for (std::uint32_t i = 0; i < tensors.size(); ++i)
-      on_device.emplace(std::pair<std::string_view, std::string_view>(tensors[i].name, tensors[i].device), i);
-    for (std::uint32_t l = 0; l < plan.quant->logical.size(); ++l) {
-      if (dequantized[l]) continue;
-      const formats::LogicalTensor& lt = plan.quant->logical[l];
-      const TensorPlacement& first_part = plan.tensors[lt.parts.front().second];
-      const auto dims = plan.sharded_weights.find(l);
-      for (std::uint32_t c = 0; c < first_part.shard_count; ++c) {
-        const ShardPlacement& shard = plan.shards[first_part.first_shard + c];
-        QuantizedWeight w{.name = lt.name, .params = lt.params, .rows = lt.rows, .cols = lt.cols};
-        w.device = plan.arenas[shard.region].device.to_string();
-        if (dims != plan.sharded_weights.end()) {
-          std::tie(w.rows, w.cols) = dims->second.dims[shard.rank];
-          w.params.groups = dims->second.groups;
-        }
-        for (const auto& [role, part] : lt.parts)
-          w.parts.emplace_back(role, on_device.at({catalog.tensors[part].name, w.device}));
-        out.push_back(std::move(w));
-      }
-    }
-    return out;
+    if (job.kind == DecodeJob::Kind::kRepack) repacked[job.logical].push_back(&job);
   }
-  std::map<std::uint32_t, const DecodeJob*> repacked;  // logical index -> its repack job
-  for (const DecodeJob& job : plan.decodes)
-    if (job.kind == DecodeJob::Kind::kRepack) repacked[job.logical] = &job;
+  // One description per copy of a weight (the whole weight; under a parallel layout, a tensor
+  // rank's shard or a replica), on its device, with its N and K; its parts are that device's.
+  std::map<std::string_view, std::uint32_t> index;  // by name (unique without copies)
+  std::map<std::pair<std::string_view, std::string_view>, std::uint32_t> on_device;
+  for (std::uint32_t i = 0; i < tensors.size(); ++i) {
+    index.emplace(tensors[i].name, i);
+    on_device.emplace(std::pair<std::string_view, std::string_view>(tensors[i].name, tensors[i].device), i);
+  }
   for (std::uint32_t l = 0; l < plan.quant->logical.size(); ++l) {
     if (dequantized[l]) continue;
     const formats::LogicalTensor& lt = plan.quant->logical[l];
-    QuantizedWeight w{.name = lt.name, .params = lt.params, .rows = lt.rows, .cols = lt.cols};
-    if (const auto it = repacked.find(l); it != repacked.end()) {
-      w.params = it->second->repacked;
-      for (const DecodeOutput& o : it->second->outputs) w.parts.emplace_back(o.role, index.at(o.name));
-    } else {
-      for (const auto& [role, part] : lt.parts) w.parts.emplace_back(role, index.at(catalog.tensors[part].name));
+    const auto dims = plan.sharded_weights.find(l);
+    if (const auto jobs = repacked.find(l); jobs != repacked.end()) {  // each copy's parts, repacked
+      for (const DecodeJob* job : jobs->second) {
+        QuantizedWeight w{.name = lt.name, .params = job->repacked, .rows = lt.rows, .cols = lt.cols};
+        if (dims != plan.sharded_weights.end()) std::tie(w.rows, w.cols) = dims->second.dims[job->rank];
+        for (const DecodeOutput& o : job->outputs) {
+          const std::string device = plan.arenas[o.region].device.to_string();
+          w.parts.emplace_back(o.role, on_device.at({o.name, device}));
+        }
+        w.device = tensors[w.parts.front().second].device;
+        out.push_back(std::move(w));
+      }
+      continue;
     }
-    w.device = tensors[w.parts.front().second].device;
-    out.push_back(std::move(w));
+    const TensorPlacement& first_part = plan.tensors[lt.parts.front().second];
+    if (first_part.shard_count == 0) {  // kept whole (names are unique then), unless another process holds it
+      if (plan.mode == LoadMode::kRead && first_part.region == kNoRegion) continue;
+      QuantizedWeight w{.name = lt.name, .params = lt.params, .rows = lt.rows, .cols = lt.cols};
+      for (const auto& [role, part] : lt.parts) w.parts.emplace_back(role, index.at(catalog.tensors[part].name));
+      w.device = tensors[w.parts.front().second].device;
+      out.push_back(std::move(w));
+      continue;
+    }
+    for (std::uint32_t c = 0; c < first_part.shard_count; ++c) {
+      const ShardPlacement& shard = plan.shards[first_part.first_shard + c];
+      QuantizedWeight w{.name = lt.name, .params = lt.params, .rows = lt.rows, .cols = lt.cols};
+      w.device = plan.arenas[shard.region].device.to_string();
+      if (dims != plan.sharded_weights.end()) {
+        std::tie(w.rows, w.cols) = dims->second.dims[shard.rank];
+        w.params.groups = dims->second.groups;
+      }
+      for (const auto& [role, part] : lt.parts)
+        w.parts.emplace_back(role, on_device.at({catalog.tensors[part].name, w.device}));
+      out.push_back(std::move(w));
+    }
   }
   return out;
 }

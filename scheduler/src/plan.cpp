@@ -234,13 +234,6 @@ Status check_parallel(const PlanOptions& options, const Plan& plan) {
   if (par.share_reads && !plan.decodes.empty())
     return fail(Error(Errc::kUnsupported, "decoding on load with shared reads is not supported yet")
                     .with_tensor(plan.decodes.front().outputs.front().name));
-  const bool copies = par.tensor > 1 || par.data > 1 || par.processes > 1;
-  for (const DecodeJob& job : plan.decodes)
-    if (copies && job.kind == DecodeJob::Kind::kRepack)
-      return fail(Error(Errc::kUnsupported,
-                        "repacking on load with tensor or data parallelism or several processes is not "
-                        "supported yet (dequantizing and quantizing are)")
-                      .with_tensor(job.outputs.front().name));
   return {};
 }
 
@@ -264,8 +257,33 @@ Status shard_quantize_job(const formats::Catalog& catalog, const PlanOptions& op
   return {};
 }
 
+// A dequantize or repack job's copy for tensor rank `rank` (its shard_inputs listed): what it
+// writes for the shard's geometry (Plan::sharded_weights): the shard dequantized, or its parts
+// repacked (as the whole weight's would be, for a weight of the shard's N and K).
+Status shard_decode_outputs(const formats::Catalog& catalog, const Plan& plan, std::uint32_t rank, DecodeJob& copy) {
+  const Plan::ShardedWeight& sharded = plan.sharded_weights.at(copy.logical);
+  const auto& [rows, cols] = sharded.dims[rank];
+  if (copy.kind == DecodeJob::Kind::kDequantize) {
+    DecodeOutput& out = copy.outputs.front();
+    out.shape = Shape{rows, cols};
+    QLOAD_ASSIGN_OR_RETURN(out.bytes, out.shape.nbytes(out.dtype));
+    return {};
+  }
+  formats::LogicalTensor shard = plan.quant->logical[copy.logical];
+  shard.rows = rows;
+  shard.cols = cols;
+  shard.params.groups = sharded.groups;
+  const std::uint32_t scales = *shard.part("scales");
+  const auto in = std::ranges::find(copy.shard_inputs, scales, &DecodeJob::ShardInput::tensor);
+  const std::uint32_t region = copy.outputs.front().region;
+  copy.repacked = detail::repacked_params(shard);
+  QLOAD_ASSIGN_OR_RETURN(copy.outputs, detail::repack_outputs(shard, catalog.tensors[scales].dtype, in->slice.shape));
+  for (DecodeOutput& out : copy.outputs) out.region = region;
+  return {};
+}
+
 // Where each decode job's outputs go. Outside a parallel layout: the device of its first input.
-// Under one, a dequantize or quantize job becomes one job per copy of its weight on this
+// Under one, each job becomes one job per copy of its weight on this
 // process's devices: a tensor rank's shard (its inputs cut to the rank's slices first,
 // DecodeJob::shard_inputs) or a data replica; a weight whose copies are all another process's
 // is not decoded here.
@@ -280,7 +298,7 @@ Status place_decode_jobs(const formats::Catalog& catalog, const PlanOptions& opt
   }
   const ParallelLayout& par = options.parallel;
   std::vector<DecodeJob> copies;
-  for (const DecodeJob& job : plan.decodes) {  // no repack jobs when there are copies (check_parallel)
+  for (const DecodeJob& job : plan.decodes) {
     const std::uint32_t stage = stage_of[job.inputs.front()];
     for (std::uint32_t d = 0; d < par.data; ++d)
       for (std::uint32_t r = 0; r < par.tensor; ++r) {
@@ -292,15 +310,12 @@ Status place_decode_jobs(const formats::Catalog& catalog, const PlanOptions& opt
         if (par.tensor > 1 && job.kind == DecodeJob::Kind::kQuantize) {
           QLOAD_TRY(shard_quantize_job(catalog, options, geometry, r, copy));
         } else if (par.tensor > 1) {
-          DecodeOutput& out = copy.outputs.front();
-          const auto& [rows, cols] = plan.sharded_weights.at(job.logical).dims[r];
-          out.shape = Shape{rows, cols};
-          QLOAD_ASSIGN_OR_RETURN(out.bytes, out.shape.nbytes(out.dtype));
           for (const std::uint32_t input : job.inputs) {
             const ShardSlice& slice = part_shards.at(input).slices[r];
             QLOAD_ASSIGN_OR_RETURN(const std::uint64_t bytes, slice.shape.nbytes(catalog.tensors[input].dtype));
             copy.shard_inputs.push_back({.tensor = input, .slice = slice, .offset = 0, .bytes = bytes});
           }
+          QLOAD_TRY(shard_decode_outputs(catalog, plan, r, copy));
         }
         copies.push_back(std::move(copy));
       }

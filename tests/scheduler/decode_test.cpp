@@ -298,6 +298,59 @@ TEST_CASE("decode: repack turns GPTQ v1 act-order and AWQ GEMM into GPTQ v2 with
   }
 }
 
+TEST_CASE("decode: repacking under tensor parallelism repacks each rank's shard, act-order sorted within it",
+          "[scheduler][decode][repack][parallel]") {
+  for (const auto scheme : {formats::QuantScheme::kGptq, formats::QuantScheme::kAwqGemm})
+    for (const Split split : {Split::kRows, Split::kCols}) {
+      DYNAMIC_SECTION(formats::quant_scheme_name(scheme) << " split " << split_name(split)) {
+        PackedCheckpoint c;
+        write_packed(c, scheme);
+        LoadOptions options;
+        options.plan.repack = true;
+        options.plan.parallel.tensor = 2;
+        options.plan.devices = {Device{.index = 0}, Device{.index = 1}};
+        options.plan.split = [split](std::string_view) -> Result<std::optional<Split>> {
+          return std::optional<Split>(split);
+        };
+        auto model = load_source(c.dir.path().string(), options);
+        if (!model) FAIL(model.error().to_string());
+        REQUIRE(model->quantized().size() == 2);
+        bool permuted = false;
+        for (const QuantizedWeight& w : model->quantized()) {
+          const std::uint64_t rank = w.device == "cpu" ? 0 : 1;
+          INFO("rank " << rank);
+          // The rank's slice of the weight: rows (N) or columns (K) in two halves.
+          const std::uint64_t n0 = split == Split::kRows ? rank * kN / 2 : 0;
+          const std::uint64_t k0 = split == Split::kCols ? rank * kK / 2 : 0;
+          REQUIRE(w.rows == (split == Split::kRows ? kN / 2 : kN));
+          REQUIRE(w.cols == (split == Split::kCols ? kK / 2 : kK));
+          CHECK(w.params.gptq_version == 2);
+          formats::LogicalTensor t{.name = w.name, .params = w.params, .rows = w.rows, .cols = w.cols};
+          std::vector<formats::PartBytes> parts;
+          std::vector<std::int32_t> perm(w.cols);
+          std::iota(perm.begin(), perm.end(), 0);
+          for (const auto& [role, index] : w.parts) {
+            const DeviceTensor& part = model->tensors()[index];
+            if (role == "perm") {
+              std::memcpy(perm.data(), part.data, part.nbytes);
+              continue;
+            }
+            parts.push_back({.role = role, .dtype = part.dtype, .shape = part.shape, .bytes = part.bytes()});
+          }
+          for (std::size_t k = 0; k < perm.size(); ++k) permuted = permuted || perm[k] != static_cast<std::int32_t>(k);
+          std::vector<float> got(w.rows * w.cols);
+          REQUIRE(formats::dequantize_rows(t, parts, 0, w.rows, DType::kF32, std::as_writable_bytes(std::span(got))));
+          std::size_t mismatches = 0;
+          for (std::uint64_t n = 0; n < w.rows; ++n)
+            for (std::uint64_t k = 0; k < w.cols; ++k)
+              mismatches += got[n * w.cols + k] != c.weight[(n0 + n) * kK + k0 + static_cast<std::uint64_t>(perm[k])];
+          CHECK(mismatches == 0);
+        }
+        CHECK(permuted == (scheme == formats::QuantScheme::kGptq));  // act-order GPTQ is sorted per shard
+      }
+    }
+}
+
 TEST_CASE("decode: per-weight rules override the global policies; a placement hook moves tensors",
           "[scheduler][decode]") {
   Checkpoint c;

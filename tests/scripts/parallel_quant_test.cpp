@@ -10,6 +10,7 @@
 
 #include <cstring>
 #include <map>
+#include <numeric>
 #include <tuple>
 
 #include <fmt/format.h>
@@ -207,15 +208,60 @@ TEST_CASE("parallel: weights dequantized on load under tp, dp and several proces
   }
 }
 
-TEST_CASE("parallel: repacking on load under tensor parallelism is refused by name", "[scripts][parallel][quant]") {
+TEST_CASE("parallel: weights repacked on load under tp, dp and several processes decode to the unsplit weight's slices",
+          "[scripts][parallel][quant]") {
   ScratchDir dir;
-  LoadOptions o = over(2);
-  o.plan.repack = true;
-  auto repack = load_source(synth(dir, "gptq4"), o);
-  REQUIRE_FALSE(repack);
-  CHECK(repack.error().code() == Errc::kUnsupported);
-  CHECK_THAT(repack.error().message(), Catch::Contains("repacking on load"));
-  CHECK(repack.error().tensor().has_value());
+  // gptq4 / gptq8: GPTQ v1 with g_idx (zeros to v2, columns sorted by group with a perm); awq:
+  // AWQ GEMM to GPTQ v2.
+  for (const std::string quant : {"gptq4", "gptq8", "awq"}) {
+    const std::string path = synth(dir, quant);
+    auto whole = load_source(path, LoadOptions{});
+    REQUIRE(whole);
+    std::map<std::string, std::vector<float>> full;
+    for (const QuantizedWeight& w : whole->quantized()) full[w.name] = decode(*whole, w);
+    for (const auto& [tp, dp, processes] : {std::tuple{2u, 1u, 1u}, std::tuple{4u, 1u, 1u}, std::tuple{2u, 2u, 4u}}) {
+      const std::uint32_t per_process = tp * dp / processes;
+      for (std::uint32_t p = 0; p < processes; ++p) {
+        INFO(quant << " tp " << tp << " dp " << dp << ", process " << p);
+        LoadOptions o = over(per_process);
+        o.plan.parallel = {.tensor = tp, .data = dp, .processes = processes, .process = p};
+        o.plan.repack = true;
+        auto model = load_source(path, o);
+        if (!model) FAIL(model.error().to_string());
+        REQUIRE(model->quantized().size() == full.size() * per_process);
+        for (const QuantizedWeight& w : model->quantized()) {
+          INFO(w.name << " on " << w.device);
+          CHECK(w.params.scheme == formats::QuantScheme::kGptq);
+          CHECK(w.params.gptq_version == 2);
+          const std::uint32_t global = p * per_process + (w.device == "cpu" ? 0 : std::stoul(w.device.substr(4)));
+          const std::uint32_t rank = global % tp;
+          const QuantizedWeight& unsplit =
+              *std::ranges::find_if(whole->quantized(), [&](const QuantizedWeight& u) { return u.name == w.name; });
+          const SplitExpect e =
+              expected_split(w.name, Shape{unsplit.rows, unsplit.cols}, rank, tp, {kHeads, kKv, kHeadDim});
+          REQUIRE(w.rows == e.rows.size());
+          REQUIRE(w.cols == e.col_end - e.col_begin);
+          // Column k of the repacked shard is column perm[k] of the shard (perm: identity without one).
+          QuantizedWeight packed = w;
+          std::vector<std::int32_t> perm(w.cols);
+          std::iota(perm.begin(), perm.end(), 0);
+          std::erase_if(packed.parts, [&](const auto& part) {
+            if (part.first != "perm") return false;
+            std::memcpy(perm.data(), model->tensors()[part.second].data, perm.size() * 4);
+            return true;
+          });
+          const std::vector<float> got = decode(*model, packed);
+          const std::vector<float>& weight = full.at(w.name);
+          for (std::uint64_t i = 0; i < w.rows; ++i)
+            for (std::uint64_t j = 0; j < w.cols; ++j) {
+              const float want = weight[e.rows[i] * unsplit.cols + e.col_begin + static_cast<std::uint64_t>(perm[j])];
+              if (std::memcmp(&want, &got[i * w.cols + j], 4) != 0)
+                FAIL(fmt::format("element ({}, {}) is {}, the unsplit weight has {}", i, j, got[i * w.cols + j], want));
+            }
+        }
+      }
+    }
+  }
 }
 
 TEST_CASE("parallel: weights quantized on load under tp, dp and several processes are each copy's slice quantized",
