@@ -3,6 +3,7 @@
 # safetensors file per device; putting every shard back where `qload plan --json` says it
 # came from rebuilds every tensor of the checkpoint exactly, each element covered (kv heads
 # replicated, norms on every rank); the load reads the same bytes as a single-device load.
+# Quantizing and repacking on load under tp 2 write each device its shard in the new format.
 # Usage: parallel.sh QLOAD
 set -euo pipefail
 qload=$1
@@ -39,4 +40,26 @@ load, single = json.load(open(f"{d}/load.json")), json.load(open(f"{d}/single.js
 assert load["read_bytes"] == single["read_bytes"], (load["read_bytes"], single["read_bytes"])
 assert load["tensors"] == 4 * single["tensors"]
 print(f"parallel: {len(plan['tensors'])} tensors rebuilt from 8 devices (tp 4 x pp 2); read once: {load['read_bytes']} bytes")
+PY
+
+# Quantizing and repacking on load under tp 2 from the command line: every device holds its
+# shard of each linear weight in the target format (FP8 with per-row scales; GPTQ v2 with a
+# perm of the shard's K), and o_proj (row-parallel) has half the columns.
+"$qload" load "$dir/m" --devices cpu:0,cpu:1 --tp 2 --quantize fp8:per-channel --dump "$dir/fp8" >/dev/null
+"$qload" synth "$dir/g" --layers 1 --hidden 256 --intermediate 512 --vocab 512 --heads 8 --kv-heads 2 --quant gptq4 >/dev/null
+"$qload" load "$dir/g" --devices cpu:0,cpu:1 --tp 2 --repack --dump "$dir/gptq" >/dev/null
+python3 - "$dir" "$(dirname "$0")" <<'PY'
+import sys
+d = sys.argv[1]
+sys.path.insert(0, sys.argv[2])
+from shards import read_safetensors
+for dev in ("cpu", "cpu:1"):
+    fp8 = read_safetensors(f"{d}/fp8/{dev}.safetensors")
+    dtype, shape, _ = fp8["model.layers.0.self_attn.o_proj.weight"]
+    assert dtype == "F8_E4M3" and shape == [256, 128], (dev, dtype, shape)
+    assert fp8["model.layers.0.self_attn.o_proj.weight_scale"][1] == [256, 1], dev
+    gptq = read_safetensors(f"{d}/gptq/{dev}.safetensors")
+    assert gptq["model.layers.0.self_attn.o_proj.perm"][1] == [128], dev  # K 256 split in two
+    assert gptq["model.layers.0.mlp.up_proj.perm"][1] == [256], dev       # K whole, N split
+print("parallel: quantize and repack on load under tp 2 from the CLI")
 PY
