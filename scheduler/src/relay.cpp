@@ -158,9 +158,11 @@ Result<RelayStats> relay_shared(const formats::Catalog& catalog, const Plan& pla
           parts = std::move(*cut);
         } else {
           local = named(fail(std::move(cut).error()));
-          parts.resize(sizes.size());  // the others still get their (meaningless) bytes and fail below
-          for (std::size_t q = 0; q < sizes.size(); ++q) parts[q].resize(static_cast<std::size_t>(sizes[q]));
         }
+      }
+      if (me == relayed.reader && parts.empty()) {  // after a failure here: placeholders, so no one waits
+        parts.resize(sizes.size());
+        for (std::size_t q = 0; q < sizes.size(); ++q) parts[q].resize(static_cast<std::size_t>(sizes[q]));
       }
       views.assign(parts.begin(), parts.end());
       if (me != relayed.reader) mine.resize(static_cast<std::size_t>(sizes[me]));
