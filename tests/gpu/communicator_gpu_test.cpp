@@ -50,6 +50,37 @@ Result<std::vector<std::byte>> broadcast_on_gpu(std::uint32_t rank, std::uint32_
   return out;
 }
 
+// Every tensor's copy on `device` (read back to the host) against the reference: tensor rank
+// `rank` of `tp`, converted to f32 or not. One line per mismatch.
+Result<std::vector<std::string>> copy_mismatches(const Llama& m, const scheduler::Model& model,
+                                                 const std::string& device, std::uint64_t rank, std::uint64_t tp,
+                                                 bool convert) {
+  std::vector<std::string> mismatches;
+  for (const auto& [name, shape] : m.shapes) {
+    const scheduler::DeviceTensor* t = model.find(name, device);
+    if (t == nullptr) return fail(Errc::kNotFound, name);
+    std::vector<std::byte> host(t->nbytes);
+    QLOAD_TRY(model.copy_to_host(*t, 0, host));
+    scheduler::DeviceTensor on_host = *t;
+    on_host.data = host.data();
+    if (std::string why = copy_mismatch(m, name, on_host, rank, tp, convert); !why.empty())
+      mismatches.push_back(name + ": " + why);
+  }
+  return mismatches;
+}
+
+// Runs `rank(0)` and `rank(1)` at once (two processes, as threads); each must find nothing wrong.
+template <typename Rank>
+void expect_both_clean(Rank rank) {
+  auto zero = std::async(std::launch::async, rank, 0u);
+  auto one = std::async(std::launch::async, rank, 1u);
+  for (auto* f : {&zero, &one}) {
+    auto mismatches = f->get();
+    if (!mismatches) FAIL(mismatches.error().to_string());
+    CHECK(mismatches->empty());
+  }
+}
+
 }  // namespace
 
 TEST_CASE("communicator: GPU memory is broadcast through NCCL", "[gpu][nccl]") {
@@ -101,26 +132,9 @@ TEST_CASE("communicator: two GPU replicas sharing reads each hold the whole chec
     o.plan.devices = {Device{.kind = Device::Kind::kCuda, .index = static_cast<int>(r)}};
     o.communicator = &comm;
     QLOAD_ASSIGN_OR_RETURN(scheduler::Model model, scheduler::load_source(m.dir.path().string(), o));
-    std::vector<std::string> mismatches;
-    for (const auto& [name, shape] : m.shapes) {
-      const scheduler::DeviceTensor* t = model.find(name, fmt::format("cuda:{}", r));
-      if (t == nullptr) return fail(Errc::kNotFound, name);
-      std::vector<std::byte> host(t->nbytes);
-      QLOAD_TRY(model.copy_to_host(*t, 0, host));
-      scheduler::DeviceTensor on_host = *t;
-      on_host.data = host.data();
-      if (std::string why = copy_mismatch(m, name, on_host, 0, 1, false); !why.empty())
-        mismatches.push_back(name + ": " + why);
-    }
-    return mismatches;
+    return copy_mismatches(m, model, fmt::format("cuda:{}", r), 0, 1, false);
   };
-  auto zero = std::async(std::launch::async, rank, 0u);
-  auto one = std::async(std::launch::async, rank, 1u);
-  for (auto* f : {&zero, &one}) {
-    auto mismatches = f->get();
-    if (!mismatches) FAIL(mismatches.error().to_string());
-    CHECK(mismatches->empty());
-  }
+  expect_both_clean(rank);
 }
 
 TEST_CASE("shared reads: tensor-parallel shards relayed onto a GPU match the reference", "[gpu]") {
@@ -149,27 +163,11 @@ TEST_CASE("shared reads: tensor-parallel shards relayed onto a GPU match the ref
       o.communicator = &comm;
       o.map_peer_memory = in_place;
       QLOAD_ASSIGN_OR_RETURN(scheduler::Model model, scheduler::load_source(m.dir.path().string(), o));
-      std::vector<std::string> mismatches;
-      for (const auto& [name, shape] : m.shapes) {
-        const scheduler::DeviceTensor* t = model.find(name, "cuda:0");
-        if (t == nullptr) return fail(Errc::kNotFound, name);
-        std::vector<std::byte> host(t->nbytes);
-        QLOAD_TRY(model.copy_to_host(*t, 0, host));
-        scheduler::DeviceTensor on_host = *t;
-        on_host.data = host.data();
-        if (std::string why = copy_mismatch(m, name, on_host, r, 2, convert); !why.empty())
-          mismatches.push_back(name + ": " + why);
-      }
+      QLOAD_ASSIGN_OR_RETURN(std::vector<std::string> mismatches, copy_mismatches(m, model, "cuda:0", r, 2, convert));
       if (model.report().shared_in_place_bytes + model.report().shared_received_bytes == 0)
         mismatches.push_back("nothing was relayed");
       return mismatches;
     };
-    auto zero = std::async(std::launch::async, rank, 0u);
-    auto one = std::async(std::launch::async, rank, 1u);
-    for (auto* f : {&zero, &one}) {
-      auto mismatches = f->get();
-      if (!mismatches) FAIL(mismatches.error().to_string());
-      CHECK(mismatches->empty());
-    }
+    expect_both_clean(rank);
   }
 }
