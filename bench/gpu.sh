@@ -5,46 +5,94 @@
 # binaries stripped (the device tool carries 64 MiB at most; a debug build is ~1 GB) and carry
 # that:   QLOAD_STATIC=ON BUILD_DIR=build-static ./setup.sh && bench/gpu_pack.sh build-static build-gpu
 # then, with the device tool: run `bench/gpu.sh build-gpu` carrying build-gpu (~21 MB).
-# Results go to $OUT (the device tool's output folder) or /tmp/qload-gpu.
-# SKIP="io_bench gpu_load_bench" leaves out the named steps: one device call may run for at
-# most 10 minutes, and gpu_load_bench alone (synthesizing ~12 GB, three rounds of cold and warm
-# loads and peers) takes several; its knobs (RUNS, KEEP, PEERS, ...) pass through the
+#
+# Results: the device tool returns at most 8 files, so every step's log (and its JSON, if any)
+# goes into one tarball, $OUT/gpu-results.tar.gz, and one line per step (status, seconds) into
+# $OUT/summary.txt, which is also printed last. OUT defaults to /tmp/qload-gpu.
+#
+# One device call may run for at most 10 minutes. Choose steps with
+#   ONLY="gpu_tests quant_load_gpu"   run just these steps, or
+#   SKIP="io_bench gpu_load_bench"    leave these out, and
+#   STEP_TIMEOUT=120                    stop any one step after that many seconds.
+# gpu_load_bench alone (synthesizing ~12 GB, rounds of cold and warm loads and peers) takes
+# several minutes; its knobs (RUNS, KEEP, PEERS, MIN_BYTES, LAYERS, ...) pass through the
 # environment, see bench/gpu_load_bench.sh.
 set -uo pipefail
 build=${1:-build-gpu}
 out=${OUT:-/tmp/qload-gpu}
+logs=$(mktemp -d /tmp/qload-gpu-logs.XXXXXX)
 mkdir -p "$out"
 status=0
 here=$(cd "$(dirname "$0")" && pwd)
-step() {  # step NAME COMMAND...: runs, tees to $out/NAME.txt, remembers failure
-  local name=$1; shift
-  case " ${SKIP:-} " in *" $name "*) echo "== $name: skipped (SKIP)"; return ;; esac
-  echo "== $name: $*"
-  "$@" 2>&1 | tee "$out/$name.txt"
-  local rc=${PIPESTATUS[0]}
-  [ "$rc" -eq 0 ] || { echo "== $name FAILED (exit $rc)"; status=1; }
+summary="$out/summary.txt"
+: >"$summary"
+
+wanted() {  # wanted NAME: is this step selected by ONLY / SKIP?
+  local name=$1
+  if [ -n "${ONLY:-}" ]; then case " $ONLY " in *" $name "*) ;; *) return 1 ;; esac; fi
+  case " ${SKIP:-} " in *" $name "*) return 1 ;; esac
+  return 0
 }
+step() {  # step NAME COMMAND...: runs, tees to the log NAME.txt, records status and time
+  local name=$1; shift
+  if ! wanted "$name"; then echo "$name: not selected" >>"$summary"; return; fi
+  echo "== $name: $*"
+  local t0=$SECONDS
+  timeout "${STEP_TIMEOUT:-0}" "$@" 2>&1 | tee "$logs/$name.txt"
+  local rc=${PIPESTATUS[0]} verdict=ok
+  [ "$rc" -eq 124 ] && verdict="TIMED OUT after ${STEP_TIMEOUT}s"
+  [ "$rc" -eq 0 ] || { [ "$rc" -eq 124 ] || verdict="FAILED (exit $rc)"; status=1; }
+  echo "== $name: $verdict"
+  echo "$name: $verdict in $((SECONDS - t0)) s" >>"$summary"
+  # Re-pack after every step, so that a call cut off at its limit still brings back the
+  # logs of the steps that finished.
+  tar -czf "$out/gpu-results.tar.gz" -C "$logs" .
+}
+
+# NCCL: GPU machines often have it only inside a Python environment (the nvidia-nccl wheels).
+if ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2'; then
+  nccl_dir=$(python3 - 2>/dev/null <<'EOF'
+import os, nvidia.nccl as n
+for p in n.__path__:
+    if os.path.exists(os.path.join(p, "lib", "libnccl.so.2")):
+        print(os.path.join(p, "lib"))
+        break
+EOF
+)
+  if [ -n "$nccl_dir" ]; then
+    export LD_LIBRARY_PATH="$nccl_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    echo "nccl: using $nccl_dir/libnccl.so.2 (python's nvidia-nccl)" >>"$summary"
+  else
+    echo "nccl: no libnccl.so.2 on this machine; NCCL cases skip" >>"$summary"
+  fi
+fi
+
 step device nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.max,pcie.link.width.max --format=csv
 step version "$build/qload" --version
 step gpu_tests "$build/tests/qload_gpu_tests" --reporter compact
 step quant_load_gpu "$here/../tests/gpu/quant_load_gpu.sh" "$build/qload"
+# compute-sanitizer over the GPU tests: out-of-bounds and misaligned accesses, shared-memory
+# races between threads, and illegal barriers. Each runs the suite under instrumentation.
+if command -v compute-sanitizer >/dev/null; then
+  for tool in memcheck racecheck synccheck; do
+    step "sanitizer_$tool" compute-sanitizer --tool "$tool" --error-exitcode 3 \
+      "$build/tests/qload_gpu_tests" --reporter compact
+  done
+fi
 # CPU-side suites run there too (different kernel and disks); the digest cases need xxhsum,
 # which that machine lacks, so they are left to CI.
 step io_tests "$build/tests/qload_io_tests" "~[digest]" --reporter compact
 step selftest "$build/qload" selftest --dir /tmp
-if [ -x "$build/bench/qload_io_bench" ]; then
-  step io_bench "$build/bench/qload_io_bench" --dir /tmp --json "$out/io_bench.json"
-fi
-if [ -x "$build/bench/qload_h2d_bench" ]; then
-  step h2d_bench "$build/bench/qload_h2d_bench" --json "$out/h2d_bench.json"
-fi
+step h2d_bench "$build/bench/qload_h2d_bench" --json "$logs/h2d_bench.json"
 # Quantized formats (issue 5): the CUDA decoders against a device-to-device copy, then whole
 # quantized loads onto the GPU (kept packed, and dequantized there) against their bf16 twin.
-if [ -x "$build/bench/qload_quant_bench" ]; then
-  step quant_gpu_bench "$build/bench/qload_quant_bench" --gpu 0 --rows 8192 --cols 8192 --json "$out/quant_gpu_bench.json"
-fi
+step quant_gpu_bench "$build/bench/qload_quant_bench" --gpu 0 --rows 8192 --cols 8192 --json "$logs/quant_gpu_bench.json"
 step quant_load_bench env DEVICE=cuda:0 SCHEMES="gptq4 awq fp8-block ct-pack4" "$here/quant_load_bench.sh" "$build" /tmp/qload-quant-load-bench
-# Its log, table included, is tee'd to $out/gpu_load_bench.txt by step; OUT is unset for it so
-# that it does not also write its table to that same file.
+step io_bench "$build/bench/qload_io_bench" --dir /tmp --json "$logs/io_bench.json"
+# OUT is unset for it so that it does not also write its table beside ours; its log holds it.
 step gpu_load_bench env -u OUT "$here/gpu_load_bench.sh" "$build" /tmp/qload-gpu-load-bench
+
+rm -rf "$logs"
+echo "== summary ($summary)"
+cat "$summary"
 exit $status

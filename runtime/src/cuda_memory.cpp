@@ -263,6 +263,14 @@ Status copy_to_host(std::byte* host_dst, const std::byte* device_src, std::size_
                [&] { return fmt::format("cudaMemcpy of {} from cuda:{}", bytes_text(bytes), device); });
 }
 
+Status copy_on_device_async(std::byte* device_dst, const std::byte* device_src, std::size_t bytes,
+                            const Stream& stream) {
+  if (stream.handle() == nullptr) return fail(Errc::kInvalidArgument, "copy_on_device_async on an empty Stream");
+  QLOAD_TRY(use_device(stream.device()));
+  return check(cudaMemcpyAsync(device_dst, device_src, bytes, cudaMemcpyDeviceToDevice, as_stream(stream.handle())),
+               [&] { return fmt::format("cudaMemcpyAsync of {} within cuda:{}", bytes_text(bytes), stream.device()); });
+}
+
 Status copy_on_device(std::byte* device_dst, const std::byte* device_src, std::size_t bytes, int device) {
   QLOAD_TRY(use_device(device));
   const auto what = [&] { return fmt::format("cudaMemcpy of {} within cuda:{}", bytes_text(bytes), device); };

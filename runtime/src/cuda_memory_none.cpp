@@ -101,6 +101,10 @@ Status copy_2d_to_device_async(std::byte*, std::size_t, const std::byte*, std::s
 Status copy_to_host(std::byte*, const std::byte*, std::size_t, int) {
   return no_cuda();
 }
+Status copy_on_device_async(std::byte*, const std::byte*, std::size_t, const Stream&) {
+  return no_cuda();
+}
+
 Status copy_on_device(std::byte*, const std::byte*, std::size_t, int) {
   return no_cuda();
 }

@@ -120,6 +120,9 @@ Status copy_2d_to_device_async(std::byte* device_dst, std::size_t dst_pitch, con
                                std::size_t src_pitch, std::size_t width, std::size_t rows, const Stream& stream);
 // Synchronous device-to-host copy (cudaMemcpy) for dumps and tests.
 Status copy_to_host(std::byte* host_dst, const std::byte* device_src, std::size_t bytes, int device);
+// Asynchronous device-to-device copy on `stream` (cudaMemcpyAsync, both pointers on its device).
+Status copy_on_device_async(std::byte* device_dst, const std::byte* device_src, std::size_t bytes,
+                            const Stream& stream);
 // Synchronous device-to-device copy on one device.
 Status copy_on_device(std::byte* device_dst, const std::byte* device_src, std::size_t bytes, int device);
 
