@@ -29,29 +29,6 @@ Result<EngineKind> parse_engine(std::string_view text) {
   return fail(Errc::kInvalidArgument, fmt::format("unknown I/O engine '{}' (expected auto, uring or pread)", text));
 }
 
-Status ReaderOptions::apply_environment(const std::function<const char*(const char*)>& env) {
-  if (const char* value = env("QLOAD_IO"); value != nullptr && *value != '\0') {
-    auto parsed = parse_engine(value);
-    if (!parsed) return fail(std::move(parsed.error()).with_note("from QLOAD_IO"));
-    if (engine != EngineKind::kAuto && *parsed != EngineKind::kAuto && *parsed != engine)
-      return fail(Errc::kInvalidArgument,
-                  fmt::format("QLOAD_IO={} conflicts with the requested engine {}", value, engine_name(engine)));
-    if (engine == EngineKind::kAuto) engine = *parsed;
-  }
-  if (const char* value = env("QLOAD_IO_DEPTH"); value != nullptr && *value != '\0') {
-    std::uint32_t depth = 0;
-    const std::string_view text(value);
-    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), depth);
-    if (ec != std::errc{} || end != text.data() + text.size() || depth == 0)
-      return fail(Errc::kInvalidArgument, fmt::format("QLOAD_IO_DEPTH='{}' is not a positive integer", text));
-    if (queue_depth != ReaderOptions{}.queue_depth && queue_depth != depth)
-      return fail(Errc::kInvalidArgument,
-                  fmt::format("QLOAD_IO_DEPTH={} conflicts with the requested queue depth {}", depth, queue_depth));
-    queue_depth = depth;
-  }
-  return {};
-}
-
 Result<FileId> Reader::open_file(const std::string& path) {
   QLOAD_ASSIGN_OR_RETURN(InputFile file, InputFile::open(path, direct_));
   return add_file(std::move(file));

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "load_request.hpp"
 #include "qload/formats/checkpoint_digest.hpp"
 #include "qload/formats/driver.hpp"
 #include "qload/io/digest.hpp"
@@ -59,12 +60,13 @@ bool is_checkpoint(const std::string& path) {
 
 int run_hash(const HashArgs& args) {
   const Logger log = Logger::to_stderr(LogLevel::kWarn);
-  io::ReaderOptions options;
-  auto engine = io::parse_engine(args.engine);
-  if (!engine) return report(engine.error());
-  options.engine = *engine;
-  if (Status s = options.apply_environment(std::getenv); !s) return report(s.error());
-  auto reader = io::make_reader(options, log);
+  std::vector<SettingFlag> flags;
+  if (!args.engine.empty()) flags.push_back({"io_engine", args.engine, "--engine"});
+  auto settings = resolve_settings(nullptr, flags, log);
+  if (!settings) return report(settings.error());
+  scheduler::LoadOptions options;
+  if (Status s = options.apply(settings->values()); !s) return report(s.error());
+  auto reader = io::make_reader(options.io, log);
   if (!reader) return report(reader.error());
 
   Output out;

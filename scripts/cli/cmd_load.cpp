@@ -115,11 +115,36 @@ Result<LoadRequest> build_request(const LoadArgs& args) {
     // A locked load checks every digest it meets: each tensor it holds part of is read whole.
     req.options.plan.whole_tensor_reads = !args.locked.empty() || (req.recipe && req.recipe->verify);
   }
-  if (args.mmap) req.options.plan.mode = scheduler::LoadMode::kMmap;
-  if (args.no_digests) req.options.compute_digests = false;
-  QLOAD_TRY(req.options.apply_environment(std::getenv));
   req.options.log = Logger::to_stderr(LogLevel::kWarn);
+  QLOAD_ASSIGN_OR_RETURN(const std::vector<SettingFlag> flags, setting_flags(args.set, args.mmap, args.no_digests));
+  QLOAD_ASSIGN_OR_RETURN(req.settings, resolve_settings(req.recipe ? &*req.recipe : nullptr, flags, req.options.log));
+  QLOAD_TRY(req.options.apply(req.settings.values()));
   return req;
+}
+
+Result<std::vector<SettingFlag>> setting_flags(const std::vector<std::string>& set, bool mmap, bool no_digests) {
+  std::vector<SettingFlag> flags;
+  if (mmap) flags.push_back({"load_mode", "mmap", "--mmap"});
+  if (no_digests) flags.push_back({"digests", "off", "--no-digests"});
+  for (const std::string& assignment : set) {
+    const std::size_t eq = assignment.find('=');
+    if (eq == std::string::npos || eq == 0)
+      return fail(Errc::kInvalidArgument, fmt::format("--set {}: expected NAME=VALUE", assignment));
+    const std::string name = assignment.substr(0, eq);
+    flags.push_back({name, assignment.substr(eq + 1), "--set " + name});
+  }
+  return flags;
+}
+
+Result<ResolvedSettings> resolve_settings(const scripts::Recipe* recipe, const std::vector<SettingFlag>& flags,
+                                          const Logger& log) {
+  ResolvedSettings settings;
+  if (recipe != nullptr) QLOAD_TRY(recipe->apply_settings(settings));
+  std::vector<std::string> warnings;
+  QLOAD_TRY(settings.apply_environment(process_environment(), warnings));
+  for (const std::string& w : warnings) log.warn(w);
+  for (const SettingFlag& f : flags) QLOAD_TRY(settings.set(f.name, f.value, SettingSource::kOption, f.where));
+  return settings;
 }
 
 // One safetensors file per device, DIR/<device>.safetensors (DIR/rank<R>.<device>.safetensors
@@ -177,15 +202,6 @@ nlohmann::json report_json(const scheduler::LoadReport& r, const std::string& de
           {"stages", stages}};
 }
 
-// How long a rank waits for the others (QLOAD_RENDEZVOUS_TIMEOUT seconds, default 300: the
-// ranks of a job start within minutes of each other, and a load waits for the slowest).
-std::chrono::milliseconds rendezvous_timeout() {
-  const char* text = std::getenv("QLOAD_RENDEZVOUS_TIMEOUT");
-  double seconds = 300;
-  if (text != nullptr && *text != '\0') seconds = std::strtod(text, nullptr);
-  return std::chrono::milliseconds(static_cast<std::int64_t>(std::max(seconds, 0.001) * 1000));
-}
-
 struct WorldTotals {
   std::uint64_t read_bytes = 0;
   std::uint64_t tensor_bytes = 0;
@@ -195,8 +211,9 @@ struct WorldTotals {
 }  // namespace
 
 // The request planned, with its lock applied.
-Result<PlannedLoad> prepare(const LoadArgs& args) {
-  QLOAD_ASSIGN_OR_RETURN(PlannedLoad planned, plan_request(args));
+Result<PlannedLoad> prepare(const LoadArgs& args, Result<LoadRequest> request) {
+  if (!request) return fail(std::move(request.error()));
+  QLOAD_ASSIGN_OR_RETURN(PlannedLoad planned, plan_request(std::move(*request)));
   QLOAD_ASSIGN_OR_RETURN(const std::string locked, lock_path(args, planned.request));
   if (!locked.empty()) QLOAD_TRY(apply_lock(locked, planned));
   return planned;
@@ -208,13 +225,17 @@ int run_load(const LoadArgs& args) {
   // learns whether every other rank succeeded (if one failed, all fail).
   const auto environment = world_from_env(std::getenv);
   if (!environment) return report(environment.error());
+  auto request = build_request(args);
   std::optional<Rendezvous> rendezvous;
   if (*environment) {
-    auto joined = Rendezvous::join(**environment, rendezvous_timeout());
+    // A rank whose request is bad still joins (with the default timeout), so that it can tell
+    // the others at once instead of leaving them waiting.
+    const auto timeout = request ? request->settings.values().rendezvous_timeout : Settings{}.rendezvous_timeout;
+    auto joined = Rendezvous::join(**environment, timeout);
     if (!joined) return report(joined.error());
     rendezvous = std::move(*joined);
   }
-  auto planned = prepare(args);
+  auto planned = prepare(args, std::move(request));
   if (rendezvous)
     if (Status agreed = agree_on_load(*rendezvous, planned); !agreed) return report(agreed.error());
   if (!planned) return report(planned.error());

@@ -59,7 +59,8 @@ struct LoadArgs {
   std::uint32_t tensor_parallel = 0;  // 0: the recipe's, else 1
   std::uint32_t pipeline_parallel = 0;
   std::uint32_t data_parallel = 0;
-  bool share_reads = false;  // several processes: each tensor read by one of those holding it
+  bool share_reads = false;      // several processes: each tensor read by one of those holding it
+  std::vector<std::string> set;  // --set NAME=VALUE: any setting of the table, above everything else
 };
 int run_load(const LoadArgs& args);
 
@@ -90,9 +91,18 @@ int run_convert(const ConvertArgs& args);
 
 struct HashArgs {
   std::vector<std::string> paths;
-  std::string engine = "auto";
+  std::string engine;  // empty: the io_engine setting (QLOAD_IO, default auto)
   bool json = false;
 };
 int run_hash(const HashArgs& args);
+
+// `qload config [SOURCE]`: every setting's effective value and where it came from.
+struct ConfigArgs {
+  std::string path;              // empty, a checkpoint or a recipe (whose settings count)
+  std::vector<std::string> set;  // --set NAME=VALUE
+  bool json = false;
+  bool markdown = false;  // the table of settings as docs/settings.md has it
+};
+int run_config(const ConfigArgs& args);
 
 }  // namespace qload::cli

@@ -7,6 +7,8 @@
 
 #include "commands.hpp"
 #include "qload/runtime/error.hpp"
+#include "qload/runtime/log.hpp"
+#include "qload/runtime/settings.hpp"
 #include "qload/runtime/world.hpp"
 #include "qload/scheduler/load.hpp"
 #include "qload/scripts/recipe.hpp"
@@ -21,9 +23,27 @@ struct LoadRequest {
   // One process of a multi-process load (torchrun-style environment, world.hpp): its
   // layout's processes and process are the world's size and rank.
   std::optional<World> world;
+  // Every setting (runtime/settings.hpp) and where it came from: default < recipe <
+  // environment < flags (--set, --mmap, --no-digests); already applied to `options`.
+  ResolvedSettings settings;
 };
 
 Result<LoadRequest> build_request(const LoadArgs& args);
+
+// A setting given on the command line: `where` names the flag in errors ("--set staging_bytes").
+struct SettingFlag {
+  std::string name;
+  std::string value;
+  std::string where;
+};
+// --set NAME=VALUE (kInvalidArgument without the '='), --mmap and --no-digests.
+Result<std::vector<SettingFlag>> setting_flags(const std::vector<std::string>& set, bool mmap = false,
+                                               bool no_digests = false);
+
+// The settings of a load: `recipe`'s (if any), then the environment, then the flags.
+// Warnings (an unknown QLOAD_* variable) go to `log`.
+Result<ResolvedSettings> resolve_settings(const scripts::Recipe* recipe, const std::vector<SettingFlag>& flags,
+                                          const Logger& log);
 
 // A request with its checkpoint opened and planned: what `qload plan`, `qload lock` and
 // `qload load` share.
@@ -34,6 +54,7 @@ struct PlannedLoad {
   std::uint64_t plan_hash = 0;  // plan_report.hpp
 };
 Result<PlannedLoad> plan_request(const LoadArgs& args);
+Result<PlannedLoad> plan_request(LoadRequest request);
 
 // The lockfile a load must match: --locked, else the recipe's `verify`; empty for none.
 // kInvalidArgument when both are given and differ.

@@ -11,6 +11,10 @@ namespace qload::cli {
 
 Result<PlannedLoad> plan_request(const LoadArgs& args) {
   QLOAD_ASSIGN_OR_RETURN(LoadRequest request, build_request(args));
+  return plan_request(std::move(request));
+}
+
+Result<PlannedLoad> plan_request(LoadRequest request) {
   QLOAD_ASSIGN_OR_RETURN(formats::Catalog catalog, scheduler::open_source(request.source));
   QLOAD_ASSIGN_OR_RETURN(scheduler::Plan plan, scheduler::make_plan(catalog, request.options.plan));
   const std::uint64_t hash = plan_hash(plan_json(catalog, plan));

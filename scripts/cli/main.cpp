@@ -67,6 +67,9 @@ int main(int argc, char** argv) {
     cmd->add_option("--pp,--pipeline-parallel", a.pipeline_parallel, "Pipeline stages: whole layers per stage")
         ->check(CLI::PositiveNumber);
     cmd->add_option("--dp,--data-parallel", a.data_parallel, "Data-parallel replicas")->check(CLI::PositiveNumber);
+    cmd->add_option("--set", a.set,
+                    "NAME=VALUE: any setting (qload config lists them; docs/settings.md), over the recipe and "
+                    "QLOAD_* variables; repeatable");
     cmd->add_flag("--share-reads", a.share_reads,
                   "Under WORLD_SIZE > 1: each tensor is read by one of the processes holding it and reaches the "
                   "others after every process has read (whole replicas: broadcast, TCP for cpu devices and NCCL "
@@ -118,6 +121,13 @@ int main(int argc, char** argv) {
   hash->add_option("--engine", hash_args.engine, "I/O engine: auto, uring or pread (also QLOAD_IO)");
   hash->add_flag("--json", hash_args.json, "One JSON object on stdout");
 
+  qload::cli::ConfigArgs config_args;
+  auto* config = app.add_subcommand("config", "Every setting's effective value and where it came from");
+  config->add_option("source", config_args.path, "A recipe (.lua) whose settings count, or a checkpoint");
+  config->add_option("--set", config_args.set, "NAME=VALUE: a setting as a flag would give it; repeatable");
+  config->add_flag("--json", config_args.json, "One JSON object on stdout");
+  config->add_flag("--markdown", config_args.markdown, "The table of settings (names, types, defaults, docs)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -135,6 +145,7 @@ int main(int argc, char** argv) {
   if (*plan) return qload::cli::run_plan(plan_args);
   if (*lock) return qload::cli::run_lock(lock_args);
   if (*verify) return qload::cli::run_verify(verify_args);
+  if (*config) return qload::cli::run_config(config_args);
   std::fputs(app.help().c_str(), stdout);
   return 0;
 }

@@ -21,6 +21,8 @@
 #include "qload/io/digest.hpp"
 #include "qload/runtime/cuda.hpp"
 #include "qload/runtime/device.hpp"
+#include "qload/runtime/settings.hpp"
+#include "qload/runtime/spelling.hpp"
 #include "qload/runtime/units.hpp"
 #include "recipe_hooks.hpp"
 #include "recipe_library.hpp"
@@ -28,8 +30,8 @@
 namespace qload::scripts {
 namespace {
 
-constexpr std::array<std::string_view, 10> kRecipeKeys{"source",   "devices", "placement", "dtype",  "quant",
-                                                       "parallel", "io",      "verify",    "report", "trace"};
+constexpr std::array<std::string_view, 11> kRecipeKeys{"source", "devices",  "placement", "dtype",  "quant", "parallel",
+                                                       "io",     "settings", "verify",    "report", "trace"};
 constexpr std::array<std::string_view, 5> kIoKeys{"engine", "queue_depth", "direct", "chunk", "staging"};
 constexpr std::array<std::string_view, 5> kParallelKeys{"tensor", "pipeline", "data", "rules", "share_reads"};
 constexpr std::array<std::string_view, 3> kSplitRuleKeys{"match", "pattern", "split"};
@@ -65,21 +67,6 @@ int line_of(std::string_view text, std::string_view word) {
       return 1 + static_cast<int>(std::count(text.begin(), text.begin() + static_cast<long>(at), '\n'));
   }
   return 0;
-}
-
-std::size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diag = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
 }
 
 template <std::size_t N>
@@ -183,6 +170,7 @@ std::string validate(lua_State* L) {
       {"quant", expect_type(L, 1, "quant", {LUA_TTABLE, LUA_TFUNCTION}, "a list of rules or a function")},
       {"parallel", expect_type(L, 1, "parallel", {LUA_TTABLE}, "a table")},
       {"io", expect_type(L, 1, "io", {LUA_TTABLE}, "a table")},
+      {"settings", expect_type(L, 1, "settings", {LUA_TTABLE}, "a table of settings (docs/settings.md)")},
       {"verify", expect_type(L, 1, "verify", {LUA_TSTRING}, "a lockfile path")},
       {"trace", expect_type(L, 1, "trace", {LUA_TSTRING}, "a file path")},
       {"report", expect_type(L, 1, "report", {LUA_TSTRING}, "\"text\" or \"json\"")},
@@ -341,40 +329,79 @@ Result<std::vector<std::string>> read_devices(lua_State* L, int recipe, const st
   return devices;
 }
 
-Result<RecipeIo> read_io(lua_State* L, int recipe, const std::string& path, int line) {
-  RecipeIo io;
-  lua_getfield(L, recipe, "io");
-  if (lua_type(L, -1) == LUA_TTABLE) {
+// The value at the top of the stack as a setting's text: strings as written, numbers as Lua
+// prints them, booleans as true/false; nullopt for any other type.
+std::optional<std::string> setting_text(lua_State* L) {
+  switch (lua_type(L, -1)) {
+    case LUA_TSTRING: return std::string(lua_tostring(L, -1));
+    case LUA_TNUMBER: {
+      lua_pushvalue(L, -1);  // lua_tostring converts in place: convert a copy
+      std::string text = lua_tostring(L, -1);
+      lua_pop(L, 1);
+      return text;
+    }
+    case LUA_TBOOLEAN: return std::string(lua_toboolean(L, -1) ? "true" : "false");
+    default: return std::nullopt;
+  }
+}
+
+// The recipe's settings: its `io` table (older spellings, by each setting's recipe key) and its
+// `settings` table (by name), each parsed by the settings table so a bad value fails here,
+// naming the file, line and key. A setting given twice is an error.
+Result<std::vector<RecipeSetting>> read_settings(lua_State* L, int recipe, const std::string& path,
+                                                 std::string_view text) {
+  std::vector<RecipeSetting> out;
+  const auto error = [&](std::string_view key, Errc code, std::string message) {
+    return fail(recipe_error(path, line_of(text, key), code, std::move(message)));
+  };
+  const auto add = [&](const SettingSpec& spec, std::string key, std::string value) -> Status {
+    for (const RecipeSetting& s : out)
+      if (s.name == spec.name)
+        return error(spec.name, Errc::kInvalidArgument, fmt::format("{} and {} both set {}", s.key, key, spec.name));
+    ResolvedSettings check;
+    if (Status s = check.set(spec.name, value, SettingSource::kRecipe, key); !s)
+      return error(key.substr(key.find('.') + 1), s.error().code(), s.error().message());
+    out.push_back(RecipeSetting{.name = std::string(spec.name), .text = std::move(value), .key = std::move(key)});
+    return {};
+  };
+  for (const char* table : {"io", "settings"}) {
+    lua_getfield(L, recipe, table);
+    if (lua_type(L, -1) != LUA_TTABLE) {
+      lua_pop(L, 1);
+      continue;
+    }
     const int t = lua_gettop(L);
-    io.engine = string_field(L, t, "engine");
-    io.direct = string_field(L, t, "direct");
-    lua_getfield(L, t, "queue_depth");
-    if (lua_type(L, -1) == LUA_TNUMBER) {
-      const double depth = lua_tonumber(L, -1);
-      if (depth < 1 || depth > 4096 || depth != static_cast<double>(static_cast<std::uint32_t>(depth))) {
-        lua_pop(L, 2);
-        return fail(
-            recipe_error(path, line, Errc::kInvalidArgument, "io.queue_depth must be a whole number in 1..4096"));
+    const bool io = std::string_view(table) == "io";
+    lua_pushnil(L);
+    while (lua_next(L, t) != 0) {
+      const std::string key = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : "";
+      const std::optional<std::string> value = setting_text(L);
+      lua_pop(L, 1);
+      const std::string written = fmt::format("{}.{}", table, key);
+      const SettingSpec* spec = nullptr;
+      for (const SettingSpec& candidate : setting_table())
+        if (io ? candidate.recipe_key == written : candidate.name == key) spec = &candidate;
+      Status status;
+      if (spec == nullptr) {
+        const std::string suggestion = setting_suggestion(key);
+        status = error(key, Errc::kInvalidArgument,
+                       fmt::format("{} is not a setting{}", written,
+                                   suggestion.empty() ? "" : fmt::format(" (did you mean {}?)", suggestion)));
+      } else if (!value) {
+        status = error(key, Errc::kInvalidArgument, fmt::format("{} must be a string, number or boolean", written));
+      } else {
+        status = add(*spec, written, *value);
       }
-      io.queue_depth = static_cast<std::uint32_t>(depth);
+      if (!status) {
+        lua_pop(L, 2);  // key, table
+        return fail(std::move(status.error()));
+      }
     }
     lua_pop(L, 1);
-    for (auto [key, out] : {std::pair{"chunk", &io.chunk_bytes}, std::pair{"staging", &io.staging_bytes}}) {
-      lua_getfield(L, t, key);
-      std::string text = lua_type(L, -1) == LUA_TNUMBER || lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "";
-      const bool present = !lua_isnil(L, -1);
-      lua_pop(L, 1);
-      if (!present) continue;
-      auto bytes = parse_byte_size(text);
-      if (!bytes) {
-        lua_pop(L, 1);
-        return fail(std::move(bytes.error()).with_note(fmt::format("io.{}", key)).with_file(path));
-      }
-      *out = *bytes;
-    }
   }
-  lua_pop(L, 1);
-  return io;
+  // In the table's order, so that the recipe's hash-independent view of them is deterministic.
+  std::ranges::sort(out, {}, [](const RecipeSetting& s) { return find_setting(s.name) - setting_table().data(); });
+  return out;
 }
 
 Result<RecipeParallel> read_parallel(lua_State* L, int recipe, const std::string& path, int line) {
@@ -539,7 +566,7 @@ Result<Recipe> parse_recipe(const std::string& text, const std::string& path, co
   QLOAD_ASSIGN_OR_RETURN(recipe.quant, read_rules(L, t, path, text));
   QLOAD_ASSIGN_OR_RETURN(recipe.parallel, read_parallel(L, t, path, line("parallel")));
   QLOAD_ASSIGN_OR_RETURN(recipe.split_rules, read_split_rules(L, t, path, text));
-  QLOAD_ASSIGN_OR_RETURN(recipe.io, read_io(L, t, path, line("io")));
+  QLOAD_ASSIGN_OR_RETURN(recipe.settings, read_settings(L, t, path, text));
   if (const auto v = string_field(L, t, "verify")) recipe.verify = resolve(base, *v);
   if (const auto tr = string_field(L, t, "trace")) recipe.trace = resolve(base, *tr);
   if (const auto rep = string_field(L, t, "report")) {

@@ -63,30 +63,6 @@ Result<std::optional<std::uint32_t>> Recipe::place(std::string_view name) const 
                   .with_file(path));
 }
 
-namespace {
-
-Status apply_io(const RecipeIo& io, scheduler::LoadOptions& o) {
-  if (io.engine) {
-    QLOAD_ASSIGN_OR_RETURN(o.io.engine, io::parse_engine(*io.engine));
-  }
-  if (io.direct) {
-    if (*io.direct == "auto")
-      o.io.direct = io::DirectMode::kAuto;
-    else if (*io.direct == "on")
-      o.io.direct = io::DirectMode::kOn;
-    else if (*io.direct == "off")
-      o.io.direct = io::DirectMode::kOff;
-    else
-      return fail(Errc::kInvalidArgument, fmt::format("io.direct '{}' is not auto, on or off", *io.direct));
-  }
-  if (io.queue_depth) o.io.queue_depth = o.reads_in_flight = *io.queue_depth;
-  if (io.chunk_bytes) o.plan.chunk_bytes = o.staging.slot_bytes = *io.chunk_bytes;
-  if (io.staging_bytes) o.staging.total_bytes = *io.staging_bytes;
-  return {};
-}
-
-}  // namespace
-
 Status Recipe::apply(scheduler::LoadOptions& options, const std::optional<World>& world) const {
   const auto error = [this](Errc code, std::string message) {
     return fail(Error(code, std::move(message)).with_file(path));
@@ -131,7 +107,13 @@ Status Recipe::apply(scheduler::LoadOptions& options, const std::optional<World>
     options.plan.weight_policy = [self](std::string_view name) { return self->weight_policy(name); };
   if (has_place_hook()) options.plan.place = [self](std::string_view name) { return self->place(name); };
   if (!split_rules.empty()) options.plan.split = [self](std::string_view name) { return self->split(name); };
-  if (Status s = apply_io(io, options); !s) return fail(std::move(s.error()).with_file(path));
+  return {};
+}
+
+Status Recipe::apply_settings(ResolvedSettings& resolved) const {
+  for (const RecipeSetting& s : settings)
+    if (Status set = resolved.set(s.name, s.text, SettingSource::kRecipe, s.key); !set)
+      return fail(std::move(set.error()).with_file(path));
   return {};
 }
 

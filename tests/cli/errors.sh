@@ -12,7 +12,7 @@ expect() {  # expect CODE PATTERN -- command...
 }
 expect 66 "qload: error: not found: open: No such file or directory (file '/nonexistent/qload-file')" -- \
   "$qload" hash /nonexistent/qload-file
-expect 64 "unknown I/O engine 'fast'" -- "$qload" hash --engine fast /dev/null
+expect 64 "--engine=fast: 'fast' is not one of auto" -- "$qload" hash --engine fast /dev/null
 expect 64 "QLOAD_IO_DEPTH" -- env QLOAD_IO_DEPTH=zero "$qload" hash /dev/null
 expect 64 "" -- "$qload" no-such-command
 dir=$(mktemp -d); trap 'rm -rf "$dir"' EXIT

@@ -1,4 +1,5 @@
-// Choosing an engine: options, environment, and the fallback when io_uring is unavailable.
+// Choosing an engine: explicit options and the fallback when io_uring is unavailable (QLOAD_IO
+// belongs to the settings table: tests/runtime/settings_test.cpp).
 #include <catch2/catch.hpp>
 
 #include <linux/audit.h>
@@ -10,7 +11,6 @@
 #include <unistd.h>
 
 #include <cstddef>
-#include <map>
 #include <string>
 
 #include "io_test_support.hpp"
@@ -19,17 +19,6 @@
 
 using namespace qload;
 using namespace qload::testing;
-
-namespace {
-
-std::function<const char*(const char*)> fake_env(std::map<std::string, std::string> vars) {
-  return [vars = std::move(vars)](const char* name) -> const char* {
-    auto it = vars.find(name);
-    return it == vars.end() ? nullptr : it->second.c_str();
-  };
-}
-
-}  // namespace
 
 TEST_CASE("engine names parse, and unknown ones are rejected", "[io][options]") {
   CHECK(io::parse_engine("pread").value() == io::EngineKind::kPread);
@@ -40,29 +29,6 @@ TEST_CASE("engine names parse, and unknown ones are rejected", "[io][options]") 
   REQUIRE_FALSE(bad);
   CHECK(bad.error().code() == Errc::kInvalidArgument);
   CHECK_THAT(bad.error().message(), Catch::Contains("mmap"));
-}
-
-TEST_CASE("QLOAD_IO and QLOAD_IO_DEPTH apply, and contradictions are errors", "[io][options]") {
-  io::ReaderOptions o;
-  REQUIRE(o.apply_environment(fake_env({{"QLOAD_IO", "pread"}, {"QLOAD_IO_DEPTH", "12"}})));
-  CHECK(o.engine == io::EngineKind::kPread);
-  CHECK(o.queue_depth == 12);
-
-  io::ReaderOptions unset;
-  REQUIRE(unset.apply_environment(fake_env({})));
-  CHECK(unset.engine == io::EngineKind::kAuto);
-  CHECK(unset.queue_depth == io::ReaderOptions{}.queue_depth);
-
-  io::ReaderOptions explicit_uring{.engine = io::EngineKind::kUring};
-  auto conflict = explicit_uring.apply_environment(fake_env({{"QLOAD_IO", "pread"}}));
-  REQUIRE_FALSE(conflict);
-  CHECK_THAT(conflict.error().message(), Catch::Contains("conflicts"));
-
-  io::ReaderOptions depth{.queue_depth = 4};
-  REQUIRE_FALSE(depth.apply_environment(fake_env({{"QLOAD_IO_DEPTH", "8"}})));
-  REQUIRE_FALSE(io::ReaderOptions{}.apply_environment(fake_env({{"QLOAD_IO_DEPTH", "8x"}})));
-  REQUIRE_FALSE(io::ReaderOptions{}.apply_environment(fake_env({{"QLOAD_IO_DEPTH", "0"}})));
-  REQUIRE_FALSE(io::ReaderOptions{}.apply_environment(fake_env({{"QLOAD_IO", "fast"}})));
 }
 
 TEST_CASE("explicit engines are honoured and bad queue depths refused", "[io][options]") {

@@ -1,7 +1,7 @@
-// LoadOptions from the environment: typed values, units, and conflicts refused.
+// LoadOptions from the settings table: every governed field follows its setting, and the
+// table's defaults are LoadOptions' own.
 #include <catch2/catch.hpp>
 
-#include <map>
 #include <string>
 
 #include "qload/scheduler/load.hpp"
@@ -9,48 +9,56 @@
 using namespace qload;
 using namespace qload::scheduler;
 
-namespace {
-auto env_of(std::map<std::string, std::string> vars) {
-  return [vars = std::move(vars)](const char* name) -> const char* {
-    auto it = vars.find(name);
-    return it == vars.end() ? nullptr : it->second.c_str();
-  };
+TEST_CASE("load options: the settings table's defaults are LoadOptions' defaults", "[scheduler][options]") {
+  LoadOptions applied;
+  REQUIRE(applied.apply(Settings{}));
+  const LoadOptions plain;
+  CHECK(applied.io.engine == plain.io.engine);
+  CHECK(applied.io.direct == plain.io.direct);
+  CHECK(applied.io.queue_depth == plain.io.queue_depth);
+  CHECK(applied.plan.mode == plain.plan.mode);
+  CHECK(applied.staging.total_bytes == plain.staging.total_bytes);
+  CHECK(applied.staging.slot_bytes == plain.staging.slot_bytes);
+  CHECK(applied.plan.chunk_bytes == plain.plan.chunk_bytes);
+  CHECK(applied.reads_in_flight == plain.reads_in_flight);
+  CHECK(applied.cpu_workers == plain.cpu_workers);
+  CHECK(applied.copy_lanes == plain.copy_lanes);
+  CHECK(applied.compute_digests == plain.compute_digests);
+  CHECK(applied.plan.tensor_alignment == plain.plan.tensor_alignment);
+  CHECK(applied.plan.max_gap_bytes == plain.plan.max_gap_bytes);
+  CHECK(applied.map_peer_memory == plain.map_peer_memory);
 }
-}  // namespace
 
-TEST_CASE("load options: environment variables set the budgets and the mode", "[scheduler][options]") {
+TEST_CASE("load options: resolved settings land in their fields, and a slot size alone is valid",
+          "[scheduler][options]") {
+  ResolvedSettings s;
+  std::vector<std::string> warnings;
+  REQUIRE(s.apply_environment({{"QLOAD_STAGING_BYTES", "512MB"},
+                               {"QLOAD_SLOT_BYTES", "4MiB"},
+                               {"QLOAD_READS_IN_FLIGHT", "3"},
+                               {"QLOAD_CPU_WORKERS", "1"},
+                               {"QLOAD_LOAD_MODE", "mmap"},
+                               {"QLOAD_IO", "pread"},
+                               {"QLOAD_IO_DEPTH", "12"},
+                               {"QLOAD_DIRECT_IO", "off"},
+                               {"QLOAD_DIGESTS", "no"},
+                               {"QLOAD_TENSOR_ALIGNMENT", "4KiB"}},
+                              warnings));
+  CHECK(warnings.empty());
   LoadOptions o;
-  REQUIRE(o.apply_environment(env_of({{"QLOAD_STAGING_BYTES", "64MiB"},
-                                      {"QLOAD_SLOT_BYTES", "4096K"},
-                                      {"QLOAD_READS_IN_FLIGHT", "3"},
-                                      {"QLOAD_CPU_WORKERS", "1"},
-                                      {"QLOAD_LOAD_MODE", "mmap"},
-                                      {"QLOAD_IO", "pread"}})));
-  CHECK(o.staging.total_bytes == 64u << 20);
+  REQUIRE(o.apply(s.values()));
+  CHECK(o.staging.total_bytes == 512'000'000);
   CHECK(o.staging.slot_bytes == 4u << 20);
+  // The largest read follows the slot: before the settings table, QLOAD_SLOT_BYTES=4MiB alone
+  // left 16 MiB reads that no slot could hold, and every load failed.
+  CHECK(o.plan.chunk_bytes == 4u << 20);
   CHECK(o.reads_in_flight == 3);
   CHECK(o.cpu_workers == 1);
   CHECK(o.plan.mode == LoadMode::kMmap);
   CHECK(o.io.engine == io::EngineKind::kPread);
+  CHECK(o.io.queue_depth == 12);
+  CHECK(o.io.direct == io::DirectMode::kOff);
+  CHECK_FALSE(o.compute_digests);
+  CHECK(o.plan.tensor_alignment == 4096);
   CHECK(o.validate());
-  LoadOptions untouched;
-  REQUIRE(untouched.apply_environment(env_of({})));
-  CHECK(untouched.staging.total_bytes == StagingOptions{}.total_bytes);
-}
-
-TEST_CASE("load options: a variable contradicting an explicit setting, or a bad value, is an error",
-          "[scheduler][options]") {
-  LoadOptions o;
-  o.reads_in_flight = 2;
-  CHECK(o.apply_environment(env_of({{"QLOAD_READS_IN_FLIGHT", "4"}})).error().code() == Errc::kInvalidArgument);
-  CHECK(o.apply_environment(env_of({{"QLOAD_READS_IN_FLIGHT", "2"}})));  // agreeing is fine
-  LoadOptions p;
-  for (const auto& [name, value] : std::map<std::string, std::string>{{"QLOAD_STAGING_BYTES", "12XB"},
-                                                                      {"QLOAD_SLOT_BYTES", "-1"},
-                                                                      {"QLOAD_CPU_WORKERS", "0"},
-                                                                      {"QLOAD_READS_IN_FLIGHT", "2MiB"},
-                                                                      {"QLOAD_LOAD_MODE", "fast"}}) {
-    INFO(name << "=" << value);
-    CHECK(p.apply_environment(env_of({{name, value}})).error().code() == Errc::kInvalidArgument);
-  }
 }

@@ -290,7 +290,9 @@ TEST_CASE("require loads qload's library and modules from the recipe's folder on
   )");
   auto r = scripts::load_recipe(dir.file("recipe.lua"));
   if (!r) FAIL(r.error().to_string());
-  CHECK(r->io.chunk_bytes == (4u << 20));
+  ResolvedSettings settings;
+  REQUIRE(r->apply_settings(settings));
+  CHECK(settings.values().slot_bytes == (4u << 20));
   CHECK(r->modules.size() == 1);
   CHECK(policy(*r, "model.layers.0.mlp.up_proj.weight")->action == Action::kDequantize);
   CHECK(policy(*r, "model.layers.0.self_attn.q_proj.weight")->target == formats::QuantizeTarget::kInt8Row);

@@ -6,33 +6,48 @@
 
 using namespace qload;
 
-TEST_CASE("a recipe yields its source, devices and io options", "[scripts][recipe]") {
+TEST_CASE("a recipe yields its source, devices and settings (io and settings tables)", "[scripts][recipe]") {
   const std::string text = R"(
     local chunk = 4 * 2
     return qload.recipe {
       source = "models/tiny",
       devices = { "cpu" },
       io = { engine = "pread", queue_depth = 16, direct = "off", chunk = chunk .. "MiB", staging = "1GiB" },
+      settings = { digests = false, rendezvous_timeout = "45s", cpu_workers = 2 },
     })";
   auto r = scripts::parse_recipe(text, "/work/recipes/tiny.lua");
   REQUIRE(r);
   CHECK(r->path == "/work/recipes/tiny.lua");
   CHECK(r->source == "/work/recipes/models/tiny");  // relative to the recipe file
   CHECK(r->devices == std::vector<std::string>{"cpu"});
-  CHECK(r->io.engine == "pread");
-  CHECK(r->io.queue_depth == 16u);
-  CHECK(r->io.direct == "off");
-  CHECK(r->io.chunk_bytes == (8u << 20));
-  CHECK(r->io.staging_bytes == (1u << 30));
+  ResolvedSettings s;
+  REQUIRE(r->apply_settings(s));
+  const Settings& v = s.values();
+  CHECK(v.io_engine == "pread");
+  CHECK(v.io_depth == 16u);
+  CHECK(v.direct_io == "off");
+  CHECK(v.slot_bytes == (8u << 20));
+  CHECK(v.staging_bytes == (1u << 30));
+  CHECK_FALSE(v.digests);
+  CHECK(v.rendezvous_timeout == std::chrono::seconds(45));
+  CHECK(v.cpu_workers == 2u);
+  const SettingOrigin& staging = s.origin(*find_setting("staging_bytes"));
+  CHECK(staging.source == SettingSource::kRecipe);
+  CHECK(staging.where == "io.staging");
+  CHECK(s.origin(*find_setting("digests")).where == "settings.digests");
+
+  // The environment outranks the recipe.
+  std::vector<std::string> warnings;
+  REQUIRE(s.apply_environment({{"QLOAD_STAGING_BYTES", "512MB"}}, warnings));
+  CHECK(s.values().staging_bytes == 512'000'000u);
 }
 
-TEST_CASE("recipe defaults: devices cpu, io unset, absolute sources kept", "[scripts][recipe]") {
+TEST_CASE("recipe defaults: devices cpu, no settings, absolute sources kept", "[scripts][recipe]") {
   auto r = scripts::parse_recipe("return qload.recipe { source = '/data/m.safetensors', devices = 'cpu' }", "r.lua");
   REQUIRE(r);
   CHECK(r->source == "/data/m.safetensors");
   CHECK(r->devices == std::vector<std::string>{"cpu"});
-  CHECK_FALSE(r->io.queue_depth.has_value());
-  CHECK_FALSE(r->io.chunk_bytes.has_value());
+  CHECK(r->settings.empty());
 }
 
 TEST_CASE("recipe mistakes are errors naming the file and line", "[scripts][recipe]") {
@@ -50,7 +65,16 @@ TEST_CASE("recipe mistakes are errors naming the file and line", "[scripts][reci
       {"return qload.recipe 'x'", "qload.recipe expects a table"},
       {"return { source = 'x' }", "a recipe must end with: return qload.recipe"},
       {"return qload.recipe { source = 'x', io = { chunk = 'lots' } }", "'lots' is not a byte size"},
-      {"return qload.recipe { source = 'x', io = { queue_depth = 0 } }", "io.queue_depth must be a whole number"},
+      {"return qload.recipe { source = 'x', io = { queue_depth = 0 } }",
+       "r.lua:1: io.queue_depth=0: 0 is outside 1..4096"},
+      {"return qload.recipe { source = 'x',\n settings = { staging_byte = '1G' } }",
+       "r.lua:2: settings.staging_byte is not a setting (did you mean staging_bytes?)"},
+      {"return qload.recipe { source = 'x', settings = { digests = {} } }", "settings.digests must be a string"},
+      {"return qload.recipe { source = 'x', settings = { rendezvous_timeout = 'soon' } }",
+       "settings.rendezvous_timeout=soon: 'soon' is not a duration"},
+      {"return qload.recipe { source = 'x', io = { staging = '1G' }, settings = { staging_bytes = '2G' } }",
+       "io.staging and settings.staging_bytes both set staging_bytes"},
+      {"return qload.recipe { source = 'x', settings = 5 }", "'settings' must be a table"},
       {"return qload.recipe { source = 'x', devices = { 'cpu', 3 } }", "devices[2] must be a string"},
       {"local x = os.getenv('HOME')", "r.lua:1: attempt to index global 'os'"},
       {"return qload.recipe { source = io.open('/etc/passwd') }", "attempt to index global 'io'"},

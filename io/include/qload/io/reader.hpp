@@ -76,11 +76,6 @@ struct ReaderOptions {
   std::uint32_t eio_retries = 2;    // extra attempts after EIO before giving up
   std::uint32_t max_files = 512;    // registered-file slots reserved in the ring
   FaultInjector* faults = nullptr;  // tests only: corrupts raw read results (not owned)
-
-  // Applies QLOAD_IO (auto|uring|pread) and QLOAD_IO_DEPTH from `env` (a getenv-like lookup,
-  // so tests need not touch the process environment). A variable that contradicts a value
-  // already set away from its default is an error, never "last one wins".
-  Status apply_environment(const std::function<const char*(const char*)>& env);
 };
 
 class Reader {

@@ -19,6 +19,7 @@
 #include "qload/runtime/communicator.hpp"
 #include "qload/runtime/error.hpp"
 #include "qload/runtime/log.hpp"
+#include "qload/runtime/settings.hpp"
 #include "qload/runtime/trace.hpp"
 #include "qload/scheduler/model.hpp"
 #include "qload/scheduler/plan.hpp"
@@ -66,12 +67,11 @@ struct LoadOptions {
   // kInvalidArgument for a bad value or conflicting settings (never "last one wins").
   Status validate() const;
 
-  // Applies the environment overrides (a getenv-like lookup, so tests need not touch the
-  // process environment): QLOAD_LOAD_MODE (read|mmap), QLOAD_STAGING_BYTES and
-  // QLOAD_SLOT_BYTES (bytes, or with a KiB/MiB/GiB suffix), QLOAD_READS_IN_FLIGHT,
-  // QLOAD_CPU_WORKERS, and the I/O layer's QLOAD_IO / QLOAD_IO_DEPTH. A variable that
-  // contradicts a value already set away from its default is an error, never "last one wins".
-  Status apply_environment(const std::function<const char*(const char*)>& env);
+  // Sets every field the settings table governs (runtime/settings.hpp: engine, queue depth,
+  // O_DIRECT, load mode, staging and slot bytes, budgets, digests, alignment...) from `settings`;
+  // the rest (devices, dtype policy, hooks...) is left alone. A default Settings gives the
+  // defaults above.
+  Status apply(const Settings& settings);
 };
 
 // Opens a checkpoint (file, directory or index json) with the format driver that recognises

@@ -16,6 +16,7 @@
 //     },
 //     parallel  = { tensor = 2, pipeline = 2, data = 1,   -- devices = data x pipeline x tensor
 //                   rules = { { match = "*.wo.weight", split = "cols" } } },   -- else llama defaults
+//     settings  = { staging_bytes = "512MB", io_engine = "uring", digests = false },  -- docs/settings.md
 //     io        = { engine = "auto", queue_depth = 32, direct = "auto", chunk = "16MiB", staging = "256MiB" },
 //     verify    = "qload.lock",          -- load only if every tensor matches this lock
 //     trace     = "load.trace.json",     -- a Chrome trace of the load
@@ -38,6 +39,7 @@
 #include <vector>
 
 #include "qload/runtime/error.hpp"
+#include "qload/runtime/settings.hpp"
 #include "qload/runtime/world.hpp"
 #include "qload/scheduler/load.hpp"
 #include "qload/scheduler/plan.hpp"
@@ -45,12 +47,12 @@
 
 namespace qload::scripts {
 
-struct RecipeIo {
-  std::optional<std::string> engine;  // "auto" | "uring" | "pread"
-  std::optional<std::uint32_t> queue_depth;
-  std::optional<std::string> direct;           // "auto" | "on" | "off"
-  std::optional<std::uint64_t> chunk_bytes;    // from "chunk"
-  std::optional<std::uint64_t> staging_bytes;  // from "staging"
+// One setting of the settings table (runtime/settings.hpp) as the recipe wrote it, from its
+// `settings` table (by the setting's name) or its older `io` table (by its recipe key).
+struct RecipeSetting {
+  std::string name;  // the table's name: "staging_bytes"
+  std::string text;  // the value as text: "512MB", "true", "32"
+  std::string key;   // as written: "settings.staging_bytes", "io.staging"
 };
 
 struct RecipeParallel {
@@ -89,11 +91,11 @@ struct Recipe {
   std::optional<DType> dtype;
   std::vector<QuantRule> quant;
   RecipeParallel parallel;
-  std::vector<SplitRule> split_rules;  // parallel.rules, first match wins; none: the llama default
-  RecipeIo io;
-  std::optional<std::string> verify;  // a lockfile, resolved against the recipe's directory
-  std::optional<std::string> trace;   // resolved likewise
-  bool json_report = false;           // report = "json": the load's report as JSON
+  std::vector<SplitRule> split_rules;   // parallel.rules, first match wins; none: the llama default
+  std::vector<RecipeSetting> settings;  // in the order written; each one parsed when read
+  std::optional<std::string> verify;    // a lockfile, resolved against the recipe's directory
+  std::optional<std::string> trace;     // resolved likewise
+  bool json_report = false;             // report = "json": the load's report as JSON
   // XXH3-64 over the recipe's text and every module it required (name and text, in the order
   // they were loaded): a lock records it, so an edited recipe or helper is noticed.
   std::uint64_t hash = 0;
@@ -112,10 +114,12 @@ struct Recipe {
   bool has_place_hook() const;
   bool has_quant_hook() const;  // a quant function, or pattern rules
   // Applies the recipe to load options: devices, placement, dtype, rules and hooks, pipeline
-  // stages, io. The hooks keep this recipe's Lua state alive (shared), so the options may
-  // outlive the Recipe. `world`: one process of a multi-process load (its devices are its
-  // share of the layout's).
+  // stages (its settings go through apply_settings, below the environment). The hooks keep this recipe's Lua state
+  // alive (shared), so the options may outlive the Recipe. `world`: one process of a multi-process load (its devices
+  // are its share of the layout's).
   Status apply(scheduler::LoadOptions& options, const std::optional<World>& world = std::nullopt) const;
+  // Sets the recipe's settings at recipe precedence; errors name the recipe file and the key.
+  Status apply_settings(ResolvedSettings& settings) const;
 
   std::shared_ptr<detail::RecipeHooks> hooks;  // null when the recipe has no hooks
 };

@@ -1,0 +1,37 @@
+// LoadOptions from the settings table: the one place a resolved setting becomes a field of
+// the I/O layer's, the staging pool's, the planner's or the executor's options.
+#include <fmt/format.h>
+
+#include "qload/scheduler/load.hpp"
+
+namespace qload::scheduler {
+
+Status LoadOptions::apply(const Settings& s) {
+  QLOAD_ASSIGN_OR_RETURN(io.engine, io::parse_engine(s.io_engine));
+  if (s.direct_io == "auto")
+    io.direct = io::DirectMode::kAuto;
+  else if (s.direct_io == "on")
+    io.direct = io::DirectMode::kOn;
+  else if (s.direct_io == "off")
+    io.direct = io::DirectMode::kOff;
+  else
+    return fail(Errc::kInvalidArgument, fmt::format("direct_io '{}' is not auto, on or off", s.direct_io));
+  if (s.load_mode != "read" && s.load_mode != "mmap")
+    return fail(Errc::kInvalidArgument, fmt::format("load_mode '{}' is not read or mmap", s.load_mode));
+  plan.mode = s.load_mode == "mmap" ? LoadMode::kMmap : LoadMode::kRead;
+  io.queue_depth = s.io_depth;
+  staging.total_bytes = s.staging_bytes;
+  // A read fills at most one slot, so the two move together: a smaller slot alone would leave
+  // reads that do not fit it.
+  staging.slot_bytes = plan.chunk_bytes = s.slot_bytes;
+  reads_in_flight = s.reads_in_flight;
+  cpu_workers = s.cpu_workers;
+  copy_lanes = s.copy_lanes;
+  compute_digests = s.digests;
+  plan.tensor_alignment = s.tensor_alignment;
+  plan.max_gap_bytes = s.max_gap_bytes;
+  map_peer_memory = s.map_peer_memory;
+  return {};
+}
+
+}  // namespace qload::scheduler
