@@ -5,9 +5,9 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
-#include "load_request.hpp"
 #include "qload/runtime/units.hpp"
 #include "qload/scripts/recipe.hpp"
+#include "qload/session/request.hpp"
 
 namespace qload::cli {
 namespace {
@@ -64,11 +64,11 @@ int run_config(const ConfigArgs& args) {
     if (!loaded) return report(loaded.error());
     recipe = std::move(*loaded);
   }
-  auto flags = setting_flags(args.set);
+  auto flags = session::parse_setting_assignments(args.set, "--set");
   if (!flags) return report(flags.error());
   std::vector<std::string> warnings;
   const Logger log([&warnings](LogLevel, std::string_view m) { warnings.emplace_back(m); }, LogLevel::kWarn);
-  auto settings = resolve_settings(recipe ? &*recipe : nullptr, *flags, log);
+  auto settings = session::resolve_settings(recipe ? &*recipe : nullptr, *flags, log);
   if (!settings) return report(settings.error());
 
   if (args.json) {

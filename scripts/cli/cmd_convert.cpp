@@ -9,7 +9,6 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
-#include "load_request.hpp"
 #include "qload/formats/safetensors_writer.hpp"
 #include "qload/runtime/units.hpp"
 
@@ -67,12 +66,12 @@ Status write_config(const std::string& source_config, const scheduler::LoadOptio
 }  // namespace
 
 int run_convert(const ConvertArgs& args) {
-  LoadArgs load_args{.path = args.source,
-                     .device = "cpu",
-                     .dtype = args.dtype,
-                     .dequantize = args.dequantize,
-                     .quantize = args.quantize};
-  auto req = build_request(load_args);
+  LoadArgs load_args{.spec = {.source = args.source,
+                              .devices = "cpu",
+                              .dtype = args.dtype,
+                              .dequantize = args.dequantize,
+                              .quantize = args.quantize}};
+  auto req = load_request(load_args);
   if (!req) return report(req.error());
   auto catalog = scheduler::open_source(req->source);
   if (!catalog) return report(catalog.error());

@@ -7,11 +7,11 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
-#include "load_request.hpp"
 #include "qload/formats/checkpoint_digest.hpp"
 #include "qload/formats/driver.hpp"
 #include "qload/io/digest.hpp"
 #include "qload/io/reader.hpp"
+#include "qload/session/request.hpp"
 
 namespace qload::cli {
 namespace {
@@ -60,9 +60,9 @@ bool is_checkpoint(const std::string& path) {
 
 int run_hash(const HashArgs& args) {
   const Logger log = Logger::to_stderr(LogLevel::kWarn);
-  std::vector<SettingFlag> flags;
+  std::vector<session::SettingFlag> flags;
   if (!args.engine.empty()) flags.push_back({"io_engine", args.engine, "--engine"});
-  auto settings = resolve_settings(nullptr, flags, log);
+  auto settings = session::resolve_settings(nullptr, flags, log);
   if (!settings) return report(settings.error());
   scheduler::LoadOptions options;
   if (Status s = options.apply(settings->values()); !s) return report(s.error());

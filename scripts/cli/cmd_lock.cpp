@@ -7,7 +7,6 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
-#include "load_request.hpp"
 #include "qload/formats/checkpoint_digest.hpp"
 #include "qload/io/digest.hpp"
 #include "qload/io/reader.hpp"
@@ -27,20 +26,22 @@ Result<formats::CheckpointDigest> digest(const formats::Catalog& catalog, const 
 
 int run_lock(const LockArgs& args) {
   // A lock records a single-process plan; the ranks of a multi-process load check everything
-  // else against it (load_request.hpp apply_lock).
+  // else against it (session/request.hpp apply_lock).
   auto world = world_from_env(std::getenv);
   if (!world) return report(world.error());
   if (*world)
     return report(Error(Errc::kInvalidArgument,
                         "qload lock makes a single-process lock: run it without WORLD_SIZE; "
                         "every rank of a multi-process load can then load --locked with it"));
-  auto planned = plan_request(args.load);
+  auto request = load_request(args.load);
+  if (!request) return report(request.error());
+  auto planned = session::plan_request(std::move(*request));
   if (!planned) return report(planned.error());
   auto digests = digest(planned->catalog, planned->request.options);
   if (!digests) return report(digests.error());
   scripts::Lockfile lock = scripts::lock_checkpoint(planned->catalog, *digests);
   if (planned->request.recipe) {
-    lock.recipe = args.load.path;
+    lock.recipe = args.load.spec.source;
     lock.recipe_hash = planned->request.recipe->hash;
   }
   lock.plan_hash = planned->plan_hash;
@@ -56,8 +57,8 @@ int run_lock(const LockArgs& args) {
 
 int run_verify(const VerifyArgs& args) {
   LoadArgs load;
-  load.path = args.path;
-  auto request = build_request(load);
+  load.spec.source = args.path;
+  auto request = load_request(load);
   if (!request) return report(request.error());
   auto lock = scripts::read_lockfile(args.lock);
   if (!lock) return report(lock.error());

@@ -4,17 +4,18 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
-#include "load_request.hpp"
-#include "plan_report.hpp"
 #include "qload/io/digest.hpp"
 #include "qload/runtime/units.hpp"
+#include "qload/session/plan_report.hpp"
 
 namespace qload::cli {
 
 int run_plan(const LoadArgs& args) {
-  auto planned = plan_request(args);
+  auto request = load_request(args);
+  if (!request) return report(request.error());
+  auto planned = session::plan_request(std::move(*request));
   if (!planned) return report(planned.error());
-  nlohmann::json plan = plan_json(planned->catalog, planned->plan);
+  nlohmann::json plan = session::plan_json(planned->catalog, planned->plan);
   if (args.json) {
     plan["plan_xxh3_64"] = io::hex64(planned->plan_hash);
     fmt::print("{}\n", plan.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));

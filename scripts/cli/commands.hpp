@@ -8,6 +8,7 @@
 
 #include "qload/runtime/error.hpp"
 #include "qload/scripts/synth.hpp"
+#include "qload/session/request.hpp"
 
 namespace qload::cli {
 
@@ -42,26 +43,19 @@ struct SynthArgs {
 };
 int run_synth(const SynthArgs& args);
 
+// What to load (the session layer's spec) and how this command reports it.
 struct LoadArgs {
-  std::string path;        // checkpoint or recipe (.lua)
-  std::string device;      // comma-separated devices; empty: the recipe's, else cpu
-  std::string placement;   // empty: round-robin
-  std::string dtype;       // empty: keep stored dtypes
-  std::string dequantize;  // empty: keep quantized weights packed
-  std::string quantize;    // empty: no quantize on load
-  bool repack = false;     // GPTQ v1 / AWQ GEMM / act-order -> GPTQ v2, contiguous groups
+  session::LoadSpec spec;
   bool json = false;
-  bool mmap = false;
-  bool no_digests = false;  // skip the per-tensor XXH3-64 (saves a pass of hashing CPU)
-  std::string trace;
   std::string dump;
-  std::string locked;                 // a lockfile the load must match (also a recipe's `verify`)
-  std::uint32_t tensor_parallel = 0;  // 0: the recipe's, else 1
-  std::uint32_t pipeline_parallel = 0;
-  std::uint32_t data_parallel = 0;
-  bool share_reads = false;      // several processes: each tensor read by one of those holding it
+  bool mmap = false;             // load_mode=mmap
+  bool no_digests = false;       // digests=off
   std::vector<std::string> set;  // --set NAME=VALUE: any setting of the table, above everything else
 };
+// The spec with the setting flags (--set, --mmap, --no-digests) in it.
+Result<session::LoadSpec> load_spec(const LoadArgs& args);
+// load_spec, then the session's request, with warnings on stderr.
+Result<session::LoadRequest> load_request(const LoadArgs& args);
 int run_load(const LoadArgs& args);
 
 // `qload plan`: the load's plan (what goes where, decoded how) without reading tensor data.

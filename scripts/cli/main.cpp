@@ -48,29 +48,30 @@ int main(int argc, char** argv) {
 
   // What to load and how: shared by load, plan and lock (a recipe's settings are the defaults).
   const auto add_load_options = [](CLI::App* cmd, qload::cli::LoadArgs& a) {
-    cmd->add_option("path", a.path, "Checkpoint (directory, .safetensors, index json) or recipe (.lua)")->required();
-    cmd->add_option("--device,--devices", a.device,
+    cmd->add_option("path", a.spec.source, "Checkpoint (directory, .safetensors, index json) or recipe (.lua)")
+        ->required();
+    cmd->add_option("--device,--devices", a.spec.devices,
                     "Destination device(s), comma-separated: cpu, cpu:N, cuda:N, cuda:local (LOCAL_RANK's GPU) "
                     "(default cpu, or the recipe's). Under WORLD_SIZE > 1 (torchrun), this process's devices of "
                     "the layout (docs/parallel.md)");
-    cmd->add_option("--placement", a.placement, "With several devices: round-robin (default) or by-layer");
-    cmd->add_option("--dtype", a.dtype, "Convert floating tensors (f16/bf16/f32) to bf16, f16 or f32 on load");
-    cmd->add_option("--dequantize", a.dequantize, "Dequantize quantized weights to bf16, f16 or f32");
-    cmd->add_option("--quantize", a.quantize,
+    cmd->add_option("--placement", a.spec.placement, "With several devices: round-robin (default) or by-layer");
+    cmd->add_option("--dtype", a.spec.dtype, "Convert floating tensors (f16/bf16/f32) to bf16, f16 or f32 on load");
+    cmd->add_option("--dequantize", a.spec.dequantize, "Dequantize quantized weights to bf16, f16 or f32");
+    cmd->add_option("--quantize", a.spec.quantize,
                     "Quantize linear weights on load: fp8[:per-tensor|per-channel|block] or int8");
-    cmd->add_flag("--repack", a.repack,
+    cmd->add_flag("--repack", a.spec.repack,
                   "Repack GPTQ v1 / AWQ GEMM / act-order weights to GPTQ v2 with contiguous groups (<p>.perm)");
     cmd->add_flag("--mmap", a.mmap, "Zero-copy: tensors point into read-only file mappings");
-    cmd->add_option("--tp,--tensor-parallel", a.tensor_parallel,
+    cmd->add_option("--tp,--tensor-parallel", a.spec.tensor_parallel,
                     "Tensor-parallel ranks: each tensor split over them (llama-style rules; docs/parallel.md)")
         ->check(CLI::PositiveNumber);
-    cmd->add_option("--pp,--pipeline-parallel", a.pipeline_parallel, "Pipeline stages: whole layers per stage")
+    cmd->add_option("--pp,--pipeline-parallel", a.spec.pipeline_parallel, "Pipeline stages: whole layers per stage")
         ->check(CLI::PositiveNumber);
-    cmd->add_option("--dp,--data-parallel", a.data_parallel, "Data-parallel replicas")->check(CLI::PositiveNumber);
+    cmd->add_option("--dp,--data-parallel", a.spec.data_parallel, "Data-parallel replicas")->check(CLI::PositiveNumber);
     cmd->add_option("--set", a.set,
                     "NAME=VALUE: any setting (qload config lists them; docs/settings.md), over the recipe and "
                     "QLOAD_* variables; repeatable");
-    cmd->add_flag("--share-reads", a.share_reads,
+    cmd->add_flag("--share-reads", a.spec.share_reads,
                   "Under WORLD_SIZE > 1: each tensor is read by one of the processes holding it and reaches the "
                   "others after every process has read (whole replicas: broadcast, TCP for cpu devices and NCCL "
                   "for GPUs; tensor or pipeline shards: relayed over TCP)");
@@ -82,9 +83,9 @@ int main(int argc, char** argv) {
   load->add_flag("--json", load_args.json, "One JSON object on stdout instead of the summary");
   load->add_flag("--no-digests", load_args.no_digests,
                  "Skip the per-tensor XXH3-64 digests (less CPU; nothing to check bytes against)");
-  load->add_option("--trace", load_args.trace, "Write a Chrome trace (Perfetto) of the load to this file");
+  load->add_option("--trace", load_args.spec.trace, "Write a Chrome trace (Perfetto) of the load to this file");
   load->add_option("--dump", load_args.dump, "Write what was loaded to DIR/<device>.safetensors");
-  load->add_option("--locked", load_args.locked,
+  load->add_option("--locked", load_args.spec.lock,
                    "Load only if the checkpoint, recipe and plan match this lockfile (`qload lock`)");
 
   qload::cli::LoadArgs plan_args;

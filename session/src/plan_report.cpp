@@ -1,11 +1,11 @@
-#include "plan_report.hpp"
+#include "qload/session/plan_report.hpp"
 
 #include <string>
 
 #include "qload/io/digest.hpp"
 #include "qload/scripts/lockfile.hpp"
 
-namespace qload::cli {
+namespace qload::session {
 namespace {
 
 using nlohmann::json;
@@ -114,4 +114,4 @@ std::uint64_t plan_hash(const json& plan) {
   return io::xxh3_64(std::as_bytes(std::span(text)));
 }
 
-}  // namespace qload::cli
+}  // namespace qload::session

@@ -13,10 +13,10 @@
 #include "qload/formats/catalog.hpp"
 #include "qload/scheduler/plan.hpp"
 
-namespace qload::cli {
+namespace qload::session {
 
 nlohmann::json plan_json(const formats::Catalog& catalog, const scheduler::Plan& plan);
 // XXH3-64 of the plan's canonical JSON text (plan_json dumped without indentation).
 std::uint64_t plan_hash(const nlohmann::json& plan);
 
-}  // namespace qload::cli
+}  // namespace qload::session

@@ -1,13 +1,13 @@
-#include "world_load.hpp"
+#include "qload/session/world_load.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "plan_report.hpp"
 #include "qload/io/digest.hpp"
 #include "qload/scripts/lockfile.hpp"
+#include "qload/session/plan_report.hpp"
 
-namespace qload::cli {
+namespace qload::session {
 namespace {
 
 using nlohmann::json;
@@ -112,4 +112,4 @@ Result<std::vector<RankOutcome>> share_outcome(Rendezvous& rendezvous, const Ran
   return out;
 }
 
-}  // namespace qload::cli
+}  // namespace qload::session

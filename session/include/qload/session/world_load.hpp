@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "load_request.hpp"
 #include "qload/runtime/rendezvous.hpp"
+#include "qload/session/request.hpp"
 
-namespace qload::cli {
+namespace qload::session {
 
 // What every rank must agree on, each part a short text: the checkpoint (files, tensor table),
 // the layout, and the load's options (recipe hash, dtype and quantization flags).
@@ -43,4 +43,4 @@ struct RankOutcome {
 // (when this one did not).
 Result<std::vector<RankOutcome>> share_outcome(Rendezvous& rendezvous, const RankOutcome& mine);
 
-}  // namespace qload::cli
+}  // namespace qload::session

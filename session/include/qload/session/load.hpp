@@ -1,0 +1,41 @@
+// A whole load, as every client runs it: spec -> request (recipe, settings) -> plan -> lock
+// check -> load -> model. In a multi-process load (WORLD_SIZE > 1, docs/parallel.md) the ranks
+// meet first, agree on the load before anything is read, share reads when asked to, and learn
+// each other's outcome afterwards, so that either every rank has its model or every rank fails.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+
+#include "qload/runtime/error.hpp"
+#include "qload/runtime/log.hpp"
+#include "qload/scheduler/model.hpp"
+#include "qload/session/request.hpp"
+
+namespace qload::session {
+
+struct LoadHooks {
+  // Bytes read so far and the total to read, on the loading thread after each read; quick.
+  std::function<void(std::uint64_t done_bytes, std::uint64_t total_bytes)> progress;
+};
+
+// A multi-process load's totals over every rank.
+struct WorldTotals {
+  std::uint64_t read_bytes = 0;
+  std::uint64_t tensor_bytes = 0;
+  double seconds = 0;  // of the slowest rank
+};
+
+struct LoadOutcome {
+  LoadRequest request;  // what was loaded and how: source, recipe, settings, world
+  scheduler::Model model;
+  std::optional<WorldTotals> world;  // set in a multi-process load
+};
+
+// Runs the load `spec` describes. On error nothing is left loaded: arenas, staging, files and
+// threads are released before it returns. The request's trace (spec or recipe) is written
+// after a successful load.
+Result<LoadOutcome> load(const LoadSpec& spec, const Logger& log, const LoadHooks& hooks = {});
+
+}  // namespace qload::session

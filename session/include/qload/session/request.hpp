@@ -1,0 +1,98 @@
+// The session layer: what every client (the CLI, the C ABI, the Python package) goes through
+// to load. A LoadSpec says what to load and how, in client-neutral terms; it becomes a
+// LoadRequest (recipe evaluated, settings resolved, options built), then a PlannedLoad
+// (checkpoint opened and planned, lock checked), then a model (session/load.hpp).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "qload/runtime/error.hpp"
+#include "qload/runtime/log.hpp"
+#include "qload/runtime/settings.hpp"
+#include "qload/runtime/world.hpp"
+#include "qload/scheduler/load.hpp"
+#include "qload/scripts/recipe.hpp"
+
+namespace qload::session {
+
+// A setting given by the client (a flag, an API option): `where` names it in errors
+// ("--set staging_bytes", "qload_options_set").
+struct SettingFlag {
+  std::string name;
+  std::string value;
+  std::string where;
+};
+
+// What to load and how. Empty strings and zeros mean "the recipe's, else the default". A
+// recipe's choices of what to load (devices, placement, dtype, layout, lock) may not be
+// contradicted (kInvalidArgument); its settings sit below the environment and `settings`.
+struct LoadSpec {
+  std::string source;      // checkpoint (directory, .safetensors, index json) or recipe (.lua)
+  std::string devices;     // comma-separated; "cuda:local" is LOCAL_RANK's GPU
+  std::string placement;   // round-robin | by-layer
+  std::string dtype;       // bf16 | f16 | f32: convert floating tensors
+  std::string dequantize;  // bf16 | f16 | f32: decode quantized weights (default: keep packed)
+  std::string quantize;    // fp8[:per-tensor|per-channel|block] | int8
+  bool repack = false;     // GPTQ v1 / AWQ GEMM / act-order -> GPTQ v2, contiguous groups
+  std::uint32_t tensor_parallel = 0;
+  std::uint32_t pipeline_parallel = 0;
+  std::uint32_t data_parallel = 0;
+  bool share_reads = false;           // several processes: each tensor read by one of those holding it
+  std::string lock;                   // a lockfile the load must match (also a recipe's `verify`)
+  std::string trace;                  // write a Chrome trace of the load here (also a recipe's `trace`)
+  std::vector<SettingFlag> settings;  // above every other source
+};
+
+// "NAME=VALUE" texts (`--set`) as settings named `where_prefix NAME` in errors;
+// kInvalidArgument without the '='.
+Result<std::vector<SettingFlag>> parse_setting_assignments(const std::vector<std::string>& assignments,
+                                                           std::string_view where_prefix);
+
+struct LoadRequest {
+  std::string source;
+  std::optional<scripts::Recipe> recipe;  // when the spec's source was a recipe
+  std::string devices = "cpu";            // as given, for reports
+  scheduler::LoadOptions options;
+  // One process of a multi-process load (torchrun-style environment, world.hpp): its
+  // layout's processes and process are the world's size and rank.
+  std::optional<World> world;
+  // Every setting (runtime/settings.hpp) and where it came from: default < recipe <
+  // environment < the spec's; already applied to `options`.
+  ResolvedSettings settings;
+  std::string lock;   // the lockfile to check: the spec's, else the recipe's `verify`; empty for none
+  std::string trace;  // the spec's, else the recipe's; empty for none
+};
+
+// Evaluates the recipe (if the source is one), resolves the settings and builds the options.
+// Warnings (an unknown QLOAD_* variable) go to `log`, which the load's options also keep.
+Result<LoadRequest> build_request(const LoadSpec& spec, const Logger& log);
+
+// The settings of a load: `recipe`'s (if any), then the environment, then `flags`.
+Result<ResolvedSettings> resolve_settings(const scripts::Recipe* recipe, const std::vector<SettingFlag>& flags,
+                                          const Logger& log);
+
+// A request with its checkpoint opened and planned: what `qload plan`, `qload lock` and
+// `qload load` share.
+struct PlannedLoad {
+  LoadRequest request;
+  formats::Catalog catalog;
+  scheduler::Plan plan;
+  std::uint64_t plan_hash = 0;  // plan_report.hpp
+};
+Result<PlannedLoad> plan_request(LoadRequest request);
+
+// plan_request, then the lock (if any) applied.
+Result<PlannedLoad> prepare(LoadRequest request);
+
+// Before anything is read: kChecksumMismatch naming the lock unless the recipe hash, the plan
+// hash, the files (names, sizes) and the tensor names match it; then every tensor's digest
+// becomes an expected digest, so the load fails (exposing nothing) if any byte differs. One
+// process of a multi-process load skips the plan hash (a lock records a single-process plan;
+// the ranks check their plans against each other instead) and reads whole every tensor it
+// holds part of, so every digest it meets is checked.
+Status apply_lock(const std::string& lock_file, PlannedLoad& load);
+
+}  // namespace qload::session

@@ -1,0 +1,72 @@
+#include "qload/session/load.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "qload/runtime/communicator.hpp"
+#include "qload/runtime/rendezvous.hpp"
+#include "qload/runtime/trace.hpp"
+#include "qload/session/world_load.hpp"
+
+namespace qload::session {
+
+Result<LoadOutcome> load(const LoadSpec& spec, const Logger& log, const LoadHooks& hooks) {
+  // A multi-process load: the ranks meet first, so a rank that cannot even plan its load stops
+  // the others at once, and they agree on the load before anything is read; afterwards each
+  // learns whether every other rank succeeded (if one failed, all fail).
+  QLOAD_ASSIGN_OR_RETURN(const std::optional<World> world, world_from_env(std::getenv));
+  Result<LoadRequest> request = build_request(spec, log);
+  std::optional<Rendezvous> rendezvous;
+  if (world) {
+    // A rank whose request is bad still joins (with the default timeout), so that it can tell
+    // the others at once instead of leaving them waiting.
+    const auto timeout = request ? request->settings.values().rendezvous_timeout : Settings{}.rendezvous_timeout;
+    QLOAD_ASSIGN_OR_RETURN(rendezvous, Rendezvous::join(*world, timeout));
+  }
+  Result<PlannedLoad> planned = request ? prepare(std::move(*request)) : fail(std::move(request.error()));
+  if (rendezvous) QLOAD_TRY(agree_on_load(*rendezvous, planned));
+  if (!planned) return fail(std::move(planned.error()));
+  LoadRequest& req = planned->request;
+  TraceRecorder trace;
+  if (!req.trace.empty()) req.options.trace = &trace;
+  req.options.progress = hooks.progress;
+
+  // Shared reads: tensors other ranks read arrive through a communicator (NCCL for GPUs).
+  std::optional<Communicator> communicator;
+  if (rendezvous && req.options.plan.parallel.share_reads) {
+    std::vector<int> gpu_slots;
+    for (const Device& d : req.options.plan.devices) gpu_slots.push_back(d.is_cuda() ? d.index : -1);
+    QLOAD_ASSIGN_OR_RETURN(communicator, Communicator::create(*rendezvous, gpu_slots));
+    req.options.communicator = &*communicator;
+  }
+  Result<scheduler::Model> model = scheduler::load(planned->catalog, planned->plan, req.options);
+  req.options.trace = nullptr;
+  req.options.communicator = nullptr;
+  req.options.progress = nullptr;
+  std::optional<WorldTotals> totals;
+  if (rendezvous) {
+    RankOutcome mine{.ok = model.has_value(), .error = model ? "" : model.error().to_string()};
+    if (model) {
+      mine.read_bytes = model->report().read_bytes;
+      mine.tensor_bytes = model->report().tensor_bytes;
+      mine.seconds = model->report().seconds;
+    }
+    Result<std::vector<RankOutcome>> outcomes = share_outcome(*rendezvous, mine);
+    // Another rank failed: this one's model is released on return. This rank failed: its own
+    // error is the one to report.
+    if (model && !outcomes) return fail(std::move(outcomes.error()));
+    if (outcomes) {
+      totals.emplace();
+      for (const RankOutcome& o : *outcomes) {
+        totals->read_bytes += o.read_bytes;
+        totals->tensor_bytes += o.tensor_bytes;
+        totals->seconds = std::max(totals->seconds, o.seconds);
+      }
+    }
+  }
+  if (!model) return fail(std::move(model.error()));
+  if (!req.trace.empty()) QLOAD_TRY(trace.write(req.trace));
+  return LoadOutcome{.request = std::move(req), .model = std::move(*model), .world = totals};
+}
+
+}  // namespace qload::session

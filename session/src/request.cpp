@@ -1,0 +1,177 @@
+// From a client's LoadSpec to a planned, lock-checked load: recipe, settings, options, plan,
+// and the checks a lock makes before any tensor byte is read.
+#include <cstdlib>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "qload/io/digest.hpp"
+#include "qload/runtime/device.hpp"
+#include "qload/scripts/lockfile.hpp"
+#include "qload/session/plan_report.hpp"
+#include "qload/session/request.hpp"
+
+namespace qload::session {
+namespace {
+
+// "bf16" / "f16" / "f32" (also the safetensors spellings BF16, F16, F32).
+Result<DType> parse_float_dtype(std::string_view flag, std::string_view text) {
+  if (text == "bf16" || text == "BF16") return DType::kBF16;
+  if (text == "f16" || text == "F16") return DType::kF16;
+  if (text == "f32" || text == "F32") return DType::kF32;
+  return fail(Errc::kInvalidArgument, fmt::format("{} {}: expected bf16, f16 or f32", flag, text));
+}
+
+}  // namespace
+
+Result<LoadRequest> build_request(const LoadSpec& spec, const Logger& log) {
+  LoadRequest req;
+  req.source = spec.source;
+  QLOAD_ASSIGN_OR_RETURN(req.world, world_from_env(std::getenv));
+  std::string devices = spec.devices;
+  if (spec.source.ends_with(".lua")) {
+    QLOAD_ASSIGN_OR_RETURN(scripts::Recipe recipe, scripts::load_recipe(spec.source));
+    req.source = recipe.source;
+    const std::string recipe_devices = fmt::format("{}", fmt::join(recipe.devices, ","));
+    const auto contradicts = [&](std::string_view flag, const std::string& given, const std::string& in_recipe) {
+      return fail(
+          Error(Errc::kInvalidArgument, fmt::format("{} {} contradicts the recipe's {}", flag, given, in_recipe))
+              .with_file(spec.source));
+    };
+    if (!devices.empty() && devices != recipe_devices) return contradicts("--device", devices, recipe_devices);
+    if (!spec.placement.empty() && recipe.placement && spec.placement != *recipe.placement)
+      return contradicts("--placement", spec.placement, *recipe.placement);
+    if (!spec.dtype.empty() && recipe.dtype && parse_float_dtype("--dtype", spec.dtype) != *recipe.dtype)
+      return contradicts("--dtype", spec.dtype, std::string(dtype_name(*recipe.dtype)));
+    devices = recipe_devices;
+    QLOAD_TRY(recipe.apply(req.options, req.world));
+    req.recipe = std::move(recipe);
+  }
+  const std::optional<std::string> verify = req.recipe ? req.recipe->verify : std::nullopt;
+  if (!spec.lock.empty() && verify && *verify != spec.lock)
+    return fail(Error(Errc::kInvalidArgument,
+                      fmt::format("--locked {} contradicts the recipe's verify = {}", spec.lock, *verify))
+                    .with_file(spec.source));
+  req.lock = !spec.lock.empty() ? spec.lock : verify.value_or("");
+  req.trace = !spec.trace.empty() ? spec.trace : (req.recipe ? req.recipe->trace.value_or("") : "");
+  // "cuda:local": the GPU of this process's LOCAL_RANK (one process per GPU under torchrun,
+  // which gives every process the same arguments).
+  if (const std::size_t at = devices.find("cuda:local"); at != std::string::npos)
+    devices.replace(at, std::string_view("cuda:local").size(),
+                    fmt::format("cuda:{}", req.world ? req.world->local_rank : 0));
+  req.devices = devices.empty() ? "cpu" : devices;
+  if (!req.recipe) {
+    QLOAD_ASSIGN_OR_RETURN(req.options.plan.devices, parse_device_list(req.devices));
+  }
+  if (!spec.placement.empty()) {
+    QLOAD_ASSIGN_OR_RETURN(req.options.plan.placement, scheduler::parse_placement(spec.placement));
+  }
+  if (!spec.dtype.empty()) {
+    QLOAD_ASSIGN_OR_RETURN(req.options.plan.dtype, parse_float_dtype("--dtype", spec.dtype));
+  }
+  if (!spec.dequantize.empty()) {
+    QLOAD_ASSIGN_OR_RETURN(req.options.plan.dequantize, parse_float_dtype("--dequantize", spec.dequantize));
+  }
+  if (!spec.quantize.empty()) {
+    QLOAD_ASSIGN_OR_RETURN(req.options.plan.quantize, formats::parse_quantize_target(spec.quantize));
+  }
+  req.options.plan.repack = spec.repack;
+  if (spec.tensor_parallel != 0 || spec.pipeline_parallel != 0 || spec.data_parallel != 0) {
+    // Flags set the layout only where the recipe has none (a contradiction is an error).
+    scheduler::ParallelLayout& layout = req.options.plan.parallel;
+    const auto set = [&](std::uint32_t given, std::uint32_t& field, std::string_view flag) -> Status {
+      if (given == 0) return {};
+      if (field != 1 && field != given)
+        return fail(Error(Errc::kInvalidArgument, fmt::format("{} {} contradicts the recipe's {}", flag, given, field))
+                        .with_file(spec.source));
+      field = given;
+      return {};
+    };
+    QLOAD_TRY(set(spec.tensor_parallel, layout.tensor, "--tp"));
+    QLOAD_TRY(set(spec.pipeline_parallel, layout.pipeline, "--pp"));
+    QLOAD_TRY(set(spec.data_parallel, layout.data, "--dp"));
+  }
+  if (req.world && req.options.plan.parallel.trivial())
+    return fail(Error(Errc::kInvalidArgument,
+                      fmt::format("WORLD_SIZE is {} but the load has no parallel layout: give --tp, --pp or --dp (or "
+                                  "a recipe's parallel), or unset WORLD_SIZE",
+                                  req.world->size)));
+  if (spec.share_reads && !req.world)
+    return fail(Error(Errc::kInvalidArgument, "--share-reads needs a multi-process load (WORLD_SIZE above 1)"));
+  if (spec.share_reads) req.options.plan.parallel.share_reads = true;
+  if (req.world) {
+    req.options.plan.parallel.processes = req.world->size;
+    req.options.plan.parallel.process = req.world->rank;
+    // A locked load checks every digest it meets: each tensor it holds part of is read whole.
+    req.options.plan.whole_tensor_reads = !req.lock.empty();
+  }
+  req.options.log = log;
+  QLOAD_ASSIGN_OR_RETURN(req.settings, resolve_settings(req.recipe ? &*req.recipe : nullptr, spec.settings, log));
+  QLOAD_TRY(req.options.apply(req.settings.values()));
+  return req;
+}
+
+Result<std::vector<SettingFlag>> parse_setting_assignments(const std::vector<std::string>& assignments,
+                                                           std::string_view where_prefix) {
+  std::vector<SettingFlag> flags;
+  for (const std::string& assignment : assignments) {
+    const std::size_t eq = assignment.find('=');
+    if (eq == std::string::npos || eq == 0)
+      return fail(Errc::kInvalidArgument, fmt::format("{} {}: expected NAME=VALUE", where_prefix, assignment));
+    const std::string name = assignment.substr(0, eq);
+    flags.push_back({name, assignment.substr(eq + 1), fmt::format("{} {}", where_prefix, name)});
+  }
+  return flags;
+}
+
+Result<ResolvedSettings> resolve_settings(const scripts::Recipe* recipe, const std::vector<SettingFlag>& flags,
+                                          const Logger& log) {
+  ResolvedSettings settings;
+  if (recipe != nullptr) QLOAD_TRY(recipe->apply_settings(settings));
+  std::vector<std::string> warnings;
+  QLOAD_TRY(settings.apply_environment(process_environment(), warnings));
+  for (const std::string& w : warnings) log.warn(w);
+  for (const SettingFlag& f : flags) QLOAD_TRY(settings.set(f.name, f.value, SettingSource::kOption, f.where));
+  return settings;
+}
+
+Result<PlannedLoad> plan_request(LoadRequest request) {
+  QLOAD_ASSIGN_OR_RETURN(formats::Catalog catalog, scheduler::open_source(request.source));
+  QLOAD_ASSIGN_OR_RETURN(scheduler::Plan plan, scheduler::make_plan(catalog, request.options.plan));
+  const std::uint64_t hash = plan_hash(plan_json(catalog, plan));
+  return PlannedLoad{
+      .request = std::move(request), .catalog = std::move(catalog), .plan = std::move(plan), .plan_hash = hash};
+}
+
+Result<PlannedLoad> prepare(LoadRequest request) {
+  QLOAD_ASSIGN_OR_RETURN(PlannedLoad planned, plan_request(std::move(request)));
+  if (!planned.request.lock.empty()) QLOAD_TRY(apply_lock(planned.request.lock, planned));
+  return planned;
+}
+
+Status apply_lock(const std::string& lock_file, PlannedLoad& load) {
+  QLOAD_ASSIGN_OR_RETURN(const scripts::Lockfile lock, scripts::read_lockfile(lock_file));
+  std::vector<std::string> differences;
+  const std::optional<scripts::Recipe>& recipe = load.request.recipe;
+  if (lock.recipe_hash && !recipe)
+    differences.push_back(fmt::format("the lock was made from the recipe {}; this load has none", lock.recipe));
+  if (recipe && lock.recipe_hash != recipe->hash)
+    differences.push_back(
+        lock.recipe_hash ? fmt::format("the recipe hashes to {}, the lock says {} (the recipe or a module it requires "
+                                       "changed)",
+                                       io::hex64(recipe->hash), io::hex64(*lock.recipe_hash))
+                         : "the lock was made without a recipe; this load runs one");
+  if (!load.request.world && lock.plan_hash != load.plan_hash)
+    differences.push_back(fmt::format("the plan hashes to {}, the lock says {} (`qload plan` shows what goes where)",
+                                      io::hex64(load.plan_hash), io::hex64(lock.plan_hash)));
+  for (std::string& d : scripts::lock_differences(lock, load.catalog)) differences.push_back(std::move(d));
+  if (!differences.empty()) {
+    std::string message = fmt::format("the checkpoint does not match the lock: {}", differences.front());
+    if (differences.size() > 1) message += fmt::format(" (and {} more differences)", differences.size() - 1);
+    return fail(Error(Errc::kChecksumMismatch, message).with_file(lock_file));
+  }
+  load.request.options.expected_xxh3_64 = lock.tensors;
+  return {};
+}
+
+}  // namespace qload::session

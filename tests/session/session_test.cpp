@@ -1,0 +1,107 @@
+// The session layer, as a client other than the CLI uses it: a spec becomes a request (recipe,
+// settings at their precedence), a plan and a model whose bytes are the checkpoint's.
+#include <catch2/catch.hpp>
+
+#include <fstream>
+
+#include "qload/formats/catalog.hpp"
+#include "qload/io/digest.hpp"
+#include "qload/scheduler/load.hpp"
+#include "qload/scripts/synth.hpp"
+#include "qload/session/load.hpp"
+#include "support/scratch.hpp"
+
+using namespace qload;
+using namespace qload::testing;
+
+namespace {
+
+std::string synth(const ScratchDir& dir) {
+  scripts::SynthOptions o;
+  o.layers = 2;
+  o.hidden = 128;
+  o.intermediate = 352;
+  o.vocab = 300;
+  const std::string out = dir.file("m");
+  const auto made = scripts::synthesize(out, o);
+  if (!made) FAIL(made.error().to_string());
+  return out;
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream(path) << text;
+}
+
+// The bytes of a stored tensor, read with plain iostreams (not qload's I/O layer).
+std::vector<std::byte> stored_bytes(const formats::Catalog& catalog, const formats::TensorEntry& t) {
+  std::ifstream in(catalog.files[t.file].path, std::ios::binary);
+  in.seekg(static_cast<std::streamoff>(t.offset));
+  std::vector<std::byte> out(t.nbytes);
+  in.read(reinterpret_cast<char*>(out.data()), static_cast<std::streamsize>(out.size()));
+  REQUIRE(in.gcount() == static_cast<std::streamsize>(out.size()));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("session: a load through the session layer holds the checkpoint's bytes", "[session]") {
+  ScratchDir dir;
+  const std::string model_dir = synth(dir);
+  auto loaded = session::load({.source = model_dir}, Logger{});
+  if (!loaded) FAIL(loaded.error().to_string());
+  auto catalog = scheduler::open_source(model_dir);
+  REQUIRE(catalog);
+  REQUIRE(loaded->model.tensors().size() == catalog->tensors.size());
+  for (const formats::TensorEntry& t : catalog->tensors) {
+    INFO(t.name);
+    const scheduler::DeviceTensor* got = loaded->model.find(t.name);
+    REQUIRE(got != nullptr);
+    const std::vector<std::byte> want = stored_bytes(*catalog, t);
+    REQUIRE(got->bytes().size() == want.size());
+    CHECK(std::equal(want.begin(), want.end(), got->bytes().begin()));
+  }
+  CHECK_FALSE(loaded->world.has_value());
+  CHECK(loaded->request.devices == "cpu");
+}
+
+TEST_CASE("session: settings from the recipe, the environment and the spec, in that order", "[session]") {
+  ScratchDir dir;
+  synth(dir);
+  write_text(dir.file("r.lua"),
+             "return qload.recipe { source = 'm', io = { chunk = '1MiB', staging = '2MiB' },\n"
+             "  settings = { cpu_workers = 1, reads_in_flight = 3 } }\n");
+  auto request = session::build_request(
+      {.source = dir.file("r.lua"), .settings = {{"staging_bytes", "8MiB", "api"}, {"reads_in_flight", "5", "api"}}},
+      Logger{});
+  if (!request) FAIL(request.error().to_string());
+  CHECK(request->source == dir.file("m"));
+  const scheduler::LoadOptions& o = request->options;
+  CHECK(o.staging.total_bytes == 8u << 20);  // the spec over the recipe
+  CHECK(o.staging.slot_bytes == 1u << 20);   // the recipe over the default
+  CHECK(o.plan.chunk_bytes == 1u << 20);
+  CHECK(o.cpu_workers == 1);
+  CHECK(o.reads_in_flight == 5);
+  CHECK(request->settings.origin(*find_setting("staging_bytes")).where == "api");
+  CHECK(request->settings.origin(*find_setting("slot_bytes")).where == "io.chunk");
+
+  auto bad =
+      session::build_request({.source = dir.file("m"), .settings = {{"staging_bytes", "lots", "api"}}}, Logger{});
+  REQUIRE_FALSE(bad);
+  CHECK_THAT(bad.error().message(), Catch::StartsWith("api=lots: "));
+}
+
+TEST_CASE("session: what a recipe loads cannot be contradicted, and a bad request loads nothing", "[session]") {
+  ScratchDir dir;
+  synth(dir);
+  write_text(dir.file("r.lua"), "return qload.recipe { source = 'm', devices = 'cpu', verify = 'a.lock' }\n");
+  auto devices = session::build_request({.source = dir.file("r.lua"), .devices = "cpu:1"}, Logger{});
+  REQUIRE_FALSE(devices);
+  CHECK_THAT(devices.error().message(), Catch::Contains("contradicts the recipe's cpu"));
+  auto lock = session::build_request({.source = dir.file("r.lua"), .lock = dir.file("b.lock")}, Logger{});
+  REQUIRE_FALSE(lock);
+  CHECK_THAT(lock.error().message(), Catch::Contains("contradicts the recipe's verify"));
+  // The recipe's lock does not exist: the load fails before reading, naming the lock.
+  auto missing = session::load({.source = dir.file("r.lua")}, Logger{});
+  REQUIRE_FALSE(missing);
+  CHECK(missing.error().file() == dir.file("a.lock"));
+}
