@@ -11,11 +11,14 @@
 namespace qload::session {
 
 Result<LoadOutcome> load(const LoadSpec& spec, const Logger& log, const LoadHooks& hooks) {
+  return load(build_request(spec, log), hooks);
+}
+
+Result<LoadOutcome> load(Result<LoadRequest> request, const LoadHooks& hooks) {
   // A multi-process load: the ranks meet first, so a rank that cannot even plan its load stops
   // the others at once, and they agree on the load before anything is read; afterwards each
   // learns whether every other rank succeeded (if one failed, all fail).
   QLOAD_ASSIGN_OR_RETURN(const std::optional<World> world, world_from_env(std::getenv));
-  Result<LoadRequest> request = build_request(spec, log);
   std::optional<Rendezvous> rendezvous;
   if (world) {
     // A rank whose request is bad still joins (with the default timeout), so that it can tell

@@ -37,5 +37,8 @@ struct LoadOutcome {
 // threads are released before it returns. The request's trace (spec or recipe) is written
 // after a successful load.
 Result<LoadOutcome> load(const LoadSpec& spec, const Logger& log, const LoadHooks& hooks = {});
+// The same from a request built earlier (build_request), or the error building it failed with
+// (a rank of a multi-process load still meets the others to tell them).
+Result<LoadOutcome> load(Result<LoadRequest> request, const LoadHooks& hooks = {});
 
 }  // namespace qload::session

@@ -1,0 +1,139 @@
+/* qload's C ABI: load a checkpoint (or run a recipe) and take its tensors as DLPack.
+ *
+ * Plain C99 over the session layer, for servers written in C, C++, Rust, or Python through
+ * ctypes/cffi. Rules (docs/embedding.md):
+ *   - Every function returns a qload_status; QLOAD_OK is 0. On failure,
+ *     qload_last_error() holds the full message (file, tensor, byte offset) for this thread
+ *     until its next qload call.
+ *   - Handles are opaque. NULL handles and NULL out-pointers are refused with
+ *     QLOAD_ERR_INVALID_ARGUMENT, never a crash.
+ *   - Ownership: what qload_*_create / qload_open / qload_load give you, you free with the
+ *     matching qload_*_free. A DLPack tensor from qload_model_tensor_dlpack keeps the loaded
+ *     memory alive after qload_model_free and qload_session_free, until its deleter runs.
+ *   - Strings and shapes from qload_model_tensor_info live as long as the model handle.
+ *   - Thread-safety: distinct handles may be used from distinct threads; one handle from
+ *     one thread at a time. Deleters may run on any thread.
+ *   - Stability: only qload_* symbols are exported. Within one QLOAD_ABI_VERSION, functions
+ *     are only added and structs only grow at their end (struct_size says which fields a
+ *     caller knows).
+ */
+#ifndef QLOAD_QLOAD_H_
+#define QLOAD_QLOAD_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dlpack/dlpack.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define QLOAD_ABI_VERSION 1
+
+#if defined(__GNUC__)
+#define QLOAD_API __attribute__((visibility("default")))
+#else
+#define QLOAD_API
+#endif
+
+typedef enum qload_status {
+  QLOAD_OK = 0,
+  QLOAD_ERR_INVALID_ARGUMENT = 1, /* a NULL handle, a bad option or setting, a bad index */
+  QLOAD_ERR_NOT_FOUND = 2,        /* a file or tensor that does not exist */
+  QLOAD_ERR_PERMISSION = 3,
+  QLOAD_ERR_IO = 4,
+  QLOAD_ERR_CORRUPT = 5,  /* a malformed or truncated file */
+  QLOAD_ERR_CHECKSUM = 6, /* bytes differ from their lock or digest */
+  QLOAD_ERR_UNSUPPORTED = 7,
+  QLOAD_ERR_OUT_OF_MEMORY = 8,
+  QLOAD_ERR_OVERFLOW = 9,
+  QLOAD_ERR_CANCELLED = 10,
+  QLOAD_ERR_DEVICE = 11, /* GPU or driver failure */
+  QLOAD_ERR_INTERNAL = 12
+} qload_status;
+
+/* What to load and how. Create it with qload_options_create (which sets struct_size and every
+ * field to "unset"), set the public fields (strings are copied by qload_open, so they need
+ * only live until then) and any setting of the settings table (docs/settings.md) with
+ * qload_options_set. NULL or 0 means: the recipe's choice, else qload's default. */
+typedef struct qload_options {
+  uint32_t struct_size;       /* sizeof(qload_options) as the caller was compiled: checked */
+  const char* devices;        /* "cpu", "cuda:0", "cuda:0,cuda:1", "cpu:1" */
+  const char* placement;      /* "round-robin" or "by-layer" */
+  const char* dtype;          /* "bf16", "f16" or "f32": convert floating tensors on load */
+  const char* dequantize;     /* "bf16", "f16" or "f32": decode quantized weights */
+  const char* quantize;       /* "fp8", "fp8:block", "int8", ...: quantize linear weights */
+  const char* lock;           /* a lockfile the load must match */
+  int32_t repack;             /* nonzero: GPTQ v1 / AWQ / act-order weights to GPTQ v2 */
+  uint32_t tensor_parallel;   /* ranks of a tensor-parallel layout (docs/parallel.md) */
+  uint32_t pipeline_parallel; /* pipeline stages */
+  uint32_t data_parallel;     /* data-parallel replicas */
+  void* internal;             /* qload's: the settings given to qload_options_set */
+} qload_options;
+
+typedef struct qload_session qload_session;
+typedef struct qload_model qload_model;
+
+typedef struct qload_tensor_info {
+  const char* name;
+  const char* dtype; /* the safetensors spelling: "BF16", "F32", "F8_E4M3", "I32", ... */
+  int32_t ndim;
+  const int64_t* shape;
+  const char* device; /* "cpu", "cpu:1", "cuda:0" */
+  uint64_t nbytes;
+  int32_t read_only; /* nonzero for mmap'd tensors: the pages are mapped read-only */
+} qload_tensor_info;
+
+/* A weight kept quantized: its scheme and the tensors holding its parts. */
+typedef struct qload_quantized_info {
+  const char* name;   /* "<prefix>.weight" (not itself a tensor) */
+  const char* scheme; /* "gptq", "awq", "fp8", "compressed-tensors", ... */
+  uint32_t bits;
+  uint64_t group_size; /* columns per group; 0 when the scheme has no groups */
+  uint64_t rows;       /* N */
+  uint64_t cols;       /* K */
+  const char* device;
+  size_t part_count;
+  const char* const* part_roles; /* "qweight", "scales", "qzeros", "g_idx", ... */
+  const size_t* part_tensors;    /* index of each part for qload_model_tensor_* */
+} qload_quantized_info;
+
+QLOAD_API const char* qload_version(void); /* "0.1.0" */
+QLOAD_API int qload_abi_version(void);     /* QLOAD_ABI_VERSION of the library */
+/* The last error on this thread ("" if none). Valid until this thread's next qload call. */
+QLOAD_API const char* qload_last_error(void);
+
+QLOAD_API qload_status qload_options_create(qload_options** out);
+/* Any setting of the table by name ("staging_bytes", "512MB"), at the highest precedence
+ * (above recipes and QLOAD_* variables). An unknown name or a bad value is refused here. */
+QLOAD_API qload_status qload_options_set(qload_options* options, const char* name, const char* value);
+QLOAD_API void qload_options_free(qload_options* options);
+
+/* Opens `source` (a checkpoint directory, .safetensors file, index json, or a .lua recipe):
+ * the recipe is evaluated and the options and settings checked here; nothing is read.
+ * `options` may be NULL. */
+QLOAD_API qload_status qload_open(const char* source, const qload_options* options, qload_session** out);
+/* Plans, checks the lock (if any) and loads: a complete model, or an error with everything
+ * released. Under WORLD_SIZE > 1 this process is one rank of a multi-process load
+ * (docs/parallel.md). A session loads once. */
+QLOAD_API qload_status qload_load(qload_session* session, qload_model** out);
+QLOAD_API void qload_session_free(qload_session* session);
+
+QLOAD_API qload_status qload_model_tensor_count(const qload_model* model, size_t* out);
+QLOAD_API qload_status qload_model_tensor_info(const qload_model* model, size_t index, qload_tensor_info* out);
+/* Tensor `index` as a DLPack 1.x tensor (kDLCPU or kDLCUDA; data aligned down to 256 bytes
+ * with the rest in byte_offset; DLPACK_FLAG_BITMASK_READ_ONLY for mmap'd tensors). The caller
+ * owns it and calls its deleter (a framework's from_dlpack does). QLOAD_ERR_UNSUPPORTED for
+ * dtypes DLPack cannot name (F8_E8M0, F4, F6). */
+QLOAD_API qload_status qload_model_tensor_dlpack(const qload_model* model, size_t index,
+                                                 struct DLManagedTensorVersioned** out);
+QLOAD_API qload_status qload_model_quantized_count(const qload_model* model, size_t* out);
+QLOAD_API qload_status qload_model_quantized_info(const qload_model* model, size_t index, qload_quantized_info* out);
+QLOAD_API void qload_model_free(qload_model* model);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* QLOAD_QLOAD_H_ */

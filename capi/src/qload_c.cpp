@@ -1,0 +1,373 @@
+// The C ABI over the session layer. Every entry point catches everything (no C++ exception
+// crosses the boundary), checks its pointers, and leaves its error in a thread-local string.
+#include "qload/qload.h"
+
+#include <cstring>
+#include <memory>
+#include <new>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "qload/formats/quant.hpp"
+#include "qload/runtime/device.hpp"
+#include "qload/runtime/dtype.hpp"
+#include "qload/runtime/version.hpp"
+#include "qload/session/load.hpp"
+
+namespace {
+
+using namespace qload;
+
+thread_local std::string last_error;
+
+qload_status status_of(Errc code) noexcept {
+  switch (code) {
+    case Errc::kInvalidArgument: return QLOAD_ERR_INVALID_ARGUMENT;
+    case Errc::kNotFound: return QLOAD_ERR_NOT_FOUND;
+    case Errc::kPermissionDenied: return QLOAD_ERR_PERMISSION;
+    case Errc::kIo: return QLOAD_ERR_IO;
+    case Errc::kTruncated:
+    case Errc::kCorrupt:
+    case Errc::kFileChanged: return QLOAD_ERR_CORRUPT;
+    case Errc::kChecksumMismatch: return QLOAD_ERR_CHECKSUM;
+    case Errc::kUnsupported: return QLOAD_ERR_UNSUPPORTED;
+    case Errc::kOutOfMemory: return QLOAD_ERR_OUT_OF_MEMORY;
+    case Errc::kOverflow: return QLOAD_ERR_OVERFLOW;
+    case Errc::kCancelled: return QLOAD_ERR_CANCELLED;
+    case Errc::kDevice: return QLOAD_ERR_DEVICE;
+    case Errc::kInternal: return QLOAD_ERR_INTERNAL;
+  }
+  return QLOAD_ERR_INTERNAL;
+}
+
+qload_status failed(const Error& error) {
+  last_error = error.to_string();
+  return status_of(error.code());
+}
+qload_status failed(qload_status status, std::string message) {
+  last_error = std::move(message);
+  return status;
+}
+
+// Runs `body` with the thread's error cleared; exceptions (bad_alloc from a std::string, a
+// bug) become statuses.
+template <typename Body>
+qload_status guarded(Body&& body) noexcept {
+  try {
+    last_error.clear();
+    return body();
+  } catch (const std::bad_alloc&) {
+    return failed(QLOAD_ERR_OUT_OF_MEMORY, "out of memory");
+  } catch (const std::exception& e) {
+    return failed(QLOAD_ERR_INTERNAL, fmt::format("internal error: {}", e.what()));
+  } catch (...) {
+    return failed(QLOAD_ERR_INTERNAL, "internal error");
+  }
+}
+
+// The fields of qload_options this library knows, up to and including `internal`.
+constexpr std::size_t kOptionsSize = sizeof(qload_options);
+
+struct OptionSettings {
+  std::vector<session::SettingFlag> settings;
+};
+
+std::string text(const char* s) {
+  return s == nullptr ? std::string() : std::string(s);
+}
+
+Result<session::LoadSpec> spec_of(const char* source, const qload_options* o) {
+  session::LoadSpec spec{.source = source};
+  if (o == nullptr) return spec;
+  if (o->struct_size < kOptionsSize)
+    return fail(Errc::kInvalidArgument,
+                fmt::format("qload_options.struct_size is {}, smaller than the {} bytes of ABI version {}: create "
+                            "options with qload_options_create",
+                            o->struct_size, kOptionsSize, QLOAD_ABI_VERSION));
+  if (o->struct_size > kOptionsSize) {
+    // A newer caller's fields this library does not know: only zeros (unset) can be ignored.
+    const auto* extra = reinterpret_cast<const unsigned char*>(o) + kOptionsSize;
+    for (std::size_t i = 0; i < o->struct_size - kOptionsSize; ++i)
+      if (extra[i] != 0)
+        return fail(Errc::kUnsupported,
+                    fmt::format("qload_options.struct_size is {}: this library (ABI version {}) knows {} bytes, and "
+                                "the fields beyond them are set",
+                                o->struct_size, QLOAD_ABI_VERSION, kOptionsSize));
+  }
+  spec.devices = text(o->devices);
+  spec.placement = text(o->placement);
+  spec.dtype = text(o->dtype);
+  spec.dequantize = text(o->dequantize);
+  spec.quantize = text(o->quantize);
+  spec.lock = text(o->lock);
+  spec.repack = o->repack != 0;
+  spec.tensor_parallel = o->tensor_parallel;
+  spec.pipeline_parallel = o->pipeline_parallel;
+  spec.data_parallel = o->data_parallel;
+  if (o->internal != nullptr) spec.settings = static_cast<const OptionSettings*>(o->internal)->settings;
+  return spec;
+}
+
+// DLPack's code for a dtype, or nullopt where DLPack has none.
+std::optional<DLDataType> dlpack_dtype(DType d) {
+  const auto of = [](DLDataTypeCode code, int bits) {
+    return DLDataType{static_cast<std::uint8_t>(code), static_cast<std::uint8_t>(bits), 1};
+  };
+  switch (d) {
+    case DType::kBool: return of(kDLBool, 8);
+    case DType::kU8: return of(kDLUInt, 8);
+    case DType::kU16: return of(kDLUInt, 16);
+    case DType::kU32: return of(kDLUInt, 32);
+    case DType::kU64: return of(kDLUInt, 64);
+    case DType::kI8: return of(kDLInt, 8);
+    case DType::kI16: return of(kDLInt, 16);
+    case DType::kI32: return of(kDLInt, 32);
+    case DType::kI64: return of(kDLInt, 64);
+    case DType::kF16: return of(kDLFloat, 16);
+    case DType::kBF16: return of(kDLBfloat, 16);
+    case DType::kF32: return of(kDLFloat, 32);
+    case DType::kF64: return of(kDLFloat, 64);
+    case DType::kC64: return of(kDLComplex, 64);
+    case DType::kF8_E4M3: return of(kDLFloat8_e4m3fn, 8);  // safetensors' F8_E4M3 is torch's e4m3fn
+    case DType::kF8_E5M2: return of(kDLFloat8_e5m2, 8);
+    case DType::kF8_E4M3FNUZ: return of(kDLFloat8_e4m3fnuz, 8);
+    case DType::kF8_E5M2FNUZ: return of(kDLFloat8_e5m2fnuz, 8);
+    case DType::kF8_E8M0: return of(kDLFloat8_e8m0fnu, 8);
+    case DType::kF4:
+    case DType::kF6_E2M3:
+    case DType::kF6_E3M2: return std::nullopt;  // sub-byte: packed, no DLPack layout agreed here
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+struct qload_session {
+  std::optional<session::LoadRequest> request;  // consumed by qload_load
+};
+
+struct qload_model {
+  // Shared with every DLPack tensor exported from it, which keep the memory alive.
+  std::shared_ptr<const scheduler::Model> model;
+  std::vector<std::vector<std::int64_t>> shapes;  // per tensor, for qload_tensor_info
+  std::vector<std::vector<const char*>> roles;    // per quantized weight
+  std::vector<std::vector<std::size_t>> parts;
+  std::vector<std::string> schemes;
+};
+
+namespace {
+
+// What a DLPack tensor owns: the model's memory (shared) and its shape array.
+struct Exported {
+  DLManagedTensorVersioned managed{};
+  std::shared_ptr<const scheduler::Model> model;
+  std::vector<std::int64_t> shape;
+};
+
+void delete_exported(DLManagedTensorVersioned* self) {
+  delete static_cast<Exported*>(self->manager_ctx);
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* qload_version(void) {
+  return qload::version().data();
+}
+int qload_abi_version(void) {
+  return QLOAD_ABI_VERSION;
+}
+const char* qload_last_error(void) {
+  return last_error.c_str();
+}
+
+qload_status qload_options_create(qload_options** out) {
+  return guarded([&] {
+    if (out == nullptr) return failed(QLOAD_ERR_INVALID_ARGUMENT, "qload_options_create: out is NULL");
+    auto* o = new qload_options{};
+    o->struct_size = static_cast<std::uint32_t>(kOptionsSize);
+    *out = o;
+    return QLOAD_OK;
+  });
+}
+
+qload_status qload_options_set(qload_options* options, const char* name, const char* value) {
+  return guarded([&] {
+    if (options == nullptr || name == nullptr || value == nullptr)
+      return failed(QLOAD_ERR_INVALID_ARGUMENT, "qload_options_set: options, name and value must not be NULL");
+    // Checked now, so the caller learns of a typo where it made it.
+    ResolvedSettings check;
+    if (Status s = check.set(name, value, SettingSource::kOption, fmt::format("qload_options_set {}", name)); !s)
+      return failed(s.error());
+    if (options->internal == nullptr) options->internal = new OptionSettings;
+    static_cast<OptionSettings*>(options->internal)
+        ->settings.push_back({name, value, fmt::format("qload_options_set {}", name)});
+    return QLOAD_OK;
+  });
+}
+
+void qload_options_free(qload_options* options) {
+  if (options == nullptr) return;
+  delete static_cast<OptionSettings*>(options->internal);
+  delete options;
+}
+
+qload_status qload_open(const char* source, const qload_options* options, qload_session** out) {
+  return guarded([&] {
+    if (source == nullptr || out == nullptr)
+      return failed(QLOAD_ERR_INVALID_ARGUMENT, "qload_open: source and out must not be NULL");
+    *out = nullptr;
+    auto spec = spec_of(source, options);
+    if (!spec) return failed(spec.error());
+    auto request = session::build_request(*spec, Logger::to_stderr(LogLevel::kWarn));
+    if (!request) return failed(request.error());
+    *out = new qload_session{.request = std::move(*request)};
+    return QLOAD_OK;
+  });
+}
+
+qload_status qload_load(qload_session* s, qload_model** out) {
+  return guarded([&] {
+    if (s == nullptr || out == nullptr)
+      return failed(QLOAD_ERR_INVALID_ARGUMENT, "qload_load: session and out must not be NULL");
+    *out = nullptr;
+    if (!s->request) return failed(QLOAD_ERR_INVALID_ARGUMENT, "qload_load: this session has already loaded");
+    Result<session::LoadRequest> request = std::move(*s->request);
+    s->request.reset();
+    auto loaded = session::load(std::move(request));
+    if (!loaded) return failed(loaded.error());
+    auto handle = std::make_unique<qload_model>();
+    handle->model = std::make_shared<const scheduler::Model>(std::move(loaded->model));
+    for (const scheduler::DeviceTensor& t : handle->model->tensors()) {
+      std::vector<std::int64_t> shape;
+      for (const std::uint64_t d : t.shape.dims()) shape.push_back(static_cast<std::int64_t>(d));
+      handle->shapes.push_back(std::move(shape));
+    }
+    for (const scheduler::QuantizedWeight& w : handle->model->quantized()) {
+      std::vector<const char*> roles;
+      std::vector<std::size_t> parts;
+      for (const auto& [role, index] : w.parts) {
+        roles.push_back(role.c_str());
+        parts.push_back(index);
+      }
+      handle->roles.push_back(std::move(roles));
+      handle->parts.push_back(std::move(parts));
+      handle->schemes.emplace_back(formats::quant_scheme_name(w.params.scheme));
+    }
+    *out = handle.release();
+    return QLOAD_OK;
+  });
+}
+
+void qload_session_free(qload_session* session) {
+  delete session;
+}
+
+qload_status qload_model_tensor_count(const qload_model* model, size_t* out) {
+  return guarded([&] {
+    if (model == nullptr || out == nullptr)
+      return failed(QLOAD_ERR_INVALID_ARGUMENT, "qload_model_tensor_count: model and out must not be NULL");
+    *out = model->model->tensors().size();
+    return QLOAD_OK;
+  });
+}
+
+qload_status qload_model_tensor_info(const qload_model* model, size_t index, qload_tensor_info* out) {
+  return guarded([&] {
+    if (model == nullptr || out == nullptr)
+      return failed(QLOAD_ERR_INVALID_ARGUMENT, "qload_model_tensor_info: model and out must not be NULL");
+    const auto& tensors = model->model->tensors();
+    if (index >= tensors.size())
+      return failed(QLOAD_ERR_INVALID_ARGUMENT,
+                    fmt::format("qload_model_tensor_info: index {} of {} tensors", index, tensors.size()));
+    const scheduler::DeviceTensor& t = tensors[index];
+    *out = qload_tensor_info{.name = t.name.c_str(),
+                             .dtype = dtype_name(t.dtype).data(),
+                             .ndim = static_cast<std::int32_t>(t.shape.rank()),
+                             .shape = model->shapes[index].data(),
+                             .device = t.device.c_str(),
+                             .nbytes = t.nbytes,
+                             .read_only = t.writable ? 0 : 1};
+    return QLOAD_OK;
+  });
+}
+
+qload_status qload_model_tensor_dlpack(const qload_model* model, size_t index, DLManagedTensorVersioned** out) {
+  return guarded([&] {
+    if (model == nullptr || out == nullptr)
+      return failed(QLOAD_ERR_INVALID_ARGUMENT, "qload_model_tensor_dlpack: model and out must not be NULL");
+    *out = nullptr;
+    const auto& tensors = model->model->tensors();
+    if (index >= tensors.size())
+      return failed(QLOAD_ERR_INVALID_ARGUMENT,
+                    fmt::format("qload_model_tensor_dlpack: index {} of {} tensors", index, tensors.size()));
+    const scheduler::DeviceTensor& t = tensors[index];
+    const std::optional<DLDataType> dtype = dlpack_dtype(t.dtype);
+    if (!dtype)
+      return failed(Error(Errc::kUnsupported, fmt::format("DLPack has no dtype for {}", dtype_name(t.dtype)))
+                        .with_tensor(t.name));
+    auto device = parse_device(t.device);
+    if (!device) return failed(std::move(device.error()).with_tensor(t.name));
+    auto exported = std::make_unique<Exported>();
+    exported->model = model->model;
+    exported->shape = model->shapes[index];
+    DLManagedTensorVersioned& m = exported->managed;
+    m.version = DLPackVersion{DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION};
+    m.manager_ctx = exported.get();
+    m.deleter = delete_exported;
+    m.flags = t.writable ? 0 : DLPACK_FLAG_BITMASK_READ_ONLY;
+    // DLPack's convention: `data` aligned to 256 bytes, the rest in byte_offset.
+    const auto address = reinterpret_cast<std::uintptr_t>(t.data);
+    m.dl_tensor.data = reinterpret_cast<void*>(address & ~std::uintptr_t{255});
+    m.dl_tensor.byte_offset = address & 255;
+    m.dl_tensor.device = device->is_cuda() ? DLDevice{kDLCUDA, device->index} : DLDevice{kDLCPU, 0};
+    m.dl_tensor.ndim = static_cast<std::int32_t>(exported->shape.size());
+    m.dl_tensor.dtype = *dtype;
+    m.dl_tensor.shape = exported->shape.data();
+    m.dl_tensor.strides = nullptr;  // compact row-major, as every loaded tensor is
+    *out = &exported.release()->managed;
+    return QLOAD_OK;
+  });
+}
+
+qload_status qload_model_quantized_count(const qload_model* model, size_t* out) {
+  return guarded([&] {
+    if (model == nullptr || out == nullptr)
+      return failed(QLOAD_ERR_INVALID_ARGUMENT, "qload_model_quantized_count: model and out must not be NULL");
+    *out = model->model->quantized().size();
+    return QLOAD_OK;
+  });
+}
+
+qload_status qload_model_quantized_info(const qload_model* model, size_t index, qload_quantized_info* out) {
+  return guarded([&] {
+    if (model == nullptr || out == nullptr)
+      return failed(QLOAD_ERR_INVALID_ARGUMENT, "qload_model_quantized_info: model and out must not be NULL");
+    const auto& weights = model->model->quantized();
+    if (index >= weights.size())
+      return failed(QLOAD_ERR_INVALID_ARGUMENT,
+                    fmt::format("qload_model_quantized_info: index {} of {} quantized weights", index, weights.size()));
+    const scheduler::QuantizedWeight& w = weights[index];
+    *out = qload_quantized_info{.name = w.name.c_str(),
+                                .scheme = model->schemes[index].c_str(),
+                                .bits = w.params.bits,
+                                .group_size = w.params.group_size,
+                                .rows = w.rows,
+                                .cols = w.cols,
+                                .device = w.device.c_str(),
+                                .part_count = model->parts[index].size(),
+                                .part_roles = model->roles[index].data(),
+                                .part_tensors = model->parts[index].data()};
+    return QLOAD_OK;
+  });
+}
+
+void qload_model_free(qload_model* model) {
+  delete model;
+}
+
+}  // extern "C"

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The C ABI end to end: a C99 program loads a synthetic checkpoint through libqload.so, reads
+# every tensor through DLPack after freeing the model and session, and its per-tensor XXH3-64
+# must equal the checkpoint's (qload hash, itself checked against xxhsum by cli.hash tests).
+set -euo pipefail
+qload=$1
+program=$2
+dir=$(mktemp -d); trap 'rm -rf "$dir"' EXIT
+"$qload" synth "$dir/m" --layers 2 --hidden 128 --intermediate 352 --vocab 300 --heads 4 --kv-heads 2 >/dev/null
+"$qload" synth "$dir/q" --layers 1 --hidden 256 --intermediate 512 --vocab 128 --heads 4 --kv-heads 2 --quant gptq4 >/dev/null
+"$program" "$dir/m" "$dir/q" > "$dir/c.txt"
+"$qload" hash --json "$dir/m" | python3 -c '
+import json, sys
+for t in json.load(sys.stdin)["tensors"]:
+    print(t["name"], t["xxh3_64"])' | sort > "$dir/want.txt"
+sort "$dir/c.txt" > "$dir/got.txt"
+[ -s "$dir/want.txt" ] || { echo "FAIL: no reference digests"; exit 1; }
+diff -u "$dir/want.txt" "$dir/got.txt" || { echo "FAIL: DLPack bytes differ from the checkpoint"; exit 1; }
+echo "c abi ok: $(wc -l < "$dir/got.txt") tensors"

@@ -1,0 +1,208 @@
+/* The C ABI from a C99 program: every misuse answered with a status and a message, options
+ * and settings, a load read back through DLPack after the model and session are freed
+ * (each tensor's XXH3-64 printed for the driving script to compare with the checkpoint's),
+ * and kept-quantized weights described.
+ *
+ * Usage: c_abi_test PLAIN_CHECKPOINT [QUANTIZED_CHECKPOINT] */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define XXH_INLINE_ALL /* header-only, as the library itself uses it */
+#include <xxhash.h>
+
+#include "qload/qload.h"
+
+static int failures = 0;
+
+#define CHECK(cond)                                                      \
+  do {                                                                   \
+    if (!(cond)) {                                                       \
+      fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);    \
+      ++failures;                                                        \
+    }                                                                    \
+  } while (0)
+
+static int error_says(const char* text) { return strstr(qload_last_error(), text) != NULL; }
+
+static void misuse(void) {
+  qload_options* options = NULL;
+  qload_session* session = NULL;
+  qload_model* model = NULL;
+  size_t n = 0;
+  qload_tensor_info info;
+  struct DLManagedTensorVersioned* dl = NULL;
+
+  CHECK(qload_options_create(NULL) == QLOAD_ERR_INVALID_ARGUMENT);
+  CHECK(error_says("NULL"));
+  CHECK(qload_open(NULL, NULL, &session) == QLOAD_ERR_INVALID_ARGUMENT);
+  CHECK(qload_open("x", NULL, NULL) == QLOAD_ERR_INVALID_ARGUMENT);
+  CHECK(qload_load(NULL, &model) == QLOAD_ERR_INVALID_ARGUMENT);
+  CHECK(qload_model_tensor_count(NULL, &n) == QLOAD_ERR_INVALID_ARGUMENT);
+  CHECK(qload_model_tensor_info(NULL, 0, &info) == QLOAD_ERR_INVALID_ARGUMENT);
+  CHECK(qload_model_tensor_dlpack(NULL, 0, &dl) == QLOAD_ERR_INVALID_ARGUMENT);
+  CHECK(qload_model_quantized_count(NULL, &n) == QLOAD_ERR_INVALID_ARGUMENT);
+  CHECK(qload_options_set(NULL, "staging_bytes", "1G") == QLOAD_ERR_INVALID_ARGUMENT);
+  qload_options_free(NULL);
+  qload_session_free(NULL);
+  qload_model_free(NULL);
+
+  CHECK(qload_options_create(&options) == QLOAD_OK);
+  CHECK(options->struct_size == sizeof(qload_options));
+  CHECK(qload_options_set(options, "staging_byte", "1G") == QLOAD_ERR_INVALID_ARGUMENT);
+  CHECK(error_says("did you mean staging_bytes?"));
+  CHECK(qload_options_set(options, "rendezvous_timeout", "soon") == QLOAD_ERR_INVALID_ARGUMENT);
+  CHECK(error_says("qload_options_set rendezvous_timeout=soon: 'soon' is not a duration"));
+  CHECK(qload_options_set(options, "staging_bytes", NULL) == QLOAD_ERR_INVALID_ARGUMENT);
+  CHECK(qload_open("/nonexistent/qload-model", options, &session) == QLOAD_OK);  /* nothing read yet */
+  CHECK(qload_load(session, &model) == QLOAD_ERR_NOT_FOUND);
+  CHECK(error_says("/nonexistent/qload-model"));
+  CHECK(model == NULL);
+  CHECK(qload_load(session, &model) == QLOAD_ERR_INVALID_ARGUMENT); /* a session loads once */
+  qload_session_free(session);
+  qload_options_free(options);
+}
+
+static void options_size(const char* checkpoint) {
+  qload_options* options = NULL;
+  qload_session* session = NULL;
+  CHECK(qload_options_create(&options) == QLOAD_OK);
+  options->struct_size = 8; /* an older, smaller struct than any ABI version had */
+  CHECK(qload_open(checkpoint, options, &session) == QLOAD_ERR_INVALID_ARGUMENT);
+  CHECK(error_says("struct_size is 8"));
+  CHECK(session == NULL);
+  {
+    /* A newer caller's struct, with fields this library does not know. */
+    unsigned char bigger[sizeof(qload_options) + 16];
+    qload_options* newer = (qload_options*)(void*)bigger;
+    memset(bigger, 0, sizeof bigger);
+    memcpy(bigger, options, sizeof(qload_options));
+    newer->struct_size = (uint32_t)sizeof bigger;
+    CHECK(qload_open(checkpoint, newer, &session) == QLOAD_OK); /* unknown fields all zero: fine */
+    qload_session_free(session);
+    session = NULL;
+    bigger[sizeof(qload_options) + 3] = 1;
+    CHECK(qload_open(checkpoint, newer, &session) == QLOAD_ERR_UNSUPPORTED);
+    CHECK(error_says("fields beyond them are set"));
+  }
+  options->struct_size = sizeof(qload_options);
+  options->devices = "cuda:99";
+  CHECK(qload_open(checkpoint, options, &session) == QLOAD_OK);
+  qload_session_free(session);
+  qload_options_free(options);
+}
+
+/* Loads `checkpoint`, exports every tensor, frees the model and session, then prints
+ * "name xxh3" for each from the DLPack tensors alone. */
+static void load_and_export(const char* checkpoint) {
+  qload_options* options = NULL;
+  qload_session* session = NULL;
+  qload_model* model = NULL;
+  size_t count = 0, i = 0;
+  struct DLManagedTensorVersioned** tensors = NULL;
+  char** names = NULL;
+
+  CHECK(qload_options_create(&options) == QLOAD_OK);
+  CHECK(qload_options_set(options, "staging_bytes", "4MiB") == QLOAD_OK);
+  CHECK(qload_options_set(options, "slot_bytes", "1MiB") == QLOAD_OK);
+  CHECK(qload_options_set(options, "io_engine", "pread") == QLOAD_OK);
+  if (qload_open(checkpoint, options, &session) != QLOAD_OK || qload_load(session, &model) != QLOAD_OK) {
+    fprintf(stderr, "FAIL: load %s: %s\n", checkpoint, qload_last_error());
+    exit(1);
+  }
+  qload_options_free(options);
+  CHECK(qload_model_tensor_count(model, &count) == QLOAD_OK);
+  CHECK(count > 0);
+  tensors = calloc(count, sizeof *tensors);
+  names = calloc(count, sizeof *names);
+  for (i = 0; i < count; ++i) {
+    qload_tensor_info info;
+    int64_t elements = 1;
+    int32_t d = 0;
+    CHECK(qload_model_tensor_info(model, i, &info) == QLOAD_OK);
+    CHECK(strcmp(info.device, "cpu") == 0);
+    CHECK(info.read_only == 0);
+    names[i] = malloc(strlen(info.name) + 1);
+    strcpy(names[i], info.name);
+    CHECK(qload_model_tensor_dlpack(model, i, &tensors[i]) == QLOAD_OK);
+    CHECK(tensors[i]->version.major == DLPACK_MAJOR_VERSION);
+    CHECK(tensors[i]->dl_tensor.device.device_type == kDLCPU);
+    CHECK(tensors[i]->dl_tensor.ndim == info.ndim);
+    CHECK(((uintptr_t)tensors[i]->dl_tensor.data & 255u) == 0);
+    CHECK(tensors[i]->dl_tensor.strides == NULL);
+    CHECK((tensors[i]->flags & DLPACK_FLAG_BITMASK_READ_ONLY) == 0);
+    for (d = 0; d < info.ndim; ++d) {
+      CHECK(tensors[i]->dl_tensor.shape[d] == info.shape[d]);
+      elements *= info.shape[d];
+    }
+    CHECK((uint64_t)elements * ((tensors[i]->dl_tensor.dtype.bits + 7u) / 8u) == info.nbytes);
+    if (strcmp(info.dtype, "BF16") == 0) CHECK(tensors[i]->dl_tensor.dtype.code == kDLBfloat);
+  }
+  CHECK(qload_model_tensor_info(model, count, NULL) == QLOAD_ERR_INVALID_ARGUMENT);
+  {
+    qload_tensor_info info;
+    CHECK(qload_model_tensor_info(model, count, &info) == QLOAD_ERR_INVALID_ARGUMENT);
+    CHECK(error_says("index"));
+  }
+  /* The exported tensors own the memory now. */
+  qload_model_free(model);
+  qload_session_free(session);
+  for (i = 0; i < count; ++i) {
+    const DLTensor* t = &tensors[i]->dl_tensor;
+    size_t bytes = (t->dtype.bits + 7u) / 8u;
+    int32_t d = 0;
+    for (d = 0; d < t->ndim; ++d) bytes *= (size_t)t->shape[d];
+    printf("%s %016llx\n", names[i],
+           (unsigned long long)XXH3_64bits((const char*)t->data + t->byte_offset, bytes));
+    tensors[i]->deleter(tensors[i]);
+    free(names[i]);
+  }
+  free(tensors);
+  free(names);
+}
+
+static void quantized(const char* checkpoint) {
+  qload_session* session = NULL;
+  qload_model* model = NULL;
+  size_t count = 0, tensors = 0, i = 0, p = 0;
+  CHECK(qload_open(checkpoint, NULL, &session) == QLOAD_OK);
+  if (qload_load(session, &model) != QLOAD_OK) {
+    fprintf(stderr, "FAIL: load %s: %s\n", checkpoint, qload_last_error());
+    exit(1);
+  }
+  CHECK(qload_model_quantized_count(model, &count) == QLOAD_OK);
+  CHECK(qload_model_tensor_count(model, &tensors) == QLOAD_OK);
+  CHECK(count > 0);
+  for (i = 0; i < count; ++i) {
+    qload_quantized_info q;
+    CHECK(qload_model_quantized_info(model, i, &q) == QLOAD_OK);
+    CHECK(q.part_count >= 2);
+    for (p = 0; p < q.part_count; ++p) {
+      qload_tensor_info part;
+      CHECK(q.part_tensors[p] < tensors);
+      CHECK(qload_model_tensor_info(model, q.part_tensors[p], &part) == QLOAD_OK);
+      /* A part is the tensor named "<prefix>.<role>". */
+      CHECK(strncmp(part.name, q.name, strlen(q.name) - strlen("weight")) == 0);
+      CHECK(strstr(part.name, q.part_roles[p]) != NULL);
+    }
+    if (i == 0) fprintf(stderr, "quantized: %s %s %u bits, group %llu, %zu parts\n", q.name, q.scheme, q.bits,
+                        (unsigned long long)q.group_size, q.part_count);
+  }
+  qload_model_free(model);
+  qload_session_free(session);
+}
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: c_abi_test PLAIN_CHECKPOINT [QUANTIZED_CHECKPOINT]\n");
+    return 2;
+  }
+  CHECK(qload_abi_version() == QLOAD_ABI_VERSION);
+  CHECK(strlen(qload_version()) > 0);
+  misuse();
+  options_size(argv[1]);
+  load_and_export(argv[1]);
+  if (argc > 2) quantized(argv[2]);
+  if (failures > 0) fprintf(stderr, "%d check(s) failed\n", failures);
+  return failures == 0 ? 0 : 1;
+}
