@@ -244,6 +244,13 @@ Status ResolvedSettings::apply_environment(const Environment& environment, std::
   return {};
 }
 
+void ResolvedSettings::fit_defaults() {
+  SettingOrigin& slot = origins_[index_of(*find_setting("slot_bytes"))];
+  if (slot.source != SettingSource::kDefault || values_.slot_bytes <= values_.staging_bytes) return;
+  values_.slot_bytes = std::max<std::uint64_t>(4096, values_.staging_bytes / 4096 * 4096);
+  slot.where = "fitted to staging_bytes";
+}
+
 std::string ResolvedSettings::text(const SettingSpec& spec) const {
   switch (spec.kind) {
     case SettingKind::kChoice: return values_.*std::get<std::string S::*>(spec.field);

@@ -132,6 +132,7 @@ Result<ResolvedSettings> resolve_settings(const scripts::Recipe* recipe, const s
   QLOAD_TRY(settings.apply_environment(process_environment(), warnings));
   for (const std::string& w : warnings) log.warn(w);
   for (const SettingFlag& f : flags) QLOAD_TRY(settings.set(f.name, f.value, SettingSource::kOption, f.where));
+  settings.fit_defaults();
   return settings;
 }
 

@@ -165,3 +165,22 @@ TEST_CASE("settings: the process environment is read whole", "[settings]") {
   ::unsetenv("QLOAD_TEST_SETTINGS_PROBE");
   CHECK(found);
 }
+
+TEST_CASE("settings: a default slot shrinks to a smaller budget; a chosen one does not", "[settings]") {
+  ResolvedSettings budget_only;
+  REQUIRE(budget_only.set("staging_bytes", "1MB", SettingSource::kEnvironment, "QLOAD_STAGING_BYTES"));
+  budget_only.fit_defaults();
+  CHECK(budget_only.values().slot_bytes == 1'000'000 / 4096 * 4096);
+  CHECK(budget_only.origin(spec("slot_bytes")).source == SettingSource::kDefault);
+  CHECK(budget_only.origin(spec("slot_bytes")).where == "fitted to staging_bytes");
+
+  ResolvedSettings both;
+  REQUIRE(both.set("staging_bytes", "1MiB", SettingSource::kEnvironment, "QLOAD_STAGING_BYTES"));
+  REQUIRE(both.set("slot_bytes", "16MiB", SettingSource::kOption, "--set slot_bytes"));
+  both.fit_defaults();
+  CHECK(both.values().slot_bytes == 16u << 20);
+
+  ResolvedSettings untouched;
+  untouched.fit_defaults();
+  CHECK(untouched.values().slot_bytes == Settings{}.slot_bytes);
+}

@@ -97,6 +97,12 @@ class ResolvedSettings {
   // variable qload does not know yields a warning with a did-you-mean (appended to `warnings`).
   Status apply_environment(const Environment& environment, std::vector<std::string>& warnings);
 
+  // Settings whose defaults depend on others, once every source has been applied: a
+  // slot_bytes still at its default shrinks to fit a smaller staging_bytes (whole 4 KiB
+  // pages), so setting the budget alone is always valid. A slot_bytes that was set is left
+  // alone (a budget that holds no slot is then an error of the load).
+  void fit_defaults();
+
   // The value of a setting as its canonical text ("256MiB", "300s", "on", "auto"), which
   // set() parses back to the same value.
   std::string text(const SettingSpec& spec) const;
