@@ -10,7 +10,7 @@ source_dir=$2
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 prefix=$work/prefix
 cmake --install "$build" --prefix "$prefix" >/dev/null
-for f in include/qload/qload.h include/dlpack/dlpack.h lib/libqload.so lib/libqload.so.1 bin/qload \
+for f in include/qload/qload.h include/dlpack/dlpack.h lib/libqload.so lib/libqload.so.1 lib/libqload.a bin/qload \
          lib/cmake/qload/qloadConfig.cmake lib/cmake/qload/qloadConfigVersion.cmake lib/pkgconfig/qload.pc; do
   [ -e "$prefix/$f" ] || { echo "FAIL: $f is not installed"; exit 1; }
 done
@@ -19,17 +19,25 @@ soname=$(objdump -p "$prefix/lib/libqload.so" | awk '/SONAME/ {print $2}')
 exported=$(nm -D --defined-only "$prefix/lib/libqload.so" | awk '$2 == "T" {print $3}' | grep -v '^qload_' || true)
 [ -z "$exported" ] || { echo "FAIL: libqload.so exports more than qload_*: $exported"; exit 1; }
 
-# Built out of tree, twice each.
+# Built out of tree: each through find_package and pkg-config, and the C one statically too.
 for lang in c cpp; do
   cmake -S "$source_dir/examples/embed-$lang" -B "$work/$lang-cmake" -DCMAKE_PREFIX_PATH="$prefix" \
     -DCMAKE_BUILD_TYPE=Release >/dev/null
   cmake --build "$work/$lang-cmake" >/dev/null
 done
+cmake -S "$source_dir/examples/embed-c" -B "$work/c-static" -DCMAKE_PREFIX_PATH="$prefix" -DEMBED_STATIC=ON \
+  -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$work/c-static" >/dev/null
+if ldd "$work/c-static/embed_c" | grep -q libqload; then echo "FAIL: the static build uses libqload.so"; exit 1; fi
 export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
 cc -std=c99 -Wall -Wextra -pedantic -Werror "$source_dir/examples/embed-c/main.c" $(pkg-config --cflags --libs qload) \
   -o "$work/c-pkgconfig"
 c++ -std=c++17 -Wall -Wextra -pedantic -Werror "$source_dir/examples/embed-cpp/main.cpp" \
   $(pkg-config --cflags --libs qload) -o "$work/cpp-pkgconfig"
+# Statically through pkg-config: the archive by path (-lqload would pick the .so), then the
+# private libraries.
+cc -std=c99 "$source_dir/examples/embed-c/main.c" $(pkg-config --cflags qload) "$prefix/lib/libqload.a" \
+  $(pkg-config --static --libs qload | sed 's/-lqload\b//') -o "$work/c-pkgconfig-static"
 
 "$prefix/bin/qload" synth "$work/m" --layers 1 --hidden 64 --intermediate 160 --vocab 96 --heads 4 --kv-heads 2 --shards 2 >/dev/null
 python3 - "$work/m" > "$work/want.txt" <<'PY'
@@ -51,8 +59,8 @@ for path in sorted(glob.glob(sys.argv[1] + "/*.safetensors")):
 PY
 sort -o "$work/want.txt" "$work/want.txt"
 [ "$(wc -l < "$work/want.txt")" -gt 5 ] || { echo "FAIL: the reference found no tensors"; exit 1; }
-for program in c-cmake/embed_c cpp-cmake/embed_cpp c-pkgconfig cpp-pkgconfig; do
+for program in c-cmake/embed_c cpp-cmake/embed_cpp c-pkgconfig cpp-pkgconfig c-static/embed_c c-pkgconfig-static; do
   LD_LIBRARY_PATH=$prefix/lib "$work/$program" "$work/m" 1MiB | sort > "$work/got.txt"
   diff -u "$work/want.txt" "$work/got.txt" || { echo "FAIL: $program read other bytes than the checkpoint's"; exit 1; }
 done
-echo "install ok: $(wc -l < "$work/want.txt") tensors through find_package and pkg-config, C and C++"
+echo "install ok: $(wc -l < "$work/want.txt") tensors through find_package and pkg-config, C and C++, shared and static"
