@@ -13,11 +13,13 @@
 #include <string>
 #include <vector>
 
+#include "gpu_memory.hpp"
 #include "qload/runtime/cuda.hpp"
 #include "qload/runtime/cuda_memory.hpp"
 #include "qload/runtime/host_buffer.hpp"
 
 using namespace qload;
+using namespace qload::testing;
 
 namespace {
 
@@ -33,12 +35,6 @@ std::vector<CudaDevice> gpus_or_skip() {
 void fill_random(HostBuffer& buffer, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   for (std::byte& b : buffer.span()) b = static_cast<std::byte>(rng());
-}
-
-std::size_t free_bytes(int device) {
-  auto info = cuda::memory_info(device);
-  REQUIRE(info);
-  return info->free_bytes;
 }
 
 template <typename T>

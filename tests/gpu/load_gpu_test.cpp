@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "gpu_memory.hpp"
 #include "io/io_test_support.hpp"
 #include "qload/io/fault_injector.hpp"
 #include "qload/runtime/cuda.hpp"
@@ -34,12 +35,6 @@ std::vector<std::byte> read_back(const Model& model, const DeviceTensor& t) {
   std::vector<std::byte> out(static_cast<std::size_t>(t.nbytes));
   REQUIRE(model.copy_to_host(t, 0, out));
   return out;
-}
-
-std::size_t free_bytes(int device) {
-  auto info = cuda::memory_info(device);
-  REQUIRE(info);
-  return info->free_bytes;
 }
 
 }  // namespace
