@@ -7,6 +7,7 @@
 #include <new>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
@@ -171,6 +172,16 @@ void delete_exported(DLManagedTensorVersioned* self) {
   delete static_cast<Exported*>(self->manager_ctx);
 }
 
+// The misuses every model accessor refuses: a NULL model or out-pointer, an index out of range.
+qload_status check_pointers(const char* function, const qload_model* model, const void* out) {
+  if (model != nullptr && out != nullptr) return QLOAD_OK;
+  return failed(QLOAD_ERR_INVALID_ARGUMENT, fmt::format("{}: model and out must not be NULL", function));
+}
+qload_status check_index(const char* function, std::size_t index, std::size_t count, std::string_view items) {
+  if (index < count) return QLOAD_OK;
+  return failed(QLOAD_ERR_INVALID_ARGUMENT, fmt::format("{}: index {} of {} {}", function, index, count, items));
+}
+
 }  // namespace
 
 extern "C" {
@@ -269,8 +280,7 @@ void qload_session_free(qload_session* session) {
 
 qload_status qload_model_tensor_count(const qload_model* model, size_t* out) {
   return guarded([&] {
-    if (model == nullptr || out == nullptr)
-      return failed(QLOAD_ERR_INVALID_ARGUMENT, "qload_model_tensor_count: model and out must not be NULL");
+    if (const qload_status s = check_pointers("qload_model_tensor_count", model, out); s != QLOAD_OK) return s;
     *out = model->model->tensors().size();
     return QLOAD_OK;
   });
@@ -278,12 +288,10 @@ qload_status qload_model_tensor_count(const qload_model* model, size_t* out) {
 
 qload_status qload_model_tensor_info(const qload_model* model, size_t index, qload_tensor_info* out) {
   return guarded([&] {
-    if (model == nullptr || out == nullptr)
-      return failed(QLOAD_ERR_INVALID_ARGUMENT, "qload_model_tensor_info: model and out must not be NULL");
+    if (const qload_status s = check_pointers("qload_model_tensor_info", model, out); s != QLOAD_OK) return s;
     const auto& tensors = model->model->tensors();
-    if (index >= tensors.size())
-      return failed(QLOAD_ERR_INVALID_ARGUMENT,
-                    fmt::format("qload_model_tensor_info: index {} of {} tensors", index, tensors.size()));
+    if (const qload_status s = check_index("qload_model_tensor_info", index, tensors.size(), "tensors"); s != QLOAD_OK)
+      return s;
     const scheduler::DeviceTensor& t = tensors[index];
     *out = qload_tensor_info{.name = t.name.c_str(),
                              .dtype = dtype_name(t.dtype).data(),
@@ -298,13 +306,12 @@ qload_status qload_model_tensor_info(const qload_model* model, size_t index, qlo
 
 qload_status qload_model_tensor_dlpack(const qload_model* model, size_t index, DLManagedTensorVersioned** out) {
   return guarded([&] {
-    if (model == nullptr || out == nullptr)
-      return failed(QLOAD_ERR_INVALID_ARGUMENT, "qload_model_tensor_dlpack: model and out must not be NULL");
+    if (const qload_status s = check_pointers("qload_model_tensor_dlpack", model, out); s != QLOAD_OK) return s;
     *out = nullptr;
     const auto& tensors = model->model->tensors();
-    if (index >= tensors.size())
-      return failed(QLOAD_ERR_INVALID_ARGUMENT,
-                    fmt::format("qload_model_tensor_dlpack: index {} of {} tensors", index, tensors.size()));
+    if (const qload_status s = check_index("qload_model_tensor_dlpack", index, tensors.size(), "tensors");
+        s != QLOAD_OK)
+      return s;
     const scheduler::DeviceTensor& t = tensors[index];
     const std::optional<DLDataType> dtype = dlpack_dtype(t.dtype);
     if (!dtype)
@@ -336,8 +343,7 @@ qload_status qload_model_tensor_dlpack(const qload_model* model, size_t index, D
 
 qload_status qload_model_quantized_count(const qload_model* model, size_t* out) {
   return guarded([&] {
-    if (model == nullptr || out == nullptr)
-      return failed(QLOAD_ERR_INVALID_ARGUMENT, "qload_model_quantized_count: model and out must not be NULL");
+    if (const qload_status s = check_pointers("qload_model_quantized_count", model, out); s != QLOAD_OK) return s;
     *out = model->model->quantized().size();
     return QLOAD_OK;
   });
@@ -345,12 +351,11 @@ qload_status qload_model_quantized_count(const qload_model* model, size_t* out) 
 
 qload_status qload_model_quantized_info(const qload_model* model, size_t index, qload_quantized_info* out) {
   return guarded([&] {
-    if (model == nullptr || out == nullptr)
-      return failed(QLOAD_ERR_INVALID_ARGUMENT, "qload_model_quantized_info: model and out must not be NULL");
+    if (const qload_status s = check_pointers("qload_model_quantized_info", model, out); s != QLOAD_OK) return s;
     const auto& weights = model->model->quantized();
-    if (index >= weights.size())
-      return failed(QLOAD_ERR_INVALID_ARGUMENT,
-                    fmt::format("qload_model_quantized_info: index {} of {} quantized weights", index, weights.size()));
+    if (const qload_status s = check_index("qload_model_quantized_info", index, weights.size(), "quantized weights");
+        s != QLOAD_OK)
+      return s;
     const scheduler::QuantizedWeight& w = weights[index];
     *out = qload_quantized_info{.name = w.name.c_str(),
                                 .scheme = model->schemes[index].c_str(),
