@@ -125,7 +125,7 @@ QLOAD_API qload_status qload_model_tensor_info(const qload_model* model, size_t 
 /* Tensor `index` as a DLPack 1.x tensor (kDLCPU or kDLCUDA; data aligned down to 256 bytes
  * with the rest in byte_offset; DLPACK_FLAG_BITMASK_READ_ONLY for mmap'd tensors). The caller
  * owns it and calls its deleter (a framework's from_dlpack does). QLOAD_ERR_UNSUPPORTED for
- * dtypes DLPack cannot name (F8_E8M0, F4, F6). */
+ * dtypes DLPack cannot name (the packed F4 and F6). */
 QLOAD_API qload_status qload_model_tensor_dlpack(const qload_model* model, size_t index,
                                                  struct DLManagedTensorVersioned** out);
 QLOAD_API qload_status qload_model_quantized_count(const qload_model* model, size_t* out);
