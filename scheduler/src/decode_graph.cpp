@@ -153,10 +153,13 @@ Status repack_task(ReadLoadState& s, const DecodeJob& job) {
 
 }  // namespace
 
-void add_decode_tasks(TaskGraph& g, ReadLoadState& s, const std::vector<std::vector<TaskId>>& ready, ResourceId workers,
-                      const std::vector<std::optional<ResourceId>>& lanes) {
+std::vector<std::vector<TaskId>> add_decode_tasks(TaskGraph& g, ReadLoadState& s,
+                                                  const std::vector<std::vector<TaskId>>& ready, ResourceId workers,
+                                                  const std::vector<std::optional<ResourceId>>& lanes) {
+  std::vector<std::vector<TaskId>> tasks(s.plan.decodes.size());
   const auto priority = static_cast<std::int64_t>(s.plan.chunks.size());  // after the reads they wait for
-  for (const DecodeJob& job : s.plan.decodes) {
+  for (std::size_t j = 0; j < s.plan.decodes.size(); ++j) {
+    const DecodeJob& job = s.plan.decodes[j];
     const DecodeOutput& out = job.outputs.front();
     std::vector<Claim> claims = {{workers, 1}};
     if (lanes[out.region]) claims.push_back({*lanes[out.region], 1});
@@ -181,6 +184,7 @@ void add_decode_tasks(TaskGraph& g, ReadLoadState& s, const std::vector<std::vec
                                  .bytes = bytes,
                                  .work = CpuWork{std::move(run)},
                                  .claims = claims});
+      tasks[j].push_back(task);
       if (cut) {
         g.depends_on(task, *cut);
         return;
@@ -210,6 +214,7 @@ void add_decode_tasks(TaskGraph& g, ReadLoadState& s, const std::vector<std::vec
           [&s, &job, r, end] { return dequantize_task(s, job, r, end); });
     }
   }
+  return tasks;
 }
 
 }  // namespace qload::scheduler::detail

@@ -12,7 +12,9 @@ namespace qload::scheduler::detail {
 
 // `ready[t]`: the tasks after which catalog tensor t's bytes are in place. `lanes[r]`: the
 // copy-lane resource of GPU arena r (decode output for a GPU is copied there from host memory).
-void add_decode_tasks(TaskGraph& g, ReadLoadState& s, const std::vector<std::vector<TaskId>>& ready, ResourceId workers,
-                      const std::vector<std::optional<ResourceId>>& lanes);
+// Returns each decode job's tasks.
+std::vector<std::vector<TaskId>> add_decode_tasks(TaskGraph& g, ReadLoadState& s,
+                                                  const std::vector<std::vector<TaskId>>& ready, ResourceId workers,
+                                                  const std::vector<std::optional<ResourceId>>& lanes);
 
 }  // namespace qload::scheduler::detail

@@ -49,7 +49,11 @@ Result<Model> load_here(const formats::Catalog& catalog, const Plan& plan, const
                       .with_tensor(catalog.tensors[i].name));
   if (!plan.quant_warning.empty())
     options.log.warn("quantized weights are not described (loaded as stored tensors): " + plan.quant_warning);
-  if (plan.mode == LoadMode::kMmap) return detail::load_mmap(catalog, plan, options, expected, begin);
+  if (plan.mode == LoadMode::kMmap) {
+    QLOAD_ASSIGN_OR_RETURN(Model model, detail::load_mmap(catalog, plan, options, expected, begin));
+    QLOAD_TRY(detail::hand_over_all(model, options));
+    return model;
+  }
   return detail::load_read(catalog, plan, options, expected, begin, barrier);
 }
 
@@ -72,6 +76,7 @@ Result<Model> load(const formats::Catalog& catalog, const Plan& plan, const Load
   if (!model) return model;
   if (plan.shared_reads == SharedReads::kBroadcast)
     QLOAD_TRY(detail::broadcast_shared(*model, plan, *options.communicator));
+  QLOAD_TRY(detail::hand_over_all(*model, options));
   return model;
 }
 
@@ -101,13 +106,16 @@ Status check_catalog_size(const formats::CatalogFile& file, std::uint64_t size_n
 }
 
 std::vector<DeviceTensor> describe_tensors(const formats::Catalog& catalog, const Plan& plan,
-                                           const std::vector<const std::byte*>& regions, bool writable) {
+                                           const std::vector<const std::byte*>& regions, bool writable,
+                                           std::vector<TensorOrigin>* origins) {
   std::vector<DeviceTensor> out;
   out.reserve(catalog.tensors.size());
   const bool mmap = plan.mode == LoadMode::kMmap;
   // One tensor of the model: `bytes` of `dtype` and `shape` at `offset` in `region`.
+  TensorOrigin origin;
   const auto add = [&](const std::string& name, std::uint32_t region, std::uint64_t offset, DType dtype,
                        const Shape& shape, std::uint64_t bytes) {
+    if (origins != nullptr) origins->push_back(origin);
     const Device device = mmap ? Device{} : plan.arenas[region].device;  // mmap regions are file mappings (host)
     out.push_back(DeviceTensor{.name = name,
                                .device = device.to_string(),
@@ -122,6 +130,7 @@ std::vector<DeviceTensor> describe_tensors(const formats::Catalog& catalog, cons
   for (std::size_t i = 0; i < catalog.tensors.size(); ++i) {
     const formats::TensorEntry& t = catalog.tensors[i];
     const TensorPlacement& p = plan.tensors[i];
+    origin = {.decoded = false, .index = static_cast<std::uint32_t>(i)};
     if (!mmap && p.region == kNoRegion) continue;          // held by another process
     if (!mmap && plan.arenas[p.region].scratch) continue;  // a decode input, not part of the model
     for (std::uint32_t k = p.first_shard; k < p.first_shard + p.shard_count; ++k) {  // parallel layouts
@@ -130,9 +139,17 @@ std::vector<DeviceTensor> describe_tensors(const formats::Catalog& catalog, cons
     }
     if (p.shard_count == 0) add(t.name, p.region, p.offset, p.dtype, t.shape, p.bytes);
   }
-  for (const DecodeJob& job : plan.decodes)
-    for (const DecodeOutput& o : job.outputs) add(o.name, o.region, o.offset, o.dtype, o.shape, o.bytes);
+  for (std::uint32_t j = 0; j < plan.decodes.size(); ++j) {
+    origin = {.decoded = true, .index = j};
+    for (const DecodeOutput& o : plan.decodes[j].outputs) add(o.name, o.region, o.offset, o.dtype, o.shape, o.bytes);
+  }
   return out;
+}
+
+Status hand_over_all(const Model& model, const LoadOptions& options) {
+  if (!options.on_tensor) return {};
+  for (std::uint32_t i = 0; i < model.size(); ++i) QLOAD_TRY(options.on_tensor(i, model.tensors()[i]));
+  return {};
 }
 
 std::vector<QuantizedWeight> describe_quantized(const formats::Catalog& catalog, const Plan& plan,

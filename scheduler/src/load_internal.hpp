@@ -39,10 +39,23 @@ Result<Model> load_read(const formats::Catalog& catalog, const Plan& plan, const
 Result<Model> load_mmap(const formats::Catalog& catalog, const Plan& plan, const LoadOptions& options,
                         const ExpectedDigests& expected, LoadClock::time_point begin);
 
-// One DeviceTensor per catalog tensor; `regions[p.region]` is the base its placement is
-// relative to (kNoRegion: no bytes, null data).
+// Where a tensor of the model comes from: a catalog tensor (or, under a parallel layout, one
+// copy of it) or an output of a decode job.
+struct TensorOrigin {
+  bool decoded = false;
+  std::uint32_t index = 0;  // into catalog.tensors, or plan.decodes when decoded
+};
+
+// The model's tensors: one DeviceTensor per catalog tensor (per copy), then the decode
+// outputs; `regions[p.region]` is the base its placement is relative to (kNoRegion: no
+// bytes, null data). `origins`, when given, gets each one's origin.
 std::vector<DeviceTensor> describe_tensors(const formats::Catalog& catalog, const Plan& plan,
-                                           const std::vector<const std::byte*>& regions, bool writable);
+                                           const std::vector<const std::byte*>& regions, bool writable,
+                                           std::vector<TensorOrigin>* origins = nullptr);
+
+// LoadOptions::on_tensor for every tensor of `model`, in order: how tensors are handed over
+// when they cannot be streamed as they complete (mmap mode, shared reads).
+Status hand_over_all(const Model& model, const LoadOptions& options);
 
 // Fills the report fields every mode shares (counts, timing, digests, stage stats).
 // The kept quantized weights of plan.quant, their parts located in `tensors`.

@@ -2,6 +2,7 @@
 
 #include "decode_graph.hpp"
 #include "shard_delivery.hpp"
+#include "stream_tasks.hpp"
 
 #include <cstring>
 #include <optional>
@@ -117,11 +118,15 @@ struct DeliveryIds {
   const std::vector<std::optional<ResourceId>>& lanes;
 };
 
+struct Deliveries {
+  std::optional<TaskId> place;  // after it, the chunk's host-bound pieces are in place
+  std::vector<TaskId> all;      // place and every h2d
+};
+
 // The staged chunk's consumers besides verify: one `place` for its host pieces, one `h2d` per
 // GPU it feeds.
-// Returns the place task, if any (after it, the chunk's host-bound pieces are in place).
-std::optional<TaskId> add_deliveries(TaskGraph& g, ReadLoadState& s, std::uint32_t i, const DeliveryIds& ids,
-                                     const std::string& name, std::int64_t priority) {
+Deliveries add_deliveries(TaskGraph& g, ReadLoadState& s, std::uint32_t i, const DeliveryIds& ids,
+                          const std::string& name, std::int64_t priority) {
   std::vector<std::uint64_t> bytes(s.targets.size(), 0);
   for (const ChunkPiece& p : s.plan.chunks[i].pieces) {
     const TensorPlacement& placed = s.plan.tensors[p.tensor];
@@ -136,33 +141,35 @@ std::optional<TaskId> add_deliveries(TaskGraph& g, ReadLoadState& s, std::uint32
     g.add_hold_user(ids.slot, task);
     return task;
   };
-  std::optional<TaskId> place;
+  Deliveries out;
   std::uint64_t host_bytes = 0;
   for (std::size_t r = 0; r < bytes.size(); ++r) host_bytes += s.targets[r]->on_host() ? bytes[r] : 0;
   if (host_bytes > 0)
-    place = add({.lane = "place",
-                 .name = name,
-                 .priority = priority,
-                 .bytes = host_bytes,
-                 .work = CpuWork{[&s, i] {
-                   return deliver_chunk(s, i, [&s](std::uint32_t r) { return s.targets[r]->on_host(); });
-                 }},
-                 .claims = {{ids.workers, 1}}});
+    out.place = add({.lane = "place",
+                     .name = name,
+                     .priority = priority,
+                     .bytes = host_bytes,
+                     .work = CpuWork{[&s, i] {
+                       return deliver_chunk(s, i, [&s](std::uint32_t r) { return s.targets[r]->on_host(); });
+                     }},
+                     .claims = {{ids.workers, 1}}});
   for (std::uint32_t r = 0; r < bytes.size(); ++r) {
     if (s.targets[r]->on_host() || bytes[r] == 0) continue;
-    add({.lane = "h2d",
+    out.all.push_back(add(
+        {.lane = "h2d",
          .name = fmt::format("{} -> {}", name, s.plan.arenas[r].device.to_string()),
          .priority = priority,
          .bytes = bytes[r],
          .work = CpuWork{[&s, i, r] { return deliver_chunk(s, i, [r](std::uint32_t region) { return region == r; }); }},
-         .claims = {{*ids.lanes[r], 1}}});
+         .claims = {{*ids.lanes[r], 1}}}));
   }
-  return place;
+  if (out.place) out.all.push_back(*out.place);
+  return out;
 }
 
 }  // namespace
 
-Result<TaskGraph> build_read_graph(ReadLoadState& s, const ReadBudgets& budgets) {
+Result<TaskGraph> build_read_graph(ReadLoadState& s, const ReadBudgets& budgets, const TensorStream* stream) {
   const std::vector<ReadChunk>& chunks = s.plan.chunks;
   s.leases.resize(chunks.size());
   s.streams.resize(s.catalog.tensors.size());
@@ -182,6 +189,12 @@ Result<TaskGraph> build_read_graph(ReadLoadState& s, const ReadBudgets& budgets)
       lanes[r] = g.add_resource(s.plan.arenas[r].device.to_string() + " copy lanes", budgets.copy_lanes);
   std::vector<TaskId> last_verify(s.catalog.tensors.size());         // of each tensor's latest piece
   std::vector<std::vector<TaskId>> ready(s.catalog.tensors.size());  // tasks that put host-bound bytes in place
+  // Streaming: per tensor, every task that writes or checks its bytes.
+  std::vector<std::vector<TaskId>> finishers(stream != nullptr ? s.catalog.tensors.size() : 0);
+  const auto finishing = [&](const ReadChunk& c, TaskId task) {
+    if (stream == nullptr) return;
+    for (const ChunkPiece& p : c.pieces) finishers[p.tensor].push_back(task);
+  };
   for (std::uint32_t i = 0; i < chunks.size(); ++i) {
     const ReadChunk& c = chunks[i];
     const std::string name = chunk_name(s, i);
@@ -194,12 +207,15 @@ Result<TaskGraph> build_read_graph(ReadLoadState& s, const ReadBudgets& budgets)
                                .bytes = c.bytes,
                                .work = IoWork{[&s, i] { return prepare_read(s, i); }},
                                .claims = {{reads, 1}}});
+    finishing(c, read);
     std::optional<HoldId> slot;
     std::optional<TaskId> landed = read;  // direct chunks are in place once read
     if (!c.direct) {
       slot = g.add_hold(read, {staging, s.pool.slot_bytes()}, [&s, i] { s.leases[i].reset(); });
-      landed =
+      const Deliveries deliveries =
           add_deliveries(g, s, i, {.read = read, .slot = *slot, .workers = workers, .lanes = lanes}, name, priority);
+      landed = deliveries.place;
+      for (const TaskId d : deliveries.all) finishing(c, d);
     }
     if (landed)
       for (const ChunkPiece& p : c.pieces) ready[p.tensor].push_back(*landed);
@@ -211,12 +227,14 @@ Result<TaskGraph> build_read_graph(ReadLoadState& s, const ReadBudgets& budgets)
                                  .work = CpuWork{[&s, i] { return verify_chunk(s, i); }},
                                  .claims = {{workers, 1}}});
     g.depends_on(verify, read);
+    finishing(c, verify);
     if (const ChunkPiece& first = c.pieces.front(); first.tensor_offset > 0 && !s.plan.tensors[first.tensor].partial)
       g.depends_on(verify, last_verify[first.tensor]);
     last_verify[c.pieces.back().tensor] = verify;
     if (slot) g.add_hold_user(*slot, verify);
   }
-  add_decode_tasks(g, s, ready, workers, lanes);
+  const std::vector<std::vector<TaskId>> decoders = add_decode_tasks(g, s, ready, workers, lanes);
+  if (stream != nullptr) add_stream_tasks(g, s.plan, *stream, finishers, decoders);
   return g;
 }
 

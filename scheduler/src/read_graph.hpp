@@ -42,7 +42,11 @@ struct ReadLoadState {
   std::vector<std::uint64_t> digests;                    // per tensor, complete once the graph has run
 };
 
+struct TensorStream;  // stream_tasks.hpp
+
 // Builds the graph over `state`; zero-byte tensors get their digest (and its check) here.
-Result<TaskGraph> build_read_graph(ReadLoadState& state, const ReadBudgets& budgets);
+// With `stream`, each tensor of the model is handed to its callback once complete.
+Result<TaskGraph> build_read_graph(ReadLoadState& state, const ReadBudgets& budgets,
+                                   const TensorStream* stream = nullptr);
 
 }  // namespace qload::scheduler::detail

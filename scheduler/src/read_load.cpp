@@ -10,6 +10,7 @@
 #include "qload/scheduler/executor.hpp"
 #include "read_graph.hpp"
 #include "shard_delivery.hpp"
+#include "stream_tasks.hpp"
 
 namespace qload::scheduler::detail {
 namespace {
@@ -151,14 +152,27 @@ Result<Model> load_read(const formats::Catalog& catalog, const Plan& plan, const
   QLOAD_ASSIGN_OR_RETURN(std::unique_ptr<io::Reader> reader, open_reader(catalog, options));
   if (plan.max_staged_chunk_bytes > 0) QLOAD_TRY(pool->register_with(*reader));
 
+  // The model's tensors are known now (the arenas exist): streaming hands them over as they
+  // complete. Tensors of other processes arrive after the graph: those loads hand over at the end.
+  std::vector<const std::byte*> bases;
+  for (const auto& t : targets) bases.push_back(t->base());
+  std::vector<TensorOrigin> origins;
+  std::vector<DeviceTensor> tensors = describe_tensors(catalog, plan, bases, /*writable=*/true, &origins);
+  std::optional<TensorStream> stream;
+  if (options.on_tensor && barrier == nullptr)
+    stream.emplace(TensorStream{.tensors = tensors, .origins = origins, .callback = options.on_tensor});
+
   ReadLoadState state{.catalog = catalog, .plan = plan, .pool = *pool, .targets = targets, .expected = expected};
   const std::uint32_t workers = cpu_workers(options);
-  QLOAD_ASSIGN_OR_RETURN(TaskGraph graph, build_read_graph(state, {.reads_in_flight = options.reads_in_flight,
-                                                                   .cpu_workers = workers,
-                                                                   .copy_lanes = options.copy_lanes,
-                                                                   .compute_digests = options.compute_digests}));
-  // h2d tasks wait for their copies on a thread of their own: no CPU worker sits idle behind one.
-  std::size_t threads = workers;
+  QLOAD_ASSIGN_OR_RETURN(TaskGraph graph, build_read_graph(state,
+                                                           {.reads_in_flight = options.reads_in_flight,
+                                                            .cpu_workers = workers,
+                                                            .copy_lanes = options.copy_lanes,
+                                                            .compute_digests = options.compute_digests},
+                                                           stream ? &*stream : nullptr));
+  // h2d tasks wait for their copies on a thread of their own: no CPU worker sits idle behind
+  // one; nor behind the tensor callback.
+  std::size_t threads = workers + (stream ? 1 : 0);
   for (const auto& t : targets) threads += t->on_host() ? 0 : options.copy_lanes;
   Result<ExecutionStats> stats =
       execute(graph, reader.get(),
@@ -178,9 +192,7 @@ Result<Model> load_read(const formats::Catalog& catalog, const Plan& plan, const
   QLOAD_TRY(read);
 
   Model::Parts parts;
-  std::vector<const std::byte*> bases;
-  for (const auto& t : targets) bases.push_back(t->base());
-  parts.tensors = describe_tensors(catalog, plan, bases, /*writable=*/true);
+  parts.tensors = std::move(tensors);
   parts.quantized = describe_quantized(catalog, plan, parts.tensors);
   for (std::size_t r = 0; r < targets.size(); ++r)
     if (!plan.arenas[r].scratch) targets[r]->release_into(parts.arenas, parts.device_arenas);

@@ -62,6 +62,17 @@ struct LoadOptions {
   // Progress: called with bytes read from files so far and the total to read (read mode),
   // on the loading thread, after each read. Must be quick.
   std::function<void(std::uint64_t done_bytes, std::uint64_t total_bytes)> progress;
+  // Streaming: called once for every tensor of the model as soon as its bytes are in place on
+  // its device (and its digest checked, when digests are on), while the rest still loads, so
+  // a server can copy it into its own parameters early. `index` is the tensor's index in the
+  // Model this load returns. Calls come one at a time, in completion order, on a loader
+  // thread; the bytes stay valid until load() returns, then as long as its Model. Returning an
+  // error stops the load: load() fails with that error (kCancelled to stop on purpose), with
+  // everything released. A load can still fail after some tensors were handed over (a file
+  // changed under it, another process failed): the caller must then drop them. In mmap mode
+  // and with shared reads, every tensor is handed over once all are in place.
+  using TensorCallback = std::function<Status(std::uint32_t index, const DeviceTensor& tensor)>;
+  TensorCallback on_tensor;
   Logger log;
 
   // kInvalidArgument for a bad value or conflicting settings (never "last one wins").
