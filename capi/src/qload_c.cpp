@@ -6,6 +6,7 @@
 #include <memory>
 #include <new>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -172,6 +173,84 @@ void delete_exported(DLManagedTensorVersioned* self) {
   delete static_cast<Exported*>(self->manager_ctx);
 }
 
+// The DLPack description of `t`, with `shape` (which must outlive it) as its shape.
+Result<DLTensor> dl_tensor_of(const scheduler::DeviceTensor& t, std::span<std::int64_t> shape) {
+  const std::optional<DLDataType> dtype = dlpack_dtype(t.dtype);
+  if (!dtype)
+    return fail(
+        Error(Errc::kUnsupported, fmt::format("DLPack has no dtype for {}", dtype_name(t.dtype))).with_tensor(t.name));
+  auto device = parse_device(t.device);
+  if (!device) return fail(std::move(device.error()).with_tensor(t.name));
+  DLTensor d{};
+  // DLPack's convention: `data` aligned to 256 bytes, the rest in byte_offset.
+  const auto address = reinterpret_cast<std::uintptr_t>(t.data);
+  d.data = reinterpret_cast<void*>(address & ~std::uintptr_t{255});
+  d.byte_offset = address & 255;
+  d.device = device->is_cuda() ? DLDevice{kDLCUDA, device->index} : DLDevice{kDLCPU, 0};
+  d.ndim = static_cast<std::int32_t>(shape.size());
+  d.dtype = *dtype;
+  d.shape = shape.data();
+  d.strides = nullptr;  // compact row-major, as every loaded tensor is
+  return d;
+}
+
+std::vector<std::int64_t> shape_of(const scheduler::DeviceTensor& t) {
+  std::vector<std::int64_t> shape;
+  for (const std::uint64_t d : t.shape.dims()) shape.push_back(static_cast<std::int64_t>(d));
+  return shape;
+}
+
+qload_tensor_info info_of(const scheduler::DeviceTensor& t, const std::vector<std::int64_t>& shape) {
+  return qload_tensor_info{.name = t.name.c_str(),
+                           .dtype = dtype_name(t.dtype).data(),
+                           .ndim = static_cast<std::int32_t>(t.shape.rank()),
+                           .shape = shape.data(),
+                           .device = t.device.c_str(),
+                           .nbytes = t.nbytes,
+                           .read_only = t.writable ? 0 : 1};
+}
+
+// The tensor callback as the session layer calls it.
+scheduler::LoadOptions::TensorCallback stream_to(qload_tensor_callback callback, void* user_data) {
+  return [callback, user_data](std::uint32_t index, const scheduler::DeviceTensor& t) -> Status {
+    std::vector<std::int64_t> shape = shape_of(t);
+    const qload_tensor_info info = info_of(t, shape);
+    const Result<DLTensor> tensor = dl_tensor_of(t, shape);
+    if (const int stop = callback(user_data, index, &info, tensor ? &*tensor : nullptr); stop != 0)
+      return fail(Errc::kCancelled, fmt::format("the tensor callback returned {}: load stopped", stop));
+    return {};
+  };
+}
+
+// qload_load and qload_load_stream: the session's one load, and the model handle over it
+// (NULL `out`: freed at once).
+qload_status load_session(const char* function, qload_session* s, const session::LoadHooks& hooks, qload_model** out) {
+  if (s == nullptr) return failed(QLOAD_ERR_INVALID_ARGUMENT, fmt::format("{}: session is NULL", function));
+  if (!s->request)
+    return failed(QLOAD_ERR_INVALID_ARGUMENT, fmt::format("{}: this session has already loaded", function));
+  Result<session::LoadRequest> request = std::move(*s->request);
+  s->request.reset();
+  auto loaded = session::load(std::move(request), hooks);
+  if (!loaded) return failed(loaded.error());
+  if (out == nullptr) return QLOAD_OK;
+  auto handle = std::make_unique<qload_model>();
+  handle->model = std::make_shared<const scheduler::Model>(std::move(loaded->model));
+  for (const scheduler::DeviceTensor& t : handle->model->tensors()) handle->shapes.push_back(shape_of(t));
+  for (const scheduler::QuantizedWeight& w : handle->model->quantized()) {
+    std::vector<const char*> roles;
+    std::vector<std::size_t> parts;
+    for (const auto& [role, index] : w.parts) {
+      roles.push_back(role.c_str());
+      parts.push_back(index);
+    }
+    handle->roles.push_back(std::move(roles));
+    handle->parts.push_back(std::move(parts));
+    handle->schemes.emplace_back(formats::quant_scheme_name(w.params.scheme));
+  }
+  *out = handle.release();
+  return QLOAD_OK;
+}
+
 // The misuses every model accessor refuses: a NULL model or out-pointer, an index out of range.
 qload_status check_pointers(const char* function, const qload_model* model, const void* out) {
   if (model != nullptr && out != nullptr) return QLOAD_OK;
@@ -243,34 +322,17 @@ qload_status qload_open(const char* source, const qload_options* options, qload_
 
 qload_status qload_load(qload_session* s, qload_model** out) {
   return guarded([&] {
-    if (s == nullptr || out == nullptr)
-      return failed(QLOAD_ERR_INVALID_ARGUMENT, "qload_load: session and out must not be NULL");
+    if (out == nullptr) return failed(QLOAD_ERR_INVALID_ARGUMENT, "qload_load: out is NULL");
     *out = nullptr;
-    if (!s->request) return failed(QLOAD_ERR_INVALID_ARGUMENT, "qload_load: this session has already loaded");
-    Result<session::LoadRequest> request = std::move(*s->request);
-    s->request.reset();
-    auto loaded = session::load(std::move(request));
-    if (!loaded) return failed(loaded.error());
-    auto handle = std::make_unique<qload_model>();
-    handle->model = std::make_shared<const scheduler::Model>(std::move(loaded->model));
-    for (const scheduler::DeviceTensor& t : handle->model->tensors()) {
-      std::vector<std::int64_t> shape;
-      for (const std::uint64_t d : t.shape.dims()) shape.push_back(static_cast<std::int64_t>(d));
-      handle->shapes.push_back(std::move(shape));
-    }
-    for (const scheduler::QuantizedWeight& w : handle->model->quantized()) {
-      std::vector<const char*> roles;
-      std::vector<std::size_t> parts;
-      for (const auto& [role, index] : w.parts) {
-        roles.push_back(role.c_str());
-        parts.push_back(index);
-      }
-      handle->roles.push_back(std::move(roles));
-      handle->parts.push_back(std::move(parts));
-      handle->schemes.emplace_back(formats::quant_scheme_name(w.params.scheme));
-    }
-    *out = handle.release();
-    return QLOAD_OK;
+    return load_session("qload_load", s, {}, out);
+  });
+}
+
+qload_status qload_load_stream(qload_session* s, qload_tensor_callback callback, void* user_data, qload_model** out) {
+  return guarded([&] {
+    if (callback == nullptr) return failed(QLOAD_ERR_INVALID_ARGUMENT, "qload_load_stream: callback is NULL");
+    if (out != nullptr) *out = nullptr;
+    return load_session("qload_load_stream", s, {.on_tensor = stream_to(callback, user_data)}, out);
   });
 }
 
@@ -292,14 +354,7 @@ qload_status qload_model_tensor_info(const qload_model* model, size_t index, qlo
     const auto& tensors = model->model->tensors();
     if (const qload_status s = check_index("qload_model_tensor_info", index, tensors.size(), "tensors"); s != QLOAD_OK)
       return s;
-    const scheduler::DeviceTensor& t = tensors[index];
-    *out = qload_tensor_info{.name = t.name.c_str(),
-                             .dtype = dtype_name(t.dtype).data(),
-                             .ndim = static_cast<std::int32_t>(t.shape.rank()),
-                             .shape = model->shapes[index].data(),
-                             .device = t.device.c_str(),
-                             .nbytes = t.nbytes,
-                             .read_only = t.writable ? 0 : 1};
+    *out = info_of(tensors[index], model->shapes[index]);
     return QLOAD_OK;
   });
 }
@@ -313,29 +368,17 @@ qload_status qload_model_tensor_dlpack(const qload_model* model, size_t index, D
         s != QLOAD_OK)
       return s;
     const scheduler::DeviceTensor& t = tensors[index];
-    const std::optional<DLDataType> dtype = dlpack_dtype(t.dtype);
-    if (!dtype)
-      return failed(Error(Errc::kUnsupported, fmt::format("DLPack has no dtype for {}", dtype_name(t.dtype)))
-                        .with_tensor(t.name));
-    auto device = parse_device(t.device);
-    if (!device) return failed(std::move(device.error()).with_tensor(t.name));
     auto exported = std::make_unique<Exported>();
     exported->model = model->model;
     exported->shape = model->shapes[index];
     DLManagedTensorVersioned& m = exported->managed;
+    auto described = dl_tensor_of(t, exported->shape);
+    if (!described) return failed(described.error());
+    m.dl_tensor = *described;
     m.version = DLPackVersion{DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION};
     m.manager_ctx = exported.get();
     m.deleter = delete_exported;
     m.flags = t.writable ? 0 : DLPACK_FLAG_BITMASK_READ_ONLY;
-    // DLPack's convention: `data` aligned to 256 bytes, the rest in byte_offset.
-    const auto address = reinterpret_cast<std::uintptr_t>(t.data);
-    m.dl_tensor.data = reinterpret_cast<void*>(address & ~std::uintptr_t{255});
-    m.dl_tensor.byte_offset = address & 255;
-    m.dl_tensor.device = device->is_cuda() ? DLDevice{kDLCUDA, device->index} : DLDevice{kDLCPU, 0};
-    m.dl_tensor.ndim = static_cast<std::int32_t>(exported->shape.size());
-    m.dl_tensor.dtype = *dtype;
-    m.dl_tensor.shape = exported->shape.data();
-    m.dl_tensor.strides = nullptr;  // compact row-major, as every loaded tensor is
     *out = &exported.release()->managed;
     return QLOAD_OK;
   });

@@ -33,6 +33,7 @@ Result<LoadOutcome> load(Result<LoadRequest> request, const LoadHooks& hooks) {
   TraceRecorder trace;
   if (!req.trace.empty()) req.options.trace = &trace;
   req.options.progress = hooks.progress;
+  req.options.on_tensor = hooks.on_tensor;
 
   // Shared reads: tensors other ranks read arrive through a communicator (NCCL for GPUs).
   std::optional<Communicator> communicator;
@@ -46,6 +47,7 @@ Result<LoadOutcome> load(Result<LoadRequest> request, const LoadHooks& hooks) {
   req.options.trace = nullptr;
   req.options.communicator = nullptr;
   req.options.progress = nullptr;
+  req.options.on_tensor = nullptr;
   std::optional<WorldTotals> totals;
   if (rendezvous) {
     RankOutcome mine{.ok = model.has_value(), .error = model ? "" : model.error().to_string()};

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The C ABI end to end: a C99 program loads a synthetic checkpoint through libqload.so, reads
-# every tensor through DLPack after freeing the model and session, and its per-tensor XXH3-64
-# must equal the checkpoint's (qload hash, itself checked against xxhsum by cli.hash tests).
+# every tensor through DLPack after freeing the model and session, and streams it
+# (qload_load_stream); both lists of per-tensor XXH3-64 must equal the checkpoint's (qload hash, itself checked against xxhsum by cli.hash tests).
 set -euo pipefail
 qload=$1
 program=$2
@@ -13,7 +13,9 @@ dir=$(mktemp -d); trap 'rm -rf "$dir"' EXIT
 import json, sys
 for t in json.load(sys.stdin)["tensors"]:
     print(t["name"], t["xxh3_64"])' | sort > "$dir/want.txt"
-sort "$dir/c.txt" > "$dir/got.txt"
+grep -v '^stream ' "$dir/c.txt" | sort > "$dir/got.txt"
+grep '^stream ' "$dir/c.txt" | cut -d' ' -f2- | sort > "$dir/streamed.txt"
 [ -s "$dir/want.txt" ] || { echo "FAIL: no reference digests"; exit 1; }
 diff -u "$dir/want.txt" "$dir/got.txt" || { echo "FAIL: DLPack bytes differ from the checkpoint"; exit 1; }
-echo "c abi ok: $(wc -l < "$dir/got.txt") tensors"
+diff -u "$dir/want.txt" "$dir/streamed.txt" || { echo "FAIL: streamed bytes differ from the checkpoint"; exit 1; }
+echo "c abi ok: $(wc -l < "$dir/got.txt") tensors, each also streamed"

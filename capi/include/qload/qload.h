@@ -118,6 +118,24 @@ QLOAD_API qload_status qload_open(const char* source, const qload_options* optio
  * released. Under WORLD_SIZE > 1 this process is one rank of a multi-process load
  * (docs/parallel.md). A session loads once. */
 QLOAD_API qload_status qload_load(qload_session* session, qload_model** out);
+
+/* Streaming: called once for every tensor of the model as soon as its bytes are in place on
+ * its device (and checked against their digest, when digests are on), while the rest still
+ * loads, so a server can copy each into its own parameters early. Calls come one at a time,
+ * in completion order, on a loader thread. `index` is the tensor's index in the model
+ * qload_load_stream gives back; `info` and `tensor` (a borrowed view: no deleter, do not keep
+ * it; NULL for the packed F4 / F6 dtypes) are valid until the callback returns, and the bytes
+ * they point to until qload_load_stream returns (with a model given back, as long as it
+ * lives). Return 0 to go on, nonzero to stop: the load then ends with QLOAD_ERR_CANCELLED and
+ * everything released. A load can still fail after some tensors were handed over (a file
+ * changed under it, a rank failed): the caller must then drop them. The callback must not
+ * call back into qload with this session. */
+typedef int (*qload_tensor_callback)(void* user_data, size_t index, const qload_tensor_info* info,
+                                     const DLTensor* tensor);
+/* qload_load with a callback per tensor. `out` may be NULL: the model is freed once the last
+ * tensor was handed over (the caller copied what it needed). */
+QLOAD_API qload_status qload_load_stream(qload_session* session, qload_tensor_callback callback, void* user_data,
+                                         qload_model** out);
 QLOAD_API void qload_session_free(qload_session* session);
 
 QLOAD_API qload_status qload_model_tensor_count(const qload_model* model, size_t* out);

@@ -18,6 +18,8 @@ namespace qload::session {
 struct LoadHooks {
   // Bytes read so far and the total to read, on the loading thread after each read; quick.
   std::function<void(std::uint64_t done_bytes, std::uint64_t total_bytes)> progress;
+  // Streaming: each tensor as soon as it is complete (scheduler::LoadOptions::on_tensor).
+  scheduler::LoadOptions::TensorCallback on_tensor;
 };
 
 // A multi-process load's totals over every rank.
