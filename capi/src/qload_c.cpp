@@ -13,7 +13,6 @@
 
 #include <fmt/format.h>
 
-#include "qload/formats/quant.hpp"
 #include "qload/runtime/device.hpp"
 #include "qload/runtime/dtype.hpp"
 #include "qload/runtime/version.hpp"

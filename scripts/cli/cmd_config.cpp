@@ -6,7 +6,6 @@
 
 #include "commands.hpp"
 #include "qload/runtime/units.hpp"
-#include "qload/scripts/recipe.hpp"
 #include "qload/session/request.hpp"
 
 namespace qload::cli {
@@ -58,17 +57,11 @@ int run_config(const ConfigArgs& args) {
     print_markdown();
     return 0;
   }
-  std::optional<scripts::Recipe> recipe;
-  if (args.path.ends_with(".lua")) {
-    auto loaded = scripts::load_recipe(args.path);
-    if (!loaded) return report(loaded.error());
-    recipe = std::move(*loaded);
-  }
   auto flags = session::parse_setting_assignments(args.set, "--set");
   if (!flags) return report(flags.error());
   std::vector<std::string> warnings;
   const Logger log([&warnings](LogLevel, std::string_view m) { warnings.emplace_back(m); }, LogLevel::kWarn);
-  auto settings = session::resolve_settings(recipe ? &*recipe : nullptr, *flags, log);
+  auto settings = session::resolve_settings(args.path, *flags, log);
   if (!settings) return report(settings.error());
 
   if (args.json) {

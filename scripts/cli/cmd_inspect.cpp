@@ -4,9 +4,8 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
-#include "qload/formats/driver.hpp"
-#include "qload/formats/quant.hpp"
 #include "qload/runtime/units.hpp"
+#include "qload/session/inspect.hpp"
 
 namespace qload::cli {
 namespace {
@@ -89,14 +88,13 @@ void print_text(const formats::Catalog& c, const formats::QuantizedCatalog& q) {
 }  // namespace
 
 int run_inspect(const InspectArgs& args) {
-  auto catalog = formats::open_catalog(args.path);
-  if (!catalog) return report(catalog.error());
-  auto quant = formats::detect_quantization(*catalog);
-  if (!quant) return report(quant.error());
+  auto inspection = session::inspect(args.path);
+  if (!inspection) return report(inspection.error());
   if (args.json)
-    fmt::print("{}\n", to_json(*catalog, *quant).dump(2, ' ', false, json::error_handler_t::replace));
+    fmt::print("{}\n",
+               to_json(inspection->catalog, inspection->quant).dump(2, ' ', false, json::error_handler_t::replace));
   else
-    print_text(*catalog, *quant);
+    print_text(inspection->catalog, inspection->quant);
   return 0;
 }
 

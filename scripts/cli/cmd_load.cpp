@@ -3,23 +3,14 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include <cstdlib>
-#include <filesystem>
-#include <map>
-
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
 #include "progress_bar.hpp"
-#include "qload/formats/safetensors_writer.hpp"
-#include "qload/io/reader.hpp"
-#include "qload/runtime/device.hpp"
-#include "qload/runtime/trace.hpp"
 #include "qload/runtime/units.hpp"
-#include "qload/scheduler/load.hpp"
-#include "qload/scripts/recipe.hpp"
 #include "qload/session/load.hpp"
+#include "qload/session/write.hpp"
 
 namespace qload::cli {
 namespace {
@@ -28,34 +19,6 @@ std::uint64_t peak_rss_bytes() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   return static_cast<std::uint64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
-}
-
-}  // namespace
-
-// One safetensors file per device, DIR/<device>.safetensors (DIR/rank<R>.<device>.safetensors
-// for one process of a multi-process load); GPU tensors are copied back a
-// writer chunk at a time, so a dump holds no more than one chunk of host memory for them.
-namespace {
-
-// `prefix` keeps the files of the ranks of a multi-process load apart ("rank1.").
-Status dump(const scheduler::Model& model, const std::string& dir, const std::string& prefix) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return fail(Error(Errc::kIo, "create directory: " + ec.message()).with_file(dir));
-  std::map<std::string, std::vector<formats::WriterTensor>> by_device;
-  for (const scheduler::DeviceTensor& t : model.tensors()) {
-    formats::WriterTensor w{t.name, t.dtype, t.shape, t.bytes(), {}};
-    if (!t.host) {
-      w.fill = [&model, &t](std::uint64_t offset, std::span<std::byte> out) {
-        return model.copy_to_host(t, offset, out);
-      };
-    }
-    by_device[t.device].push_back(std::move(w));
-  }
-  for (auto& [device, tensors] : by_device)
-    QLOAD_TRY(formats::write_safetensors((std::filesystem::path(dir) / (prefix + device + ".safetensors")).string(),
-                                         tensors, {.metadata = {{"written_by", "qload load --dump"}}}));
-  return {};
 }
 
 nlohmann::json report_json(const scheduler::LoadReport& r, const std::string& devices, std::uint64_t rss) {
@@ -116,7 +79,7 @@ int run_load(const LoadArgs& args) {
   const session::LoadRequest& req = loaded->request;
   const scheduler::Model& model = loaded->model;
   if (!args.dump.empty())
-    if (Status s = dump(model, args.dump, req.world ? fmt::format("rank{}.", req.world->rank) : ""); !s)
+    if (Status s = session::dump(model, args.dump, req.world ? fmt::format("rank{}.", req.world->rank) : ""); !s)
       return report(s.error());
 
   const scheduler::LoadReport& r = model.report();

@@ -5,7 +5,6 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
-#include "qload/io/digest.hpp"
 #include "qload/runtime/units.hpp"
 #include "qload/session/lock.hpp"
 
@@ -16,14 +15,13 @@ int run_lock(const LockArgs& args) {
   if (!spec) return report(spec.error());
   auto made = session::make_lock(*spec, Logger::to_stderr(LogLevel::kWarn));
   if (!made) return report(made.error());
-  scripts::Lockfile& lock = *made;
-  if (lock.recipe_hash) lock.recipe = args.load.spec.source;  // as the user named it
-  if (Status s = scripts::write_lockfile(args.out, lock); !s) return report(s.error());
+  const scripts::Lockfile& lock = *made;
+  if (Status s = session::write_lock(lock, args.out); !s) return report(s.error());
   std::uint64_t bytes = 0;
   for (const scripts::LockedFile& f : lock.files) bytes += f.bytes;
   fmt::print("qload: locked {} files ({}), {} tensors; plan {}{} -> {}\n", lock.files.size(), format_bytes(bytes),
-             lock.tensors.size(), io::hex64(lock.plan_hash),
-             lock.recipe_hash ? fmt::format(", recipe {}", io::hex64(*lock.recipe_hash)) : std::string(),
+             lock.tensors.size(), fmt::format("{:016x}", lock.plan_hash),
+             lock.recipe_hash ? fmt::format(", recipe {:016x}", *lock.recipe_hash) : std::string(),
              escape_for_terminal(args.out));
   return 0;
 }

@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
-#include "qload/io/digest.hpp"
 #include "qload/runtime/units.hpp"
 #include "qload/session/plan_report.hpp"
 
@@ -17,7 +16,7 @@ int run_plan(const LoadArgs& args) {
   if (!planned) return report(planned.error());
   nlohmann::json plan = session::plan_json(planned->catalog, planned->plan);
   if (args.json) {
-    plan["plan_xxh3_64"] = io::hex64(planned->plan_hash);
+    plan["plan_xxh3_64"] = fmt::format("{:016x}", planned->plan_hash);
     fmt::print("{}\n", plan.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
     return 0;
   }
@@ -50,7 +49,7 @@ int run_plan(const LoadArgs& args) {
   const scheduler::Plan& p = planned->plan;
   fmt::print("plan: {} tensors, {} stored, {} placed, {} decode jobs over {} arena(s); plan hash {}\n",
              planned->catalog.tensors.size(), format_bytes(p.tensor_bytes), format_bytes(p.placed_bytes),
-             p.decodes.size(), p.arenas.size(), io::hex64(planned->plan_hash));
+             p.decodes.size(), p.arenas.size(), fmt::format("{:016x}", planned->plan_hash));
   return 0;
 }
 

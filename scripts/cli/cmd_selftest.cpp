@@ -5,7 +5,7 @@
 #include <cstdlib>
 
 #include "commands.hpp"
-#include "qload/io/self_test.hpp"
+#include "qload/session/system.hpp"
 
 namespace qload::cli {
 
@@ -18,7 +18,7 @@ int run_selftest(const SelfTestArgs& args) {
   }
   if (args.bytes != 0) options.file_bytes = args.bytes;
   const Logger log = Logger::to_stderr(LogLevel::kWarn);
-  auto report = io::run_self_test(options, log);
+  auto report = session::self_test(options, log);
   if (!report) return cli::report(report.error());
 
   if (args.json) {

@@ -4,12 +4,12 @@
 
 #include "commands.hpp"
 #include "qload/runtime/units.hpp"
-#include "qload/scripts/synth.hpp"
+#include "qload/session/synth.hpp"
 
 namespace qload::cli {
 
 int run_synth(const SynthArgs& args) {
-  scripts::SynthOptions o = args.options;
+  session::SynthOptions o = args.options;
   if (args.dtype == "bf16")
     o.dtype = DType::kBF16;
   else if (args.dtype == "f16")
@@ -18,7 +18,7 @@ int run_synth(const SynthArgs& args) {
     o.dtype = DType::kF32;
   else
     return report(Error(Errc::kInvalidArgument, fmt::format("--dtype {} is not one of bf16, f16, f32", args.dtype)));
-  auto result = scripts::synthesize(args.out, o);
+  auto result = session::synthesize(args.out, o);
   if (!result) return report(result.error());
   fmt::print("wrote {} tensors, {} in {} file(s) to {}{}\n", result->tensors, format_bytes(result->bytes),
              result->files, escape_for_terminal(args.out), o.quant.empty() ? "" : " (quantized: " + o.quant + ")");

@@ -3,28 +3,15 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
-#include "qload/io/build_info.hpp"
-#include "qload/io/reader.hpp"
-#include "qload/runtime/cuda.hpp"
-#include "qload/runtime/nccl.hpp"
-#include "qload/runtime/version.hpp"
-#include "qload/scripts/lua_state.hpp"
+#include "qload/session/system.hpp"
 
 namespace qload::cli {
 
 int run_version(const VersionArgs& args) {
-  const io::UringProbe uring = io::probe_uring();
-  const CudaInfo cuda = probe_cuda();
-  const NcclInfo nccl = probe_nccl();
-  std::string lua_check = "ok";
-  if (auto L = scripts::LuaState::create(); !L) {
-    lua_check = L.error().to_string();
-  } else if (auto r = L->eval_to_string("return 6 * 7", "version-check"); !r || *r != "42") {
-    lua_check = r ? "unexpected result " + *r : r.error().to_string();
-  }
-  const std::string liburing(io::liburing_version());
-  const std::string xxhash(io::xxhash_version());
-
+  const session::SystemReport system = session::system_report();
+  const io::UringProbe& uring = system.uring;
+  const CudaInfo& cuda = system.cuda;
+  const NcclInfo& nccl = system.nccl;
   if (args.json) {
     nlohmann::json devices = nlohmann::json::array();
     for (const auto& d : cuda.devices)
@@ -34,12 +21,12 @@ int run_version(const VersionArgs& args) {
                          {"compute", fmt::format("{}.{}", d.compute_major, d.compute_minor)}});
     const nlohmann::json out = {
         {"schema", "qload.version/1"},
-        {"version", std::string(version())},
-        {"compiler", std::string(compiler())},
-        {"liburing", liburing},
-        {"xxhash", xxhash},
-        {"luajit", scripts::luajit_version()},
-        {"lua_check", lua_check},
+        {"version", system.version},
+        {"compiler", system.compiler},
+        {"liburing", system.liburing},
+        {"xxhash", system.xxhash},
+        {"luajit", system.luajit},
+        {"lua_check", system.lua_check},
         {"io_uring", {{"usable", uring.usable}, {"reason", uring.reason}, {"read_fixed", uring.read_fixed}}},
         {"cuda",
          {{"compiled", cuda.compiled},
@@ -56,10 +43,11 @@ int run_version(const VersionArgs& args) {
     fmt::print("{}\n", out.dump(2));
     return 0;
   }
-  fmt::print("qload {} ({})\n", version(), compiler());
-  fmt::print("  liburing {}; io_uring here: {}\n", liburing, uring.usable ? "usable" : "unavailable: " + uring.reason);
-  fmt::print("  xxHash {} (XXH3-64, XXH3-128)\n", xxhash);
-  fmt::print("  {}; recipe interpreter check: {}\n", scripts::luajit_version(), lua_check);
+  fmt::print("qload {} ({})\n", system.version, system.compiler);
+  fmt::print("  liburing {}; io_uring here: {}\n", system.liburing,
+             uring.usable ? "usable" : "unavailable: " + uring.reason);
+  fmt::print("  xxHash {} (XXH3-64, XXH3-128)\n", system.xxhash);
+  fmt::print("  {}; recipe interpreter check: {}\n", system.luajit, system.lua_check);
   if (cuda.compiled) {
     fmt::print("  CUDA runtime {}.{} (static), devices for sm_80/sm_90; driver {}\n", cuda.runtime_version / 1000,
                cuda.runtime_version % 1000 / 10, cuda.driver_version ? std::to_string(cuda.driver_version) : "none");

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "qload/runtime/error.hpp"
-#include "qload/scripts/synth.hpp"
 #include "qload/session/request.hpp"
+#include "qload/session/synth.hpp"
 
 namespace qload::cli {
 
@@ -39,7 +39,7 @@ int run_inspect(const InspectArgs& args);
 struct SynthArgs {
   std::string out;
   std::string dtype = "bf16";
-  scripts::SynthOptions options;
+  session::SynthOptions options;
 };
 int run_synth(const SynthArgs& args);
 

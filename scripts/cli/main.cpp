@@ -44,7 +44,7 @@ int main(int argc, char** argv) {
   synth->add_option("--seed", so.seed, "Seed of the deterministic values")->capture_default_str();
   synth->add_option(
       "--quant", so.quant,
-      fmt::format("Write the linear weights quantized: {}", fmt::join(qload::scripts::kSynthQuantNames, ", ")));
+      fmt::format("Write the linear weights quantized: {}", fmt::join(qload::session::kSynthQuantNames, ", ")));
 
   // What to load and how: shared by load, plan and lock (a recipe's settings are the defaults).
   const auto add_load_options = [](CLI::App* cmd, qload::cli::LoadArgs& a) {

@@ -27,7 +27,7 @@ Result<scripts::Lockfile> make_lock(const LoadSpec& spec, const Logger& log) {
   QLOAD_ASSIGN_OR_RETURN(const formats::CheckpointDigest digests, digest(planned.catalog, planned.request.options));
   scripts::Lockfile lock = scripts::lock_checkpoint(planned.catalog, digests);
   if (planned.request.recipe) {
-    lock.recipe = planned.request.recipe->path;
+    lock.recipe = spec.source;  // as the user named it: the lock travels with the recipe
     lock.recipe_hash = planned.request.recipe->hash;
   }
   lock.plan_hash = planned.plan_hash;
@@ -46,6 +46,10 @@ Result<Verification> verify(const LoadRequest& request, const std::string& lock_
   out.tensors = digests.tensors.size();
   for (const formats::FileDigestEntry& f : digests.files) out.bytes += f.bytes;
   return out;
+}
+
+Status write_lock(const scripts::Lockfile& lock, const std::string& path) {
+  return scripts::write_lockfile(path, lock);
 }
 
 }  // namespace qload::session

@@ -136,6 +136,13 @@ Result<ResolvedSettings> resolve_settings(const scripts::Recipe* recipe, const s
   return settings;
 }
 
+Result<ResolvedSettings> resolve_settings(const std::string& source, const std::vector<SettingFlag>& flags,
+                                          const Logger& log) {
+  if (!source.ends_with(".lua")) return resolve_settings(nullptr, flags, log);
+  QLOAD_ASSIGN_OR_RETURN(const scripts::Recipe recipe, scripts::load_recipe(source));
+  return resolve_settings(&recipe, flags, log);
+}
+
 Result<PlannedLoad> plan_request(LoadRequest request) {
   QLOAD_ASSIGN_OR_RETURN(formats::Catalog catalog, scheduler::open_source(request.source));
   QLOAD_ASSIGN_OR_RETURN(scheduler::Plan plan, scheduler::make_plan(catalog, request.options.plan));

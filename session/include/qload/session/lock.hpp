@@ -18,6 +18,8 @@ namespace qload::session {
 // multi-process world (WORLD_SIZE > 1): a lock records a single-process plan, and every rank
 // of a multi-process load can then load with it.
 Result<scripts::Lockfile> make_lock(const LoadSpec& spec, const Logger& log);
+// Writes `lock` to `path` (lockfile.hpp's format).
+Status write_lock(const scripts::Lockfile& lock, const std::string& path);
 
 struct Verification {
   std::vector<std::string> differences;  // empty: everything matches

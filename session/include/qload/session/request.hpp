@@ -73,6 +73,10 @@ Result<LoadRequest> build_request(const LoadSpec& spec, const Logger& log);
 // The settings of a load: `recipe`'s (if any), then the environment, then `flags`.
 Result<ResolvedSettings> resolve_settings(const scripts::Recipe* recipe, const std::vector<SettingFlag>& flags,
                                           const Logger& log);
+// The same for `source`: a `.lua` recipe is evaluated for its settings; anything else (a
+// checkpoint, or "") has none of its own.
+Result<ResolvedSettings> resolve_settings(const std::string& source, const std::vector<SettingFlag>& flags,
+                                          const Logger& log);
 
 // A request with its checkpoint opened and planned: what `qload plan`, `qload lock` and
 // `qload load` share.

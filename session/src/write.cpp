@@ -1,0 +1,107 @@
+#include "qload/session/write.hpp"
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "qload/formats/safetensors_writer.hpp"
+#include "qload/scheduler/load.hpp"
+
+namespace qload::session {
+namespace {
+
+using nlohmann::json;
+
+std::string torch_dtype(DType d) {
+  switch (d) {
+    case DType::kBF16: return "bfloat16";
+    case DType::kF16: return "float16";
+    default: return "float32";
+  }
+}
+
+// The quantization_config describing tensors quantized on load, in the convention whose
+// tensor names qload writes (and reads back): HF "fp8" (per tensor; 128x128 blocks with
+// weight_scale_inv), "fbgemm_fp8" (per row), compressed-tensors int-quantized (int8 per row).
+json quantization_config(formats::QuantizeTarget target) {
+  switch (target) {
+    case formats::QuantizeTarget::kFp8Tensor:
+      return {{"quant_method", "fp8"}, {"fmt", "e4m3"}, {"activation_scheme", "dynamic"}};
+    case formats::QuantizeTarget::kFp8Block:
+      return {{"quant_method", "fp8"},
+              {"fmt", "e4m3"},
+              {"activation_scheme", "dynamic"},
+              {"weight_block_size", {128, 128}}};
+    case formats::QuantizeTarget::kFp8Row: return {{"quant_method", "fbgemm_fp8"}};
+    case formats::QuantizeTarget::kInt8Row:
+      return {{"quant_method", "compressed-tensors"},
+              {"format", "int-quantized"},
+              {"quantization_status", "compressed"},
+              {"config_groups",
+               {{"group_0",
+                 {{"targets", {"Linear"}},
+                  {"weights", {{"num_bits", 8}, {"type", "int"}, {"symmetric", true}, {"strategy", "channel"}}}}}}}};
+  }
+  return nullptr;
+}
+
+Status write_config(const std::string& source_config, const scheduler::LoadOptions& o, const std::string& path) {
+  json config = json::parse(source_config, nullptr, false);
+  if (config.is_discarded() || !config.is_object())
+    return fail(Error(Errc::kCorrupt, "config.json is not a JSON object").with_file(path));
+  if (o.plan.dequantize) config.erase("quantization_config");
+  if (o.plan.quantize) config["quantization_config"] = quantization_config(*o.plan.quantize);
+  if (const auto d = o.plan.dequantize ? o.plan.dequantize : o.plan.dtype) config["torch_dtype"] = torch_dtype(*d);
+  std::ofstream out(path, std::ios::trunc);
+  out << config.dump(2) << "\n";
+  if (!out.flush()) return fail(Error(Errc::kIo, "cannot write").with_file(path));
+  return {};
+}
+
+Status create_directory(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return fail(Error(Errc::kIo, "create directory: " + ec.message()).with_file(dir));
+  return {};
+}
+
+}  // namespace
+
+Status dump(const scheduler::Model& model, const std::string& dir, const std::string& prefix) {
+  QLOAD_TRY(create_directory(dir));
+  std::map<std::string, std::vector<formats::WriterTensor>> by_device;
+  for (const scheduler::DeviceTensor& t : model.tensors()) {
+    formats::WriterTensor w{t.name, t.dtype, t.shape, t.bytes(), {}};
+    if (!t.host) {
+      w.fill = [&model, &t](std::uint64_t offset, std::span<std::byte> out) {
+        return model.copy_to_host(t, offset, out);
+      };
+    }
+    by_device[t.device].push_back(std::move(w));
+  }
+  for (auto& [device, tensors] : by_device)
+    QLOAD_TRY(formats::write_safetensors((std::filesystem::path(dir) / (prefix + device + ".safetensors")).string(),
+                                         tensors, {.metadata = {{"written_by", "qload load --dump"}}}));
+  return {};
+}
+
+Result<Converted> convert(const LoadSpec& spec, const std::string& out, const Logger& log) {
+  QLOAD_ASSIGN_OR_RETURN(LoadRequest request, build_request(spec, log));
+  QLOAD_ASSIGN_OR_RETURN(const PlannedLoad planned, prepare(std::move(request)));
+  QLOAD_ASSIGN_OR_RETURN(const scheduler::Model model,
+                         scheduler::load(planned.catalog, planned.plan, planned.request.options));
+  QLOAD_TRY(create_directory(out));
+  std::vector<formats::WriterTensor> tensors;
+  for (const scheduler::DeviceTensor& t : model.tensors()) tensors.push_back({t.name, t.dtype, t.shape, t.bytes(), {}});
+  Converted converted{.report = model.report(), .weights = (std::filesystem::path(out) / "model.safetensors").string()};
+  QLOAD_TRY(formats::write_safetensors(converted.weights, tensors,
+                                       {.metadata = {{"format", "pt"}, {"written_by", "qload convert"}}}));
+  if (!planned.catalog.config_json.empty())
+    QLOAD_TRY(write_config(planned.catalog.config_json, planned.request.options,
+                           (std::filesystem::path(out) / "config.json").string()));
+  return converted;
+}
+
+}  // namespace qload::session
