@@ -81,7 +81,7 @@ std::string text(const char* s) {
 }
 
 Result<session::LoadSpec> spec_of(const char* source, const qload_options* o) {
-  session::LoadSpec spec{.source = source};
+  session::LoadSpec spec{.source = source, .names = session::SpecNames{}.prefixed("qload_options.")};
   if (o == nullptr) return spec;
   if (o->struct_size < kOptionsSize)
     return fail(Errc::kInvalidArgument,

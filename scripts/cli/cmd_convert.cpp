@@ -15,7 +15,8 @@ int run_convert(const ConvertArgs& args) {
                                .devices = "cpu",
                                .dtype = args.dtype,
                                .dequantize = args.dequantize,
-                               .quantize = args.quantize};
+                               .quantize = args.quantize,
+                               .names = flag_names()};
   auto converted = session::convert(spec, args.out, Logger::to_stderr(LogLevel::kWarn));
   if (!converted) return report(converted.error());
   const scheduler::LoadReport& r = converted->report;

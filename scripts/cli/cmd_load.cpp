@@ -52,8 +52,21 @@ nlohmann::json report_json(const scheduler::LoadReport& r, const std::string& de
 
 }  // namespace
 
+session::SpecNames flag_names() {
+  return {.devices = "--device",
+          .placement = "--placement",
+          .dtype = "--dtype",
+          .dequantize = "--dequantize",
+          .tensor_parallel = "--tp",
+          .pipeline_parallel = "--pp",
+          .data_parallel = "--dp",
+          .share_reads = "--share-reads",
+          .lock = "--locked"};
+}
+
 Result<session::LoadSpec> load_spec(const LoadArgs& args) {
   session::LoadSpec spec = args.spec;
+  spec.names = flag_names();
   if (args.mmap) spec.settings.push_back({"load_mode", "mmap", "--mmap"});
   if (args.no_digests) spec.settings.push_back({"digests", "off", "--no-digests"});
   QLOAD_ASSIGN_OR_RETURN(std::vector<session::SettingFlag> set, session::parse_setting_assignments(args.set, "--set"));

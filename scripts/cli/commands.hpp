@@ -52,6 +52,8 @@ struct LoadArgs {
   bool no_digests = false;       // digests=off
   std::vector<std::string> set;  // --set NAME=VALUE: any setting of the table, above everything else
 };
+// The spec's fields as this CLI's flags name them ("--device", "--tp"...), for errors.
+session::SpecNames flag_names();
 // The spec with the setting flags (--set, --mmap, --no-digests) in it.
 Result<session::LoadSpec> load_spec(const LoadArgs& args);
 // load_spec, then the session's request, with warnings on stderr.

@@ -24,6 +24,14 @@ Result<DType> parse_float_dtype(std::string_view flag, std::string_view text) {
 
 }  // namespace
 
+SpecNames SpecNames::prefixed(std::string_view prefix) const {
+  SpecNames out = *this;
+  for (std::string* name : {&out.devices, &out.placement, &out.dtype, &out.dequantize, &out.tensor_parallel,
+                            &out.pipeline_parallel, &out.data_parallel, &out.share_reads, &out.lock})
+    name->insert(0, prefix);
+  return out;
+}
+
 Result<LoadRequest> build_request(const LoadSpec& spec, const Logger& log) {
   LoadRequest req;
   req.source = spec.source;
@@ -38,11 +46,11 @@ Result<LoadRequest> build_request(const LoadSpec& spec, const Logger& log) {
           Error(Errc::kInvalidArgument, fmt::format("{} {} contradicts the recipe's {}", flag, given, in_recipe))
               .with_file(spec.source));
     };
-    if (!devices.empty() && devices != recipe_devices) return contradicts("--device", devices, recipe_devices);
+    if (!devices.empty() && devices != recipe_devices) return contradicts(spec.names.devices, devices, recipe_devices);
     if (!spec.placement.empty() && recipe.placement && spec.placement != *recipe.placement)
-      return contradicts("--placement", spec.placement, *recipe.placement);
-    if (!spec.dtype.empty() && recipe.dtype && parse_float_dtype("--dtype", spec.dtype) != *recipe.dtype)
-      return contradicts("--dtype", spec.dtype, std::string(dtype_name(*recipe.dtype)));
+      return contradicts(spec.names.placement, spec.placement, *recipe.placement);
+    if (!spec.dtype.empty() && recipe.dtype && parse_float_dtype(spec.names.dtype, spec.dtype) != *recipe.dtype)
+      return contradicts(spec.names.dtype, spec.dtype, std::string(dtype_name(*recipe.dtype)));
     devices = recipe_devices;
     QLOAD_TRY(recipe.apply(req.options, req.world));
     req.recipe = std::move(recipe);
@@ -50,7 +58,7 @@ Result<LoadRequest> build_request(const LoadSpec& spec, const Logger& log) {
   const std::optional<std::string> verify = req.recipe ? req.recipe->verify : std::nullopt;
   if (!spec.lock.empty() && verify && *verify != spec.lock)
     return fail(Error(Errc::kInvalidArgument,
-                      fmt::format("--locked {} contradicts the recipe's verify = {}", spec.lock, *verify))
+                      fmt::format("{} {} contradicts the recipe's verify = {}", spec.names.lock, spec.lock, *verify))
                     .with_file(spec.source));
   req.lock = !spec.lock.empty() ? spec.lock : verify.value_or("");
   req.trace = !spec.trace.empty() ? spec.trace : (req.recipe ? req.recipe->trace.value_or("") : "");
@@ -67,10 +75,10 @@ Result<LoadRequest> build_request(const LoadSpec& spec, const Logger& log) {
     QLOAD_ASSIGN_OR_RETURN(req.options.plan.placement, scheduler::parse_placement(spec.placement));
   }
   if (!spec.dtype.empty()) {
-    QLOAD_ASSIGN_OR_RETURN(req.options.plan.dtype, parse_float_dtype("--dtype", spec.dtype));
+    QLOAD_ASSIGN_OR_RETURN(req.options.plan.dtype, parse_float_dtype(spec.names.dtype, spec.dtype));
   }
   if (!spec.dequantize.empty()) {
-    QLOAD_ASSIGN_OR_RETURN(req.options.plan.dequantize, parse_float_dtype("--dequantize", spec.dequantize));
+    QLOAD_ASSIGN_OR_RETURN(req.options.plan.dequantize, parse_float_dtype(spec.names.dequantize, spec.dequantize));
   }
   if (!spec.quantize.empty()) {
     QLOAD_ASSIGN_OR_RETURN(req.options.plan.quantize, formats::parse_quantize_target(spec.quantize));
@@ -87,17 +95,19 @@ Result<LoadRequest> build_request(const LoadSpec& spec, const Logger& log) {
       field = given;
       return {};
     };
-    QLOAD_TRY(set(spec.tensor_parallel, layout.tensor, "--tp"));
-    QLOAD_TRY(set(spec.pipeline_parallel, layout.pipeline, "--pp"));
-    QLOAD_TRY(set(spec.data_parallel, layout.data, "--dp"));
+    QLOAD_TRY(set(spec.tensor_parallel, layout.tensor, spec.names.tensor_parallel));
+    QLOAD_TRY(set(spec.pipeline_parallel, layout.pipeline, spec.names.pipeline_parallel));
+    QLOAD_TRY(set(spec.data_parallel, layout.data, spec.names.data_parallel));
   }
   if (req.world && req.options.plan.parallel.trivial())
     return fail(Error(Errc::kInvalidArgument,
-                      fmt::format("WORLD_SIZE is {} but the load has no parallel layout: give --tp, --pp or --dp (or "
-                                  "a recipe's parallel), or unset WORLD_SIZE",
-                                  req.world->size)));
+                      fmt::format("WORLD_SIZE is {} but the load has no parallel layout: give {}, {} or {} (or a "
+                                  "recipe's parallel), or unset WORLD_SIZE",
+                                  req.world->size, spec.names.tensor_parallel, spec.names.pipeline_parallel,
+                                  spec.names.data_parallel)));
   if (spec.share_reads && !req.world)
-    return fail(Error(Errc::kInvalidArgument, "--share-reads needs a multi-process load (WORLD_SIZE above 1)"));
+    return fail(Error(Errc::kInvalidArgument,
+                      fmt::format("{} needs a multi-process load (WORLD_SIZE above 1)", spec.names.share_reads)));
   if (spec.share_reads) req.options.plan.parallel.share_reads = true;
   if (req.world) {
     req.options.plan.parallel.processes = req.world->size;

@@ -96,10 +96,18 @@ TEST_CASE("session: what a recipe loads cannot be contradicted, and a bad reques
   write_text(dir.file("r.lua"), "return qload.recipe { source = 'm', devices = 'cpu', verify = 'a.lock' }\n");
   auto devices = session::build_request({.source = dir.file("r.lua"), .devices = "cpu:1"}, Logger{});
   REQUIRE_FALSE(devices);
-  CHECK_THAT(devices.error().message(), Catch::Contains("contradicts the recipe's cpu"));
+  CHECK_THAT(devices.error().message(), Catch::StartsWith("devices cpu:1 contradicts the recipe's cpu"));
   auto lock = session::build_request({.source = dir.file("r.lua"), .lock = dir.file("b.lock")}, Logger{});
   REQUIRE_FALSE(lock);
   CHECK_THAT(lock.error().message(), Catch::Contains("contradicts the recipe's verify"));
+  // Errors name the fields as the client does: the C ABI's struct fields, the CLI's flags.
+  const session::SpecNames c_names = session::SpecNames{}.prefixed("qload_options.");
+  auto named = session::build_request({.source = dir.file("r.lua"), .devices = "cpu:1", .names = c_names}, Logger{});
+  REQUIRE_FALSE(named);
+  CHECK_THAT(named.error().message(), Catch::StartsWith("qload_options.devices cpu:1 contradicts"));
+  auto dtype = session::build_request({.source = dir.file("m"), .dtype = "f8", .names = c_names}, Logger{});
+  REQUIRE_FALSE(dtype);
+  CHECK_THAT(dtype.error().message(), Catch::Contains("qload_options.dtype"));
   // The recipe's lock does not exist: the load fails before reading, naming the lock.
   auto missing = session::load({.source = dir.file("r.lua")}, Logger{});
   REQUIRE_FALSE(missing);

@@ -26,6 +26,23 @@ struct SettingFlag {
   std::string where;
 };
 
+// How a client names the fields of a LoadSpec, for its errors: "--device" on the command line,
+// "qload_options.devices" in the C ABI. By default, the fields' own names.
+struct SpecNames {
+  std::string devices = "devices";
+  std::string placement = "placement";
+  std::string dtype = "dtype";
+  std::string dequantize = "dequantize";
+  std::string tensor_parallel = "tensor_parallel";
+  std::string pipeline_parallel = "pipeline_parallel";
+  std::string data_parallel = "data_parallel";
+  std::string share_reads = "share_reads";
+  std::string lock = "lock";
+
+  // Every name with `prefix` before it ("qload_options.").
+  SpecNames prefixed(std::string_view prefix) const;
+};
+
 // What to load and how. Empty strings and zeros mean "the recipe's, else the default". A
 // recipe's choices of what to load (devices, placement, dtype, layout, lock) may not be
 // contradicted (kInvalidArgument); its settings sit below the environment and `settings`.
@@ -44,6 +61,7 @@ struct LoadSpec {
   std::string lock;                   // a lockfile the load must match (also a recipe's `verify`)
   std::string trace;                  // write a Chrome trace of the load here (also a recipe's `trace`)
   std::vector<SettingFlag> settings;  // above every other source
+  SpecNames names;                    // of the fields above, in errors
 };
 
 // "NAME=VALUE" texts (`--set`) as settings named `where_prefix NAME` in errors;
