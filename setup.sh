@@ -12,6 +12,7 @@ packages=(
   liburing-dev libxxhash-dev libluajit-5.1-dev   # I/O, checksums, recipes
   nlohmann-json3-dev libcli11-dev libfmt-dev     # JSON, CLI parsing, formatting
   catch2 xxhash clang-format python3             # tests: Catch2 v2, xxhsum reference, style, CLI checks
+  ccache                                         # rebuilds (CI keeps its cache warm)
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -25,7 +26,9 @@ if ((${#missing[@]})); then
 fi
 
 build_dir=${BUILD_DIR:-build}
-cmake -S . -B "$build_dir" -G Ninja \
+launcher=()
+command -v ccache >/dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+cmake -S . -B "$build_dir" -G Ninja "${launcher[@]}" \
   -DCMAKE_BUILD_TYPE="${CMAKE_BUILD_TYPE:-RelWithDebInfo}" \
   -DQLOAD_WERROR="${QLOAD_WERROR:-ON}" \
   -DQLOAD_CUDA="${QLOAD_CUDA:-AUTO}" \

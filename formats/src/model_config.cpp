@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "strict_json.hpp"
+#include "qload/formats/strict_json.hpp"
 
 namespace qload::formats {
 

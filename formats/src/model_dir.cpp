@@ -8,7 +8,7 @@
 
 #include "file_io.hpp"
 #include "located_error.hpp"
-#include "strict_json.hpp"
+#include "qload/formats/strict_json.hpp"
 
 namespace qload::formats {
 namespace fs = std::filesystem;

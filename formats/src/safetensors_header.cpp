@@ -13,9 +13,9 @@
 #include "header_length.hpp"
 #include "located_error.hpp"
 #include "qload/formats/safetensors.hpp"
+#include "qload/formats/strict_json.hpp"
 #include "qload/runtime/utf8.hpp"
 #include "safetensors_sax.hpp"
-#include "strict_json.hpp"
 
 namespace qload::formats {
 namespace {

@@ -7,7 +7,7 @@
 
 #include "located_error.hpp"
 #include "path_guard.hpp"
-#include "strict_json.hpp"
+#include "qload/formats/strict_json.hpp"
 
 namespace qload::formats {
 namespace {

@@ -1,4 +1,4 @@
-#include "strict_json.hpp"
+#include "qload/formats/strict_json.hpp"
 
 #include <new>
 #include <optional>
@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "file_io.hpp"
 #include "json_cursor.hpp"
 #include "located_error.hpp"
 #include "qload/runtime/utf8.hpp"
@@ -41,6 +42,9 @@ class StrictDomBuilder {
   bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& ex) {
     std::string_view what = ex.what();
     if (const auto end = what.find("] "); end != std::string_view::npos) what.remove_prefix(end + 2);
+    // nlohmann quotes the token it last read ("; last read: '...'"): the file's own bytes,
+    // which an error must never echo (a lockfile path may name any readable file).
+    if (const auto last = what.find("; last read:"); last != std::string_view::npos) what = what.substr(0, last);
     error_ = located(Errc::kCorrupt, fmt::format("invalid JSON: {}", what), path_, {}, position);
     return false;
   }
@@ -129,6 +133,12 @@ Result<Json> parse_strict_json_object(std::string_view text, const std::string& 
     return fail(located(Errc::kInternal, fmt::format("JSON parser threw: {}", ex.what()), path));
   }
   return builder.take_root();
+}
+
+Result<nlohmann::json> read_strict_json_file(const std::string& path, std::uint64_t max_bytes, std::size_t max_depth) {
+  QLOAD_ASSIGN_OR_RETURN(const std::vector<std::byte> bytes, read_small_file(path, max_bytes));
+  const std::string_view text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  return parse_strict_json_object(text, path, max_depth);
 }
 
 }  // namespace qload::formats

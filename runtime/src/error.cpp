@@ -123,16 +123,23 @@ std::string escape_for_terminal(std::string_view text) {
   return out;
 }
 
+std::string escape_and_cap(std::string_view text, std::size_t max_bytes) {
+  if (text.size() <= max_bytes) return escape_for_terminal(text);
+  // A UTF-8 sequence cut at the end prints as \xNN escapes: harmless.
+  return fmt::format("{}... ({} bytes)", escape_for_terminal(text.substr(0, max_bytes)), text.size());
+}
+
 std::string Error::to_string() const {
-  // The message may quote untrusted names too: it gets the same escaping.
-  std::string out = fmt::format("{}: {}", errc_name(code_), escape_for_terminal(message_));
+  // The message may quote untrusted names too: it gets the same escaping, and every part is
+  // capped so a 4 MB tensor name cannot become a 4 MB error line.
+  std::string out = fmt::format("{}: {}", errc_name(code_), escape_and_cap(message_, kMaxMessageBytes));
   std::vector<std::string> parts;
   std::vector<std::string> notes;
-  if (auto f = file()) parts.push_back(fmt::format("file '{}'", escape_for_terminal(*f)));
-  if (auto t = tensor()) parts.push_back(fmt::format("tensor '{}'", escape_for_terminal(*t)));
+  if (auto f = file()) parts.push_back(fmt::format("file '{}'", escape_and_cap(*f, kMaxNameBytes)));
+  if (auto t = tensor()) parts.push_back(fmt::format("tensor '{}'", escape_and_cap(*t, kMaxNameBytes)));
   if (auto o = offset()) parts.push_back(fmt::format("offset {}", *o));
   for (const auto& f : frames_)
-    if (!f.note.empty()) notes.push_back(escape_for_terminal(f.note));
+    if (!f.note.empty()) notes.push_back(escape_and_cap(f.note, kMaxNameBytes));
   if (!notes.empty()) parts.push_back(fmt::format("{}", fmt::join(notes, "; ")));
   if (!parts.empty()) out += fmt::format(" ({})", fmt::join(parts, ", "));
   return out;

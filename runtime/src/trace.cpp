@@ -1,9 +1,12 @@
 #include "qload/runtime/trace.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
+
 #include <cstdio>
-#include <fstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -65,21 +68,34 @@ std::string TraceRecorder::to_json() const {
                                                                                   json::error_handler_t::replace);
 }
 
-Status TraceRecorder::write(const std::string& path) const {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return fail(Error::from_errno(errno, "open trace file").with_file(tmp));
-    out << to_json();
-    out.flush();
-    if (!out) {
-      std::remove(tmp.c_str());
-      return fail(Error(Errc::kIo, "writing trace failed").with_file(tmp));
+Status TraceRecorder::write(const std::string& path, bool overwrite) const {
+  // A unique temporary beside `path` (never a fixed name another file may have).
+  std::string tmp = path + ".XXXXXX";
+  const int fd = ::mkstemp(tmp.data());
+  if (fd < 0) return fail(Error::from_errno(errno, "create trace file").with_file(path));
+  const std::string text = to_json();
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : EIO;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return fail(Error::from_errno(err, "write trace file").with_file(tmp));
     }
+    done += static_cast<std::size_t>(n);
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+  ::fchmod(fd, 0644);  // mkstemp's 0600 would surprise whoever opens the trace
+  ::close(fd);
+  const int rc = overwrite ? ::rename(tmp.c_str(), path.c_str())
+                           : ::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE);
+  if (rc != 0) {
     const int err = errno;
-    std::remove(tmp.c_str());
+    ::unlink(tmp.c_str());
+    if (err == EEXIST)
+      return fail(Error(Errc::kInvalidArgument, "trace file exists; qload does not overwrite it unless told to")
+                      .with_file(path));
     return fail(Error::from_errno(err, "rename trace file").with_file(path));
   }
   return {};

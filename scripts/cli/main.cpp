@@ -84,6 +84,7 @@ int main(int argc, char** argv) {
   load->add_flag("--no-digests", load_args.no_digests,
                  "Skip the per-tensor XXH3-64 digests (less CPU; nothing to check bytes against)");
   load->add_option("--trace", load_args.spec.trace, "Write a Chrome trace (Perfetto) of the load to this file");
+  load->add_flag("--overwrite", load_args.spec.overwrite, "Let a recipe's trace replace an existing file");
   load->add_option("--dump", load_args.dump, "Write what was loaded to DIR/<device>.safetensors");
   load->add_option("--locked", load_args.spec.lock,
                    "Load only if the checkpoint, recipe and plan match this lockfile (`qload lock`)");

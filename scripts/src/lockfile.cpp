@@ -5,10 +5,12 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <type_traits>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "qload/formats/strict_json.hpp"
 #include "qload/io/digest.hpp"
 #include "qload/runtime/version.hpp"
 
@@ -16,6 +18,8 @@ namespace qload::scripts {
 namespace {
 
 constexpr std::string_view kSchema = "qload.lock/1";
+// A lock names every tensor with a 16-digit digest: 256 MiB is millions of tensors.
+constexpr std::uint64_t kMaxLockfileBytes = 256ull << 20;
 using nlohmann::json;
 
 Error lock_error(const std::string& path, const std::string& message) {
@@ -39,6 +43,12 @@ template <typename T>
 Result<T> field(const std::string& path, const json& object, const char* key) {
   const auto it = object.find(key);
   if (it == object.end()) return fail(lock_error(path, fmt::format("missing '{}'", key)));
+  // nlohmann converts any number to any arithmetic type, and a float beyond the target's range
+  // (1e300 as uint64) is undefined behaviour: counts must be written as unsigned integers.
+  if constexpr (std::is_integral_v<T>) {
+    if (!it->is_number_unsigned())
+      return fail(lock_error(path, fmt::format("'{}' must be a whole number of bytes", key)));
+  }
   try {
     return it->get<T>();
   } catch (const json::exception&) {
@@ -62,16 +72,9 @@ std::string path_in_checkpoint(const formats::Catalog& catalog, const std::strin
   return absolute.lexically_relative(checkpoint_root(catalog)).generic_string();
 }
 
-Result<Lockfile> read_lockfile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return fail(Error::from_errno(errno, "open lockfile").with_file(path));
-  json doc;
-  try {
-    doc = json::parse(in);
-  } catch (const json::exception& e) {
-    return fail(lock_error(path, fmt::format("not JSON ({})", e.what())));
-  }
-  if (!doc.is_object()) return fail(lock_error(path, "not a JSON object"));
+namespace {
+
+Result<Lockfile> lock_from_json(const json& doc, const std::string& path) {
   QLOAD_ASSIGN_OR_RETURN(const std::string schema, field<std::string>(path, doc, "schema"));
   if (schema != kSchema) return fail(lock_error(path, fmt::format("schema '{}', expected '{}'", schema, kSchema)));
   Lockfile lock;
@@ -99,6 +102,22 @@ Result<Lockfile> read_lockfile(const std::string& path) {
     QLOAD_ASSIGN_OR_RETURN(lock.tensors[name], parse_hex64(path, "tensors." + name, digest));
   }
   return lock;
+}
+
+}  // namespace
+
+Result<Lockfile> parse_lockfile(std::string_view text, const std::string& path) {
+  if (text.size() > kMaxLockfileBytes)
+    return fail(lock_error(path, fmt::format("{} bytes; a lockfile is at most {}", text.size(), kMaxLockfileBytes)));
+  auto doc = formats::parse_strict_json_object(text, path);
+  if (!doc) return fail(std::move(doc.error()).with_note("reading a lockfile"));
+  return lock_from_json(*doc, path);
+}
+
+Result<Lockfile> read_lockfile(const std::string& path) {
+  auto doc = formats::read_strict_json_file(path, kMaxLockfileBytes);
+  if (!doc) return fail(std::move(doc.error()).with_note("reading a lockfile"));
+  return lock_from_json(*doc, path);
 }
 
 Status write_lockfile(const std::string& path, const Lockfile& lock) {

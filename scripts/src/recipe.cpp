@@ -149,6 +149,16 @@ std::string check_rules(lua_State* L, int rules, const char* name, const std::ar
       if (named != 1)
         message = fmt::format("{} needs exactly one of 'match' (a glob) and 'pattern' (a Lua pattern)", where);
     }
+    for (const char* key : {"match", "pattern"}) {
+      if (!message.empty()) break;
+      lua_getfield(L, rule, key);
+      std::size_t length = 0;
+      const char* text = lua_type(L, -1) == LUA_TSTRING ? lua_tolstring(L, -1, &length) : nullptr;
+      // An empty name matches nothing and a NUL would cut the glob short: both are mistakes.
+      if (text != nullptr && (length == 0 || std::string_view(text, length).find('\0') != std::string_view::npos))
+        message = fmt::format("{}.{} must be a non-empty string without NUL bytes", where, key);
+      lua_pop(L, 1);
+    }
     lua_pop(L, 1);
     if (!message.empty()) return message;
   }
@@ -568,7 +578,17 @@ Result<Recipe> parse_recipe(const std::string& text, const std::string& path, co
   QLOAD_ASSIGN_OR_RETURN(recipe.split_rules, read_split_rules(L, t, path, text));
   QLOAD_ASSIGN_OR_RETURN(recipe.settings, read_settings(L, t, path, text));
   if (const auto v = string_field(L, t, "verify")) recipe.verify = resolve(base, *v);
-  if (const auto tr = string_field(L, t, "trace")) recipe.trace = resolve(base, *tr);
+  if (const auto tr = string_field(L, t, "trace")) {
+    // A recipe may come from anyone: what it writes stays under its own folder. Writing
+    // elsewhere takes the user's own --trace.
+    const std::filesystem::path p(*tr);
+    if (tr->empty() || p.is_absolute() || std::ranges::any_of(p, [](const auto& part) { return part == ".."; }))
+      return fail(recipe_error(path, line("trace"), Errc::kInvalidArgument,
+                               fmt::format("trace '{}' must be a relative path inside the recipe's folder "
+                                           "(pass --trace to write elsewhere)",
+                                           *tr)));
+    recipe.trace = resolve(base, *tr);
+  }
   if (const auto rep = string_field(L, t, "report")) {
     if (*rep != "text" && *rep != "json")
       return fail(recipe_error(path, line("report"), Errc::kInvalidArgument,

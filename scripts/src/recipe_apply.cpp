@@ -24,6 +24,8 @@ namespace {
 template <typename Rule>
 Result<bool> rule_matches(const Rule& rule, const std::shared_ptr<detail::RecipeHooks>& hooks, std::string_view name) {
   if (!rule.glob.empty()) return ::fnmatch(rule.glob.c_str(), std::string(name).c_str(), 0) == 0;
+  if (rule.pattern.empty() || !hooks)  // the recipe reader refuses such rules; never dereference
+    return fail(Error(Errc::kInternal, fmt::format("recipe rule at line {} names no tensors", rule.line)));
   return hooks->find(name, rule.pattern);
 }
 

@@ -70,7 +70,7 @@ Result<LoadOutcome> load(Result<LoadRequest> request, const LoadHooks& hooks) {
     }
   }
   if (!model) return fail(std::move(model.error()));
-  if (!req.trace.empty()) QLOAD_TRY(trace.write(req.trace));
+  if (!req.trace.empty()) QLOAD_TRY(trace.write(req.trace, req.trace_overwrite));
   return LoadOutcome{.request = std::move(req), .model = std::move(*model), .world = totals};
 }
 

@@ -62,6 +62,7 @@ Result<LoadRequest> build_request(const LoadSpec& spec, const Logger& log) {
                     .with_file(spec.source));
   req.lock = !spec.lock.empty() ? spec.lock : verify.value_or("");
   req.trace = !spec.trace.empty() ? spec.trace : (req.recipe ? req.recipe->trace.value_or("") : "");
+  req.trace_overwrite = !spec.trace.empty() || spec.overwrite;
   // "cuda:local": the GPU of this process's LOCAL_RANK (one process per GPU under torchrun,
   // which gives every process the same arguments).
   if (const std::size_t at = devices.find("cuda:local"); at != std::string::npos)

@@ -98,6 +98,10 @@ expect_fail 75 "is not in the lock" "$qload" verify m3 --lock r.lock
 echo '{"schema": "qload.lock/1", "qload_version": "0.1.0"}' > bad.lock
 expect_fail 65 "bad.lock" "$qload" load r.lua --locked bad.lock
 echo 'not json' > bad.lock
-expect_fail 65 "lockfile: not JSON" "$qload" verify m --lock bad.lock
+expect_fail 65 "not a JSON object (does not start with '{') (file 'bad.lock', offset 0, reading a lockfile)" "$qload" verify m --lock bad.lock
+# Not a regular file: refused, never read (a directory) or waited on (a FIFO).
+expect_fail 64 "not a regular file" "$qload" verify m --lock .
+mkfifo lock.fifo
+expect_fail 64 "not a regular file" "$qload" verify m --lock lock.fifo
 expect_fail 66 "nope.lock" "$qload" load r.lua --locked nope.lock
 echo "lock: plans are stable; locks pass on the same files anywhere and refuse every change"

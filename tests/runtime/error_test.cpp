@@ -8,6 +8,8 @@
 #include <string>
 #include <string_view>
 
+#include <fmt/format.h>
+
 #include "qload/runtime/error.hpp"
 
 namespace {
@@ -170,6 +172,20 @@ TEST_CASE("to_string escapes control characters in file and tensor names", "[err
   CHECK_FALSE(contains(text, "\n"));
   // The accessors still give the raw names.
   CHECK(*e.tensor() == "evil\x1b[2Jname");
+}
+
+TEST_CASE("to_string cuts long names and messages, saying their full length", "[error]") {
+  const std::string huge(4 << 20, 'n');
+  const Error e = Error(Errc::kCorrupt, "bad name " + huge).with_file("/m/" + huge).with_tensor(huge);
+  const std::string line = e.to_string();
+  CHECK(line.size() < qload::kMaxMessageBytes + 3 * qload::kMaxNameBytes + 200);
+  CHECK_THAT(line, Catch::Contains(fmt::format("... ({} bytes)", huge.size() + 9)));  // the message
+  CHECK_THAT(line, Catch::Contains(fmt::format("... ({} bytes)", huge.size() + 3)));  // the file
+  CHECK_THAT(line, Catch::Contains(fmt::format("... ({} bytes)'", huge.size())));     // the tensor
+  CHECK(e.tensor()->size() == huge.size());  // the error itself keeps the whole name
+  const std::string short_name(qload::kMaxNameBytes, 't');
+  CHECK_THAT(Error(Errc::kCorrupt, "x").with_tensor(short_name).to_string(),
+             Catch::EndsWith("tensor '" + short_name + "')"));
 }
 
 TEST_CASE("with_offset of zero is recorded as an offset", "[error]") {

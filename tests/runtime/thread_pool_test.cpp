@@ -153,9 +153,9 @@ TEST_CASE("ThreadPool names its workers <name>/<i>", "[thread_pool]") {
 TEST_CASE("ThreadPool shortens long names to the 15-character Linux limit but keeps the index", "[thread_pool]") {
   std::mutex mutex;
   std::set<std::string> names;
+  std::latch both(2);  // outlives the pool: workers may still be returning from arrive_and_wait
   {
     ThreadPool pool(2, "a-very-long-pool-name");
-    std::latch both(2);
     for (int i = 0; i < 2; ++i)
       pool.submit([&] {
         char buf[16] = {};

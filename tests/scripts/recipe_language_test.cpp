@@ -43,7 +43,7 @@ TEST_CASE("a recipe's devices, dtype, rules, parallel, verify, trace and report 
       },
       parallel  = { pipeline = 2 },
       verify    = "qload.lock",
-      trace     = "/tmp/t.json",
+      trace     = "traces/t.json",
       report    = "json",
     })";
   auto r = scripts::parse_recipe(text, "/work/r/recipe.lua");
@@ -56,7 +56,7 @@ TEST_CASE("a recipe's devices, dtype, rules, parallel, verify, trace and report 
   CHECK(r->quant[2].pattern == "self_attn%.[qk]_proj");
   CHECK(r->parallel.pipeline == 2);
   CHECK(r->verify == "/work/r/qload.lock");
-  CHECK(r->trace == "/tmp/t.json");
+  CHECK(r->trace == "/work/r/traces/t.json");
   CHECK(r->json_report);
 
   // First match wins; a glob's * crosses dots; a pattern is found anywhere in the name.

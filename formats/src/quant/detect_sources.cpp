@@ -12,7 +12,7 @@
 #include "file_io.hpp"
 #include "model_dir.hpp"
 #include "path_guard.hpp"
-#include "strict_json.hpp"
+#include "qload/formats/strict_json.hpp"
 
 namespace qload::formats::detail {
 namespace fs = std::filesystem;

@@ -9,6 +9,7 @@
 // QLOAD_ASSIGN_OR_RETURN, which also append the call site to the error's frames.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <expected>
 #include <optional>
@@ -77,7 +78,8 @@ class [[nodiscard]] Error {
   std::optional<std::uint64_t> offset() const;
 
   // One line: "<code>: <message> (file 'f', tensor 't', offset N; <notes>)". Control
-  // characters in names are escaped so a hostile tensor name cannot drive the terminal.
+  // characters in names are escaped so a hostile tensor name cannot drive the terminal, and
+  // each part is cut (saying its full length) beyond kMaxMessageBytes / kMaxNameBytes.
   std::string to_string() const;
   // Like to_string, followed by one line per source location frame.
   std::string to_string_with_trace() const;
@@ -102,6 +104,11 @@ inline std::unexpected<Error> fail(Error error) {
 
 // Escapes control characters and invalid UTF-8 bytes as \xNN so names print safely.
 std::string escape_for_terminal(std::string_view text);
+// escape_for_terminal of at most the first `max_bytes` of `text`, then "... (N bytes)" when cut.
+std::string escape_and_cap(std::string_view text, std::size_t max_bytes);
+
+inline constexpr std::size_t kMaxMessageBytes = 2048;  // of an error's message, as printed
+inline constexpr std::size_t kMaxNameBytes = 256;      // of a file, tensor or note, as printed
 
 }  // namespace qload
 

@@ -34,7 +34,8 @@ class TraceRecorder {
   // The whole trace as Chrome trace JSON text.
   std::string to_json() const;
   // Writes to_json() to `path` (via a temporary file and rename, so readers never see half).
-  Status write(const std::string& path) const;
+  // Unless `overwrite`, an existing file at `path` is kept and the write fails (kInvalidArgument).
+  Status write(const std::string& path, bool overwrite = true) const;
 
  private:
   struct Event {

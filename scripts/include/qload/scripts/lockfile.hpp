@@ -12,6 +12,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "qload/formats/catalog.hpp"
@@ -35,9 +36,13 @@ struct Lockfile {
   std::map<std::string, std::uint64_t, std::less<>> tensors;  // stored tensor -> XXH3-64 of its bytes
 };
 
-// kNotFound for a missing file; kCorrupt naming the lock file and the field for anything
-// malformed (unknown schema, missing or mistyped fields, bad hex).
+// kNotFound for a missing file; kInvalidArgument for one that is not a regular file (a FIFO is
+// refused without blocking); kCorrupt naming the lock file and the field for anything
+// malformed (the strict JSON reader's refusals, unknown schema, missing or mistyped fields,
+// a size that is not a whole number, bad hex). Errors never quote the file's bytes.
 Result<Lockfile> read_lockfile(const std::string& path);
+// The same over the text of a lockfile; `path` only labels errors (the fuzzing entry point).
+Result<Lockfile> parse_lockfile(std::string_view text, const std::string& path);
 // Written atomically (a temporary file renamed over `path`).
 Status write_lockfile(const std::string& path, const Lockfile& lock);
 

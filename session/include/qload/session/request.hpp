@@ -60,6 +60,7 @@ struct LoadSpec {
   bool share_reads = false;           // several processes: each tensor read by one of those holding it
   std::string lock;                   // a lockfile the load must match (also a recipe's `verify`)
   std::string trace;                  // write a Chrome trace of the load here (also a recipe's `trace`)
+  bool overwrite = false;             // a recipe's `trace` may replace an existing file (the spec's always may)
   std::vector<SettingFlag> settings;  // above every other source
   SpecNames names;                    // of the fields above, in errors
 };
@@ -80,8 +81,9 @@ struct LoadRequest {
   // Every setting (runtime/settings.hpp) and where it came from: default < recipe <
   // environment < the spec's; already applied to `options`.
   ResolvedSettings settings;
-  std::string lock;   // the lockfile to check: the spec's, else the recipe's `verify`; empty for none
-  std::string trace;  // the spec's, else the recipe's; empty for none
+  std::string lock;              // the lockfile to check: the spec's, else the recipe's `verify`; empty for none
+  std::string trace;             // the spec's, else the recipe's; empty for none
+  bool trace_overwrite = false;  // whether `trace` may replace a file: the spec's, or the spec said overwrite
 };
 
 // Evaluates the recipe (if the source is one), resolves the settings and builds the options.

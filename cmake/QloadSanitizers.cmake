@@ -1,0 +1,23 @@
+# QLOAD_SANITIZE: the sanitizers of the checking build (tests/sanitize.sh: "address,undefined"
+# with clang), which also builds the fuzz targets.
+set(QLOAD_SANITIZE "" CACHE STRING "Build with these sanitizers, e.g. address,undefined (clang)")
+
+# clang before 19 with libstdc++ 12: clang predefines __cpp_concepts as 201907L and libstdc++
+# 12 hides std::expected below 202002L, though clang 16 compiles what <expected> needs.
+if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang" AND CMAKE_CXX_COMPILER_VERSION VERSION_LESS 19)
+  if(CMAKE_CXX_COMPILER_VERSION VERSION_LESS 16)
+    message(FATAL_ERROR "clang ${CMAKE_CXX_COMPILER_VERSION} cannot build qload (std::expected, "
+                        "std::source_location): use clang 16 or later (Debian: clang-16)")
+  endif()
+  string(APPEND CMAKE_CXX_FLAGS " -U__cpp_concepts -D__cpp_concepts=202002L")
+endif()
+
+if(QLOAD_SANITIZE)
+  foreach(lang C CXX)
+    string(APPEND CMAKE_${lang}_FLAGS
+           " -fsanitize=${QLOAD_SANITIZE} -fno-omit-frame-pointer -fno-sanitize-recover=undefined")
+  endforeach()
+  foreach(kind EXE SHARED MODULE)
+    string(APPEND CMAKE_${kind}_LINKER_FLAGS " -fsanitize=${QLOAD_SANITIZE}")
+  endforeach()
+endif()
