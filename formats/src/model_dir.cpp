@@ -75,7 +75,11 @@ Status read_model_config(const std::string& resolved_path, Catalog& catalog) {
   std::error_code ec;
   if (!fs::exists(resolved_path, ec)) return {};
   QLOAD_ASSIGN_OR_RETURN(const std::vector<std::byte> bytes, read_small_file(resolved_path, kMaxConfigBytes));
-  std::string text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  return set_model_config(std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size()), resolved_path,
+                          catalog);
+}
+
+Status set_model_config(std::string text, const std::string& resolved_path, Catalog& catalog) {
   QLOAD_ASSIGN_OR_RETURN(const nlohmann::json config, parse_strict_json_object(text, resolved_path));
   const auto quant = config.find("quantization_config");
   if (quant != config.end() && !quant->is_null()) {

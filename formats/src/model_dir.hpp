@@ -37,5 +37,7 @@ bool has_safetensors_files(const std::filesystem::path& dir);
 // must be a JSON object of at most kMaxConfigBytes; `resolved_path` is where it may be read
 // from (already checked to be inside the model directory).
 Status read_model_config(const std::string& resolved_path, Catalog& catalog);
+// The same over config.json's text (`resolved_path` labels errors): the fuzzing entry point.
+Status set_model_config(std::string text, const std::string& resolved_path, Catalog& catalog);
 
 }  // namespace qload::formats

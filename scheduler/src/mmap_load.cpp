@@ -5,10 +5,35 @@
 #include "load_internal.hpp"
 #include "qload/io/digest.hpp"
 #include "qload/io/input_file.hpp"
+#include "qload/runtime/mapping_fault_guard.hpp"
 #include "qload/scheduler/executor.hpp"
 
 namespace qload::scheduler::detail {
 namespace {
+
+std::uint64_t file_offset_of(const Plan& plan, const TensorPlacement& p) {
+  return p.region == kNoRegion ? 0 : plan.mappings[p.region].offset + p.offset;
+}
+
+// XXH3-64 of tensor t's mapped bytes; a file truncated under the mapping is an error naming it
+// (a SIGBUS otherwise).
+Status hash_mapped(const formats::Catalog& catalog, std::uint32_t t, const std::byte* data, std::uint64_t file_offset,
+                   std::uint64_t& digest) {
+  const formats::TensorEntry& entry = catalog.tensors[t];
+  struct Hash {
+    std::span<const std::byte> bytes;
+    std::uint64_t digest;
+  } hash{{data, static_cast<std::size_t>(entry.nbytes)}, 0};
+  QLOAD_TRY(guarded_mapped_read(
+      hash.bytes, catalog.files[entry.file].path, file_offset,
+      [](void* context) {
+        auto* h = static_cast<Hash*>(context);
+        h->digest = io::xxh3_64(h->bytes);
+      },
+      &hash));
+  digest = hash.digest;
+  return {};
+}
 
 // One verify task per tensor, in file order (the mappings were asked to read ahead).
 TaskGraph build_verify_graph(const formats::Catalog& catalog, const Plan& plan,
@@ -24,8 +49,8 @@ TaskGraph build_verify_graph(const formats::Catalog& catalog, const Plan& plan,
            .name = entry.name,
            .priority = t,  // catalog order is file order
            .bytes = entry.nbytes,
-           .work = CpuWork{[&catalog, &expected, &digests, t, data] {
-             digests[t] = io::xxh3_64({data, static_cast<std::size_t>(catalog.tensors[t].nbytes)});
+           .work = CpuWork{[&catalog, &expected, &digests, t, data, file_offset = file_offset_of(plan, p)]() -> Status {
+             QLOAD_TRY(hash_mapped(catalog, t, data, file_offset, digests[t]));
              return check_digest(catalog, t, digests[t], expected[t]);
            }},
            .claims = {{cpu, 1}}});

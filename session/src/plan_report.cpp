@@ -1,6 +1,11 @@
 #include "qload/session/plan_report.hpp"
 
+#include <iterator>
 #include <string>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
 
 #include "qload/io/digest.hpp"
 #include "qload/scripts/lockfile.hpp"
@@ -31,58 +36,69 @@ std::string device_of(const scheduler::Plan& plan, std::uint32_t region) {
   return arena.shared ? "relay" : arena.scratch ? "scratch" : arena.device.to_string();
 }
 
-}  // namespace
+// The plan hash's text: compact, nlohmann's escaping, invalid UTF-8 replaced.
+std::string canonical(const json& value) {
+  return value.dump(-1, ' ', false, json::error_handler_t::replace);
+}
 
-json plan_json(const formats::Catalog& catalog, const scheduler::Plan& plan) {
-  json arenas = json::array();
-  for (const scheduler::ArenaPlan& a : plan.arenas)
-    arenas.push_back({{"device", a.shared    ? "relay"
-                                 : a.scratch ? "scratch"
-                                             : a.device.to_string()},
-                      {"bytes", a.bytes}});
-  // Which decode job reads each stored tensor.
-  std::vector<std::string> consumed_by(catalog.tensors.size());
-  json decodes = json::array();
-  for (const scheduler::DecodeJob& job : plan.decodes) {
+// The pieces of plan_json, built one at a time so plan_hash can stream a plan of millions of
+// tensors without holding its whole document (a DOM costs kilobytes per tensor).
+class PlanPieces {
+ public:
+  PlanPieces(const formats::Catalog& catalog, const scheduler::Plan& plan) : catalog_(catalog), plan_(plan) {
+    for (const formats::CatalogFile& f : catalog.files) files_.push_back(scripts::path_in_checkpoint(catalog, f.path));
+    consumed_by_.resize(catalog.tensors.size());
+    for (const scheduler::DecodeJob& job : plan.decodes)
+      for (const std::uint32_t i : job.inputs) consumed_by_[i] = decode_kind(job.kind) + " " + job.outputs.front().name;
+  }
+
+  json arenas() const {
+    json arenas = json::array();
+    for (const scheduler::ArenaPlan& a : plan_.arenas)
+      arenas.push_back({{"device", a.shared    ? "relay"
+                                   : a.scratch ? "scratch"
+                                               : a.device.to_string()},
+                        {"bytes", a.bytes}});
+    return arenas;
+  }
+
+  json decode(const scheduler::DecodeJob& job) const {
     json outputs = json::array();
     for (const scheduler::DecodeOutput& o : job.outputs)
       outputs.push_back({{"name", o.name},
                          {"dtype", std::string(dtype_name(o.dtype))},
                          {"shape", shape_json(o.shape)},
-                         {"device", device_of(plan, o.region)},
+                         {"device", device_of(plan_, o.region)},
                          {"offset", o.offset},
                          {"bytes", o.bytes}});
     json inputs = json::array();
-    for (const std::uint32_t i : job.inputs) {
-      inputs.push_back(catalog.tensors[i].name);
-      consumed_by[i] = decode_kind(job.kind) + " " + job.outputs.front().name;
-    }
+    for (const std::uint32_t i : job.inputs) inputs.push_back(catalog_.tensors[i].name);
     json entry = {{"kind", decode_kind(job.kind)}, {"inputs", inputs}, {"outputs", outputs}};
     if (job.kind == scheduler::DecodeJob::Kind::kQuantize)
       entry["target"] = std::string(formats::quantize_target_name(job.target));
-    decodes.push_back(std::move(entry));
+    return entry;
   }
-  json tensors = json::array();
-  for (std::size_t i = 0; i < catalog.tensors.size(); ++i) {
-    const formats::TensorEntry& t = catalog.tensors[i];
-    const scheduler::TensorPlacement& p = plan.tensors[i];
+
+  json tensor(std::size_t i) const {
+    const formats::TensorEntry& t = catalog_.tensors[i];
+    const scheduler::TensorPlacement& p = plan_.tensors[i];
     json entry = {{"name", t.name},
                   {"dtype", std::string(dtype_name(t.dtype))},
                   {"shape", shape_json(t.shape)},
-                  {"file", scripts::path_in_checkpoint(catalog, catalog.files[t.file].path)},
+                  {"file", files_[t.file]},
                   {"file_offset", t.offset},
                   {"bytes", t.nbytes}};
-    if (plan.shared_reads != scheduler::SharedReads::kNone && (p.shard_count > 0 || p.region != scheduler::kNoRegion))
+    if (plan_.shared_reads != scheduler::SharedReads::kNone && (p.shard_count > 0 || p.region != scheduler::kNoRegion))
       entry["read_by_process"] = p.reader;  // the others holding it receive it
-    if (!consumed_by[i].empty()) {
-      entry["decode"] = consumed_by[i];
+    if (!consumed_by_[i].empty()) {
+      entry["decode"] = consumed_by_[i];
     } else if (p.shard_count > 0) {  // a parallel layout: one copy per device that holds it
       json shards = json::array();
       for (std::uint32_t k = p.first_shard; k < p.first_shard + p.shard_count; ++k) {
-        const scheduler::ShardPlacement& shard = plan.shards[k];
+        const scheduler::ShardPlacement& shard = plan_.shards[k];
         json rows = json::array();
         for (const auto& [first, last] : shard.slice.rows) rows.push_back({first, last});
-        shards.push_back({{"device", device_of(plan, shard.region)},
+        shards.push_back({{"device", device_of(plan_, shard.region)},
                           {"rank", shard.rank},
                           {"split", std::string(scheduler::split_name(shard.split))},
                           {"rows", rows},
@@ -94,24 +110,134 @@ json plan_json(const formats::Catalog& catalog, const scheduler::Plan& plan) {
       }
       entry["shards"] = std::move(shards);
     } else if (p.region != scheduler::kNoRegion) {
-      entry["placed"] = {{"device", device_of(plan, p.region)},
+      entry["placed"] = {{"device", device_of(plan_, p.region)},
                          {"offset", p.offset},
                          {"dtype", std::string(dtype_name(p.dtype))},
                          {"bytes", p.bytes}};
     }
-    tensors.push_back(std::move(entry));
+    return entry;
   }
-  return {{"schema", "qload.plan/1"},
-          {"mode", std::string(scheduler::load_mode_name(plan.mode))},
-          {"tensor_alignment", plan.tensor_alignment},
-          {"arenas", arenas},
-          {"tensors", tensors},
-          {"decodes", decodes}};
+
+  // canonical(tensor(i)) appended to `out` without building the document (the hot loop of a
+  // plan hash: millions of entries). Keys in nlohmann's sorted order; strings through
+  // nlohmann's own escaping; the rare shards list still goes through a document.
+  void append_tensor(std::string& out, std::size_t i) const {
+    const formats::TensorEntry& t = catalog_.tensors[i];
+    const scheduler::TensorPlacement& p = plan_.tensors[i];
+    const auto number = [&](std::uint64_t v) { fmt::format_to(std::back_inserter(out), "{}", v); };
+    const auto string = [&](std::string_view v) { out += canonical(json(v)); };
+    const bool decoded = !consumed_by_[i].empty();
+    const bool sharded = !decoded && p.shard_count > 0;
+    const bool placed = !decoded && !sharded && p.region != scheduler::kNoRegion;
+    out += "{\"bytes\":";
+    number(t.nbytes);
+    if (decoded) {
+      out += ",\"decode\":";
+      string(consumed_by_[i]);
+    }
+    out += ",\"dtype\":";
+    string(dtype_name(t.dtype));
+    out += ",\"file\":";
+    string(files_[t.file]);
+    out += ",\"file_offset\":";
+    number(t.offset);
+    out += ",\"name\":";
+    string(t.name);
+    if (placed) {
+      out += ",\"placed\":{\"bytes\":";
+      number(p.bytes);
+      out += ",\"device\":";
+      string(device_of(plan_, p.region));
+      out += ",\"dtype\":";
+      string(dtype_name(p.dtype));
+      out += ",\"offset\":";
+      number(p.offset);
+      out += "}";
+    }
+    if (plan_.shared_reads != scheduler::SharedReads::kNone &&
+        (p.shard_count > 0 || p.region != scheduler::kNoRegion)) {
+      out += ",\"read_by_process\":";
+      number(p.reader);
+    }
+    out += ",\"shape\":[";
+    for (std::size_t d = 0; d < t.shape.rank(); ++d) {
+      if (d > 0) out += ",";
+      number(t.shape[d]);
+    }
+    out += "]";
+    if (sharded) {
+      out += ",\"shards\":";
+      out += canonical(tensor(i)["shards"]);
+    }
+    out += "}";
+  }
+
+  // The top level without its two long arrays: every key but "decodes" and "tensors".
+  json head() const {
+    return {{"schema", "qload.plan/1"},
+            {"mode", std::string(scheduler::load_mode_name(plan_.mode))},
+            {"tensor_alignment", plan_.tensor_alignment},
+            {"arenas", arenas()}};
+  }
+
+ private:
+  const formats::Catalog& catalog_;
+  const scheduler::Plan& plan_;
+  std::vector<std::string> files_;        // each file's path in the checkpoint
+  std::vector<std::string> consumed_by_;  // which decode job reads each stored tensor
+};
+
+}  // namespace
+
+json plan_json(const formats::Catalog& catalog, const scheduler::Plan& plan) {
+  const PlanPieces pieces(catalog, plan);
+  json out = pieces.head();
+  json decodes = json::array();
+  for (const scheduler::DecodeJob& job : plan.decodes) decodes.push_back(pieces.decode(job));
+  json tensors = json::array();
+  for (std::size_t i = 0; i < catalog.tensors.size(); ++i) tensors.push_back(pieces.tensor(i));
+  out["decodes"] = std::move(decodes);
+  out["tensors"] = std::move(tensors);
+  return out;
 }
 
 std::uint64_t plan_hash(const json& plan) {
-  const std::string text = plan.dump(-1, ' ', false, json::error_handler_t::replace);
+  const std::string text = canonical(plan);
   return io::xxh3_64(std::as_bytes(std::span(text)));
+}
+
+std::uint64_t plan_hash(const formats::Catalog& catalog, const scheduler::Plan& plan) {
+  // Exactly the bytes of canonical(plan_json(...)): nlohmann orders object keys, so the top
+  // level reads arenas, decodes, mode, schema, tensor_alignment, tensors. The head is dumped
+  // with its "decodes" and "tensors" slots empty and the arrays streamed into those slots.
+  const PlanPieces pieces(catalog, plan);
+  json head = pieces.head();
+  head["decodes"] = json::array();
+  head["tensors"] = json::array();
+  const std::string text = canonical(head);
+  constexpr std::string_view kDecodes = "\"decodes\":[]";
+  constexpr std::string_view kTensors = "\"tensors\":[]";
+  const std::size_t decodes_at = text.find(kDecodes) + kDecodes.size() - 1;
+  const std::size_t tensors_at = text.find(kTensors) + kTensors.size() - 1;
+  io::Xxh3Stream hash;
+  const auto feed = [&](std::string_view bytes) { hash.update(std::as_bytes(std::span(bytes))); };
+
+  const std::string_view all(text);
+  feed(all.substr(0, decodes_at));
+  for (std::size_t i = 0; i < plan.decodes.size(); ++i) {
+    if (i > 0) feed(",");
+    feed(canonical(pieces.decode(plan.decodes[i])));
+  }
+  feed(all.substr(decodes_at, tensors_at - decodes_at));
+  std::string entry;
+  for (std::size_t i = 0; i < catalog.tensors.size(); ++i) {
+    entry.clear();
+    if (i > 0) entry += ",";
+    pieces.append_tensor(entry, i);
+    feed(entry);
+  }
+  feed(all.substr(tensors_at));
+  return hash.digest64();
 }
 
 }  // namespace qload::session

@@ -157,7 +157,7 @@ Result<ResolvedSettings> resolve_settings(const std::string& source, const std::
 Result<PlannedLoad> plan_request(LoadRequest request) {
   QLOAD_ASSIGN_OR_RETURN(formats::Catalog catalog, scheduler::open_source(request.source));
   QLOAD_ASSIGN_OR_RETURN(scheduler::Plan plan, scheduler::make_plan(catalog, request.options.plan));
-  const std::uint64_t hash = plan_hash(plan_json(catalog, plan));
+  const std::uint64_t hash = plan_hash(catalog, plan);
   return PlannedLoad{
       .request = std::move(request), .catalog = std::move(catalog), .plan = std::move(plan), .plan_hash = hash};
 }

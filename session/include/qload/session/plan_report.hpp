@@ -18,5 +18,7 @@ namespace qload::session {
 nlohmann::json plan_json(const formats::Catalog& catalog, const scheduler::Plan& plan);
 // XXH3-64 of the plan's canonical JSON text (plan_json dumped without indentation).
 std::uint64_t plan_hash(const nlohmann::json& plan);
+// The same hash, streamed: memory for one tensor's entry at a time, not the whole plan's.
+std::uint64_t plan_hash(const formats::Catalog& catalog, const scheduler::Plan& plan);
 
 }  // namespace qload::session

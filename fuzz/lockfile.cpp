@@ -1,0 +1,11 @@
+// libFuzzer target: lockfile text (qload.lock/1).
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "qload/scripts/lockfile.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  (void)qload::scripts::parse_lockfile(std::string_view(reinterpret_cast<const char*>(data), size), "fuzz.lock");
+  return 0;
+}

@@ -1,0 +1,104 @@
+// A file truncated under a mapping: a guarded read becomes kFileChanged naming the file and
+// offset; a fault outside any guarded read still kills the process as before.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+
+#include <csignal>
+#include <cstdint>
+#include <span>
+#include <thread>
+#include <vector>
+
+#include "qload/runtime/mapped_region.hpp"
+#include "qload/runtime/mapping_fault_guard.hpp"
+#include "qload/runtime/unique_fd.hpp"
+#include "support/scratch.hpp"
+
+using namespace qload;
+
+namespace {
+
+struct Sum {
+  std::span<const std::byte> bytes;
+  std::uint64_t total = 0;
+};
+
+void sum_bytes(void* context) {
+  auto* s = static_cast<Sum*>(context);
+  for (const std::byte b : s->bytes) s->total += static_cast<std::uint8_t>(b);
+}
+
+}  // namespace
+
+TEST_CASE("a guarded read of a mapping whose file shrank is an error naming the file and offset",
+          "[mapping_fault_guard]") {
+  testing::ScratchDir dir;
+  const std::string path = dir.file("shard.bin");
+  const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  testing::write_file(path, std::vector<std::byte>(3 * page, std::byte{1}));
+  const int raw = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  REQUIRE(raw >= 0);
+  UniqueFd fd(raw);
+  auto region = MappedRegion::map(fd.get(), 0, 3 * page, path);
+  REQUIRE(region);
+  const std::span<const std::byte> all(region->data(), 3 * page);
+
+  Sum before{all};
+  REQUIRE(guarded_mapped_read(all, path, 4096, sum_bytes, &before));
+  CHECK(before.total == 3 * page);
+
+  REQUIRE(::ftruncate(fd.get(), static_cast<off_t>(page)) == 0);
+  Sum first_page{all.first(page)};
+  REQUIRE(guarded_mapped_read(first_page.bytes, path, 4096, sum_bytes, &first_page));  // still inside the file
+  CHECK(first_page.total == page);
+
+  // Again and from several threads at once: the handler stays installed and per-thread.
+  std::vector<std::thread> threads;
+  std::vector<int> failed(4, 0);
+  for (int i = 0; i < 4; ++i)
+    threads.emplace_back([&, i] {
+      for (int k = 0; k < 3; ++k) {
+        Sum s{all};
+        auto status = guarded_mapped_read(all, path, 4096, sum_bytes, &s);
+        if (!status && status.error().code() == Errc::kFileChanged && status.error().file() == path &&
+            status.error().offset() == 4096 + page)
+          ++failed[static_cast<std::size_t>(i)];
+      }
+    });
+  for (std::thread& t : threads) t.join();
+  CHECK(failed == std::vector<int>(4, 3));
+
+  Sum after{all};
+  auto status = guarded_mapped_read(all, path, 4096, sum_bytes, &after);
+  REQUIRE_FALSE(status);
+  CHECK_THAT(status.error().to_string(), Catch::Contains("shrank while qload read it"));
+}
+
+TEST_CASE("a fault outside a guarded read still takes the default action", "[mapping_fault_guard]") {
+  testing::ScratchDir dir;
+  const std::string path = dir.file("shard.bin");
+  const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  testing::write_file(path, std::vector<std::byte>(2 * page, std::byte{1}));
+  const int raw = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  REQUIRE(raw >= 0);
+  UniqueFd fd(raw);
+  auto region = MappedRegion::map(fd.get(), 0, 2 * page, path);
+  REQUIRE(region);
+  Sum warm{{region->data(), page}};
+  REQUIRE(guarded_mapped_read(warm.bytes, path, 0, sum_bytes, &warm));  // installs the handler
+  REQUIRE(::ftruncate(fd.get(), static_cast<off_t>(page)) == 0);
+
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    Sum s{{region->data(), 2 * page}};
+    sum_bytes(&s);  // unguarded: must die by SIGBUS, not be swallowed
+    ::_exit(static_cast<int>(s.total % 7));  // uses the sum, so the reads happen
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  CHECK(WIFSIGNALED(status));
+  if (WIFSIGNALED(status)) CHECK(WTERMSIG(status) == SIGBUS);
+}

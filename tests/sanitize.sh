@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The checking build: the whole test suite under AddressSanitizer + UndefinedBehaviorSanitizer
+# (clang 16, into build-asan/), then every libFuzzer target for FUZZ_SECONDS (default 30) each.
+# Any sanitizer report fails the test that hit it; a fuzz crash prints its reproducer.
+# CUDA is off here (no GPU in CI); ccache keeps rebuilds cheap.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${ASAN_BUILD_DIR:-build-asan}
+launcher=()
+command -v ccache >/dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+CC=clang-16 CXX=clang++-16 cmake -S . -B "$build" -G Ninja "${launcher[@]}" \
+  -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG="-g -O1" -DCMAKE_CXX_FLAGS_DEBUG="-g -O1" \
+  -DQLOAD_CUDA=OFF -DQLOAD_BUILD_BENCH=OFF -DQLOAD_SANITIZE=address,undefined -DQLOAD_FUZZ=ON >/dev/null
+cmake --build "$build" --parallel "${JOBS:-$(nproc)}"
+
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:detect_stack_use_after_return=1:strict_string_checks=1:check_initialization_order=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+ctest --test-dir "$build" --output-on-failure -j"${JOBS:-$(nproc)}"
+fuzz/run.sh "${FUZZ_SECONDS:-30}" "$build"
+echo "sanitize: the test suite and the fuzz targets ran clean under ASan + UBSan"
