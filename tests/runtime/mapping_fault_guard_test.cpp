@@ -94,7 +94,7 @@ TEST_CASE("a fault outside a guarded read still takes the default action", "[map
   REQUIRE(child >= 0);
   if (child == 0) {
     Sum s{{region->data(), 2 * page}};
-    sum_bytes(&s);  // unguarded: must die by SIGBUS, not be swallowed
+    sum_bytes(&s);                           // unguarded: must die by SIGBUS, not be swallowed
     ::_exit(static_cast<int>(s.total % 7));  // uses the sum, so the reads happen
   }
   int status = 0;
