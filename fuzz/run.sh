@@ -11,9 +11,9 @@ build=${2:-build-asan}
 work=${FUZZ_WORK:-$build/fuzz-work}
 mkdir -p "$work/artifacts"
 
-declare -A dict=([safetensors_header]=json [index_json]=json [model_config]=json [lockfile]=json [recipe]=lua)
+declare -A dict=([safetensors_header]=json [index_json]=json [model_config]=json [lockfile]=json [recipe]=lua [cli_args]=cli)
 failed=()
-for target in safetensors_header index_json model_config lockfile recipe; do
+for target in safetensors_header index_json model_config lockfile recipe cli_args; do
   bin="$build/fuzz/fuzz_$target"
   [ -x "$bin" ] || { echo "fuzz: $bin is not built (configure with -DQLOAD_FUZZ=ON)" >&2; exit 2; }
   mkdir -p "$work/corpus/$target"

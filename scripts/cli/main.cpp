@@ -1,153 +1,16 @@
-// qload command line: parses arguments (CLI11) and dispatches to one subcommand.
-#include <CLI/CLI.hpp>
-
+// qload command line: parses arguments (CLI11) and runs one subcommand (command_line.hpp).
 #include <cstdio>
 
-#include <fmt/format.h>
-#include <fmt/ranges.h>
-
-#include "commands.hpp"
+#include "command_line.hpp"
 
 int main(int argc, char** argv) {
-  CLI::App app{"qload: fast, verified loading of deep-learning checkpoints"};
-  app.require_subcommand(0, 1);
-  bool show_version = false;
-  app.add_flag("--version", show_version, "Print the version and build features");
-
-  qload::cli::VersionArgs version_args;
-  auto* version = app.add_subcommand("version", "Print the version, build features and what this machine offers");
-  version->add_flag("--json", version_args.json, "One JSON object on stdout");
-
-  qload::cli::SelfTestArgs selftest_args;
-  auto* selftest = app.add_subcommand("selftest", "Check every I/O engine against a file of known bytes");
-  selftest->add_option("--dir", selftest_args.directory, "Directory for the scratch file (default $TMPDIR or /tmp)");
-  selftest->add_option("--bytes", selftest_args.bytes, "Size of the scratch file in bytes");
-  selftest->add_flag("--json", selftest_args.json, "One JSON object on stdout");
-
-  qload::cli::InspectArgs inspect_args;
-  auto* inspect = app.add_subcommand("inspect", "Format, files, tensor table, metadata and quantization config");
-  inspect->add_option("path", inspect_args.path, "Checkpoint: directory, .safetensors file or index json")->required();
-  inspect->add_flag("--json", inspect_args.json, "One JSON object on stdout");
-
-  qload::cli::SynthArgs synth_args;
-  auto& so = synth_args.options;
-  auto* synth = app.add_subcommand("synth", "Write a deterministic llama-shaped checkpoint (tests, demos, benchmarks)");
-  synth->add_option("out", synth_args.out, "Output directory")->required();
-  synth->add_option("--layers", so.layers, "Decoder layers")->capture_default_str();
-  synth->add_option("--hidden", so.hidden, "Hidden size")->capture_default_str();
-  synth->add_option("--intermediate", so.intermediate, "MLP intermediate size")->capture_default_str();
-  synth->add_option("--vocab", so.vocab, "Vocabulary size")->capture_default_str();
-  synth->add_option("--heads", so.heads, "Attention heads")->capture_default_str();
-  synth->add_option("--kv-heads", so.kv_heads, "Key/value heads")->capture_default_str();
-  synth->add_option("--shards", so.shards, "Number of safetensors files")->capture_default_str();
-  synth->add_option("--dtype", synth_args.dtype, "bf16, f16 or f32")->capture_default_str();
-  synth->add_option("--seed", so.seed, "Seed of the deterministic values")->capture_default_str();
-  synth->add_option(
-      "--quant", so.quant,
-      fmt::format("Write the linear weights quantized: {}", fmt::join(qload::session::kSynthQuantNames, ", ")));
-
-  // What to load and how: shared by load, plan and lock (a recipe's settings are the defaults).
-  const auto add_load_options = [](CLI::App* cmd, qload::cli::LoadArgs& a) {
-    cmd->add_option("path", a.spec.source, "Checkpoint (directory, .safetensors, index json) or recipe (.lua)")
-        ->required();
-    cmd->add_option("--device,--devices", a.spec.devices,
-                    "Destination device(s), comma-separated: cpu, cpu:N, cuda:N, cuda:local (LOCAL_RANK's GPU) "
-                    "(default cpu, or the recipe's). Under WORLD_SIZE > 1 (torchrun), this process's devices of "
-                    "the layout (docs/parallel.md)");
-    cmd->add_option("--placement", a.spec.placement, "With several devices: round-robin (default) or by-layer");
-    cmd->add_option("--dtype", a.spec.dtype, "Convert floating tensors (f16/bf16/f32) to bf16, f16 or f32 on load");
-    cmd->add_option("--dequantize", a.spec.dequantize, "Dequantize quantized weights to bf16, f16 or f32");
-    cmd->add_option("--quantize", a.spec.quantize,
-                    "Quantize linear weights on load: fp8[:per-tensor|per-channel|block] or int8");
-    cmd->add_flag("--repack", a.spec.repack,
-                  "Repack GPTQ v1 / AWQ GEMM / act-order weights to GPTQ v2 with contiguous groups (<p>.perm)");
-    cmd->add_flag("--mmap", a.mmap, "Zero-copy: tensors point into read-only file mappings");
-    cmd->add_option("--tp,--tensor-parallel", a.spec.tensor_parallel,
-                    "Tensor-parallel ranks: each tensor split over them (llama-style rules; docs/parallel.md)")
-        ->check(CLI::PositiveNumber);
-    cmd->add_option("--pp,--pipeline-parallel", a.spec.pipeline_parallel, "Pipeline stages: whole layers per stage")
-        ->check(CLI::PositiveNumber);
-    cmd->add_option("--dp,--data-parallel", a.spec.data_parallel, "Data-parallel replicas")->check(CLI::PositiveNumber);
-    cmd->add_option("--set", a.set,
-                    "NAME=VALUE: any setting (qload config lists them; docs/settings.md), over the recipe and "
-                    "QLOAD_* variables; repeatable");
-    cmd->add_flag("--share-reads", a.spec.share_reads,
-                  "Under WORLD_SIZE > 1: each tensor is read by one of the processes holding it and reaches the "
-                  "others after every process has read (whole replicas: broadcast, TCP for cpu devices and NCCL "
-                  "for GPUs; tensor or pipeline shards: relayed over TCP)");
-  };
-
-  qload::cli::LoadArgs load_args;
-  auto* load = app.add_subcommand("load", "Load a checkpoint (or run a recipe) and report how it went");
-  add_load_options(load, load_args);
-  load->add_flag("--json", load_args.json, "One JSON object on stdout instead of the summary");
-  load->add_flag("--no-digests", load_args.no_digests,
-                 "Skip the per-tensor XXH3-64 digests (less CPU; nothing to check bytes against)");
-  load->add_option("--trace", load_args.spec.trace, "Write a Chrome trace (Perfetto) of the load to this file");
-  load->add_flag("--overwrite", load_args.spec.overwrite, "Let a recipe's trace replace an existing file");
-  load->add_option("--dump", load_args.dump, "Write what was loaded to DIR/<device>.safetensors");
-  load->add_option("--locked", load_args.spec.lock,
-                   "Load only if the checkpoint, recipe and plan match this lockfile (`qload lock`)");
-
-  qload::cli::LoadArgs plan_args;
-  auto* plan = app.add_subcommand("plan", "Print what a load would do (no tensor data read) and its plan hash");
-  add_load_options(plan, plan_args);
-  plan->add_flag("--json", plan_args.json, "The plan as one JSON object");
-
-  qload::cli::LockArgs lock_args;
-  auto* lock = app.add_subcommand("lock", "Write a lockfile: recipe and plan hashes, file and tensor digests");
-  add_load_options(lock, lock_args.load);
-  lock->add_option("-o,--output", lock_args.out, "The lockfile to write")->capture_default_str();
-
-  qload::cli::VerifyArgs verify_args;
-  auto* verify = app.add_subcommand("verify", "Re-hash a checkpoint (or a recipe's) against a lockfile");
-  verify->add_option("path", verify_args.path, "Checkpoint or recipe (.lua)")->required();
-  verify->add_option("--lock", verify_args.lock, "The lockfile")->required();
-  verify->add_flag("--json", verify_args.json, "One JSON object on stdout");
-
-  qload::cli::ConvertArgs convert_args;
-  auto* convert = app.add_subcommand(
-      "convert", "Load with --dequantize / --quantize / --dtype and write the result as a safetensors checkpoint");
-  convert->add_option("source", convert_args.source, "Checkpoint: directory, .safetensors file or index json")
-      ->required();
-  convert->add_option("out", convert_args.out, "Output directory (model.safetensors, config.json)")->required();
-  convert->add_option("--dtype", convert_args.dtype, "Convert floating tensors to bf16, f16 or f32");
-  convert->add_option("--dequantize", convert_args.dequantize, "Dequantize quantized weights to bf16, f16 or f32");
-  convert->add_option("--quantize", convert_args.quantize,
-                      "Quantize linear weights: fp8[:per-tensor|per-channel|block] or int8");
-
-  qload::cli::HashArgs hash_args;
-  auto* hash = app.add_subcommand(
-      "hash", "Per-file XXH3-128 (= xxhsum -H2) and per-tensor XXH3-64 of checkpoints; file digests of other files");
-  hash->add_option("paths", hash_args.paths, "Checkpoints or files")->required();
-  hash->add_option("--engine", hash_args.engine, "I/O engine: auto, uring or pread (also QLOAD_IO)");
-  hash->add_flag("--json", hash_args.json, "One JSON object on stdout");
-
-  qload::cli::ConfigArgs config_args;
-  auto* config = app.add_subcommand("config", "Every setting's effective value and where it came from");
-  config->add_option("source", config_args.path, "A recipe (.lua) whose settings count, or a checkpoint");
-  config->add_option("--set", config_args.set, "NAME=VALUE: a setting as a flag would give it; repeatable");
-  config->add_flag("--json", config_args.json, "One JSON object on stdout");
-  config->add_flag("--markdown", config_args.markdown, "The table of settings (names, types, defaults, docs)");
-
+  qload::cli::CommandLine cli;
   try {
-    app.parse(argc, argv);
+    cli.app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    if (e.get_exit_code() == 0) return cli.app.exit(e);  // --help
     std::fprintf(stderr, "qload: error: usage: %s (see qload --help)\n", e.what());
     return 64;  // sysexits EX_USAGE
   }
-  if (show_version || *version) return qload::cli::run_version(version_args);
-  if (*selftest) return qload::cli::run_selftest(selftest_args);
-  if (*hash) return qload::cli::run_hash(hash_args);
-  if (*inspect) return qload::cli::run_inspect(inspect_args);
-  if (*convert) return qload::cli::run_convert(convert_args);
-  if (*synth) return qload::cli::run_synth(synth_args);
-  if (*load) return qload::cli::run_load(load_args);
-  if (*plan) return qload::cli::run_plan(plan_args);
-  if (*lock) return qload::cli::run_lock(lock_args);
-  if (*verify) return qload::cli::run_verify(verify_args);
-  if (*config) return qload::cli::run_config(config_args);
-  std::fputs(app.help().c_str(), stdout);
-  return 0;
+  return cli.run();
 }
