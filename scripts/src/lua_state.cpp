@@ -7,6 +7,8 @@
 #include <string_view>
 #include <utility>
 
+#include "lua_pattern.hpp"
+
 namespace qload::scripts {
 
 struct LuaState::Budget {
@@ -45,22 +47,44 @@ LuaState::Budget* budget_of(lua_State* L) {
   return budget;
 }
 
+// Whether the instruction budget is spent or the deadline has passed; if so, `message` says
+// which. lua_pushfstring knows no 64-bit formats: hence snprintf into the caller's buffer.
+bool over_limits(const LuaState::Budget& budget, char* message, std::size_t size) {
+  if (budget.instructions > budget.limits.max_instructions) {
+    std::snprintf(message, size, "recipe exceeded its budget of %llu instructions",
+                  static_cast<unsigned long long>(budget.limits.max_instructions));
+    return true;
+  }
+  if (std::chrono::steady_clock::now() > budget.deadline) {
+    std::snprintf(message, size, "recipe exceeded its time limit of %lld ms",
+                  static_cast<long long>(budget.limits.max_wall_time.count()));
+    return true;
+  }
+  return false;
+}
+
 void limit_hook(lua_State* L, lua_Debug*) {
   LuaState::Budget* budget = budget_of(L);
   budget->instructions += kHookEvery;
-  // lua_pushfstring knows no 64-bit formats: format first. No C++ object may be alive when
-  // luaL_error unwinds, hence the plain buffer.
-  char message[96];
-  if (budget->instructions > budget->limits.max_instructions) {
-    std::snprintf(message, sizeof message, "recipe exceeded its budget of %llu instructions",
-                  static_cast<unsigned long long>(budget->limits.max_instructions));
-    luaL_error(L, "%s", message);
-  }
-  if (std::chrono::steady_clock::now() > budget->deadline) {
-    std::snprintf(message, sizeof message, "recipe exceeded its time limit of %lld ms",
-                  static_cast<long long>(budget->limits.max_wall_time.count()));
-    luaL_error(L, "%s", message);
-  }
+  char message[96];  // no C++ object may be alive when luaL_error unwinds
+  if (over_limits(*budget, message, sizeof message)) luaL_error(L, "%s", message);
+}
+
+// The guarded string functions' matching steps count as instructions: a pattern bomb, which
+// the hook cannot interrupt (it runs in C), meets the same limits as a loop in Lua.
+bool charge_pattern_steps(lua_State* L, std::uint64_t steps, char* message, std::size_t size) {
+  LuaState::Budget* budget = budget_of(L);
+  if (budget == nullptr) return true;
+  budget->instructions += steps;
+  return !over_limits(*budget, message, size);
+}
+const lua_pattern::Charger kPatternCharger{&charge_pattern_steps};
+
+// Replaces string.find/match/gmatch/gsub with the metered ones (lua_pattern.hpp).
+bool guard_patterns(lua_State* L) {
+  lua_pushcfunction(L, lua_pattern::open_guarded_patterns);
+  lua_pushlightuserdata(L, const_cast<lua_pattern::Charger*>(&kPatternCharger));
+  return lua_pcall(L, 1, 0, 0) == 0;
 }
 
 // Opens one standard library through a protected call (lua_call would abort on failure).
@@ -131,6 +155,7 @@ Result<LuaState> LuaState::create(const SandboxLimits& limits) {
   if (!open_lib(L, luaopen_base, "") || !open_lib(L, luaopen_string, LUA_STRLIBNAME) ||
       !open_lib(L, luaopen_table, LUA_TABLIBNAME) || !open_lib(L, luaopen_math, LUA_MATHLIBNAME))
     return fail(Errc::kInternal, "opening the Lua base libraries failed");
+  if (!guard_patterns(L)) return fail(Errc::kInternal, "installing the metered string functions failed");
   remove_unsafe_globals(L);
   luaJIT_setmode(L, 0, LUAJIT_MODE_ENGINE | LUAJIT_MODE_OFF);
   lua_pushlightuserdata(L, const_cast<char*>(&kBudgetKey));
