@@ -1,4 +1,5 @@
-// Lua 5.1 pattern matching with a step budget, and the string functions built on it.
+// Lua 5.1 pattern matching with a step budget (lua_pattern.cpp), and the string functions
+// built on it (lua_pattern_lib.cpp).
 //
 // LuaJIT's string.find/match/gmatch/gsub are C code: the sandbox's instruction hook cannot
 // fire inside them, so a pathological pattern (string.rep("a*", 30) .. "b" against a long

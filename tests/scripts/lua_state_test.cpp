@@ -1,6 +1,8 @@
 // The LuaJIT state owner: safe libraries only, protected calls, errors with file and line.
 #include <catch2/catch.hpp>
 
+#include <lua.hpp>
+
 #include "qload/scripts/lua_state.hpp"
 
 using namespace qload;
@@ -42,6 +44,25 @@ TEST_CASE("precompiled bytecode is refused", "[scripts][lua]") {
   auto r = L.eval_to_string(std::string("\x1bLJ\x02\x00", 5), "evil.lua");
   REQUIRE_FALSE(r);
   CHECK(r.error().code() == Errc::kInvalidArgument);
+
+  // Real bytecode (string.dump in a plain LuaJIT state) behind a "#!" line or a UTF-8 BOM,
+  // which a check of the first byte alone would let through to the loader.
+  lua_State* plain = luaL_newstate();
+  REQUIRE(plain != nullptr);
+  luaL_openlibs(plain);
+  REQUIRE(luaL_dostring(plain, "return string.dump(function() return 'BYTECODE_RAN' end)") == 0);
+  std::size_t length = 0;
+  const char* dumped = lua_tolstring(plain, -1, &length);
+  const std::string bytecode(dumped, length);
+  lua_close(plain);
+  REQUIRE(bytecode.starts_with("\x1bLJ"));
+  for (const std::string& chunk :
+       {bytecode, "#!/usr/bin/env luajit\n" + bytecode, "\xef\xbb\xbf" + bytecode, "\xef\xbb\xbf#!x\n" + bytecode}) {
+    auto ran = L.eval_to_string(chunk, "evil.lua");
+    REQUIRE_FALSE(ran);
+    CHECK_THAT(ran.error().to_string(), !Catch::Contains("BYTECODE_RAN"));
+    INFO(ran.error().to_string());
+  }
 }
 
 TEST_CASE("LuaJIT version is reported", "[scripts][lua]") {

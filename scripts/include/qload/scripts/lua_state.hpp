@@ -4,9 +4,11 @@
 // math libraries, minus everything that loads code or reaches outside (load*, dofile,
 // require, string.dump, getfenv/setfenv, collectgarbage, newproxy); text chunks only;
 // the JIT off, so the instruction-count hook fires everywhere (LuaJIT skips hooks inside
-// compiled traces); an instruction budget, a wall-clock deadline (a hook cannot interrupt a
-// slow C function, but fires as soon as control returns to Lua) and a memory cap through the
-// state's allocator.
+// compiled traces); an instruction budget, a wall-clock deadline and a memory cap through the
+// state's allocator. A hook cannot interrupt a C function, so the one family of C functions
+// whose time a recipe controls, Lua's pattern matching (string.find/match/gmatch/gsub), is
+// replaced by a matcher that charges its steps to the same budget (lua_pattern.hpp); the
+// other C functions' work is linear in sizes the memory cap bounds.
 #pragma once
 
 #include <chrono>
