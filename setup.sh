@@ -13,6 +13,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev libfmt-dev     # JSON, CLI parsing, formatting
   catch2 xxhash clang-format python3             # tests: Catch2 v2, xxhsum reference, style, CLI checks
   ccache                                         # rebuilds (CI keeps its cache warm)
+  clang-16 libclang-rt-16-dev                    # the checking build: ASan + UBSan, libFuzzer
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -28,6 +29,8 @@ fi
 build_dir=${BUILD_DIR:-build}
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+# Paths relative to the checkout, so clones in other folders (CI's) hit the same cache.
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
 cmake -S . -B "$build_dir" -G Ninja "${launcher[@]}" \
   -DCMAKE_BUILD_TYPE="${CMAKE_BUILD_TYPE:-RelWithDebInfo}" \
   -DQLOAD_WERROR="${QLOAD_WERROR:-ON}" \

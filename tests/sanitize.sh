@@ -8,6 +8,8 @@ cd "$(dirname "$0")/.."
 build=${ASAN_BUILD_DIR:-build-asan}
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+# Paths relative to the checkout, so clones in other folders (CI's) hit the same cache.
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
 CC=clang-16 CXX=clang++-16 cmake -S . -B "$build" -G Ninja "${launcher[@]}" \
   -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG="-g -O1" -DCMAKE_CXX_FLAGS_DEBUG="-g -O1" \
   -DQLOAD_CUDA=OFF -DQLOAD_BUILD_BENCH=OFF -DQLOAD_SANITIZE=address,undefined -DQLOAD_FUZZ=ON >/dev/null
