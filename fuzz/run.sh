@@ -20,7 +20,9 @@ for target in safetensors_header index_json model_config lockfile recipe cli_arg
   log="$work/$target.log"
   # -timeout: one input over 10 s is a hang (the recipe sandbox stops at 5 s);
   # -rss_limit_mb: qload bounds its memory, so 2 GB is a bug.
-  "$bin" "$work/corpus/$target" "fuzz/corpus/$target" -dict="fuzz/dict/${dict[$target]}.dict" \
+  seeds=("fuzz/corpus/$target")
+  [ "$target" = recipe ] && seeds+=(examples/recipes)  # the example recipes seed it too
+  "$bin" "$work/corpus/$target" "${seeds[@]}" -dict="fuzz/dict/${dict[$target]}.dict" \
     -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
     -artifact_prefix="$work/artifacts/$target-" >"$log" 2>&1
   rc=$?

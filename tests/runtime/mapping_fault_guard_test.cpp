@@ -7,6 +7,7 @@
 
 #include <csignal>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <thread>
 #include <vector>
@@ -43,19 +44,32 @@ void sum_bytes(void* context) {
   for (const std::byte b : s->bytes) s->total += static_cast<std::uint8_t>(b);
 }
 
+// A scratch file of `pages` pages of 1s, open read-write (to truncate it) and mapped whole.
+struct MappedFile {
+  explicit MappedFile(std::size_t pages) {
+    testing::write_file(path, std::vector<std::byte>(pages * page, std::byte{1}));
+    fd = UniqueFd(::open(path.c_str(), O_RDWR | O_CLOEXEC));
+    REQUIRE(fd.get() >= 0);
+    auto mapped = MappedRegion::map(fd.get(), 0, pages * page, path);
+    REQUIRE(mapped);
+    region = std::move(*mapped);
+  }
+  testing::ScratchDir dir;
+  std::string path = dir.file("shard.bin");
+  std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  UniqueFd fd;
+  std::optional<MappedRegion> region;
+};
+
 }  // namespace
 
 TEST_CASE("a guarded read of a mapping whose file shrank is an error naming the file and offset",
           "[mapping_fault_guard]") {
-  testing::ScratchDir dir;
-  const std::string path = dir.file("shard.bin");
-  const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
-  testing::write_file(path, std::vector<std::byte>(3 * page, std::byte{1}));
-  const int raw = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-  REQUIRE(raw >= 0);
-  UniqueFd fd(raw);
-  auto region = MappedRegion::map(fd.get(), 0, 3 * page, path);
-  REQUIRE(region);
+  MappedFile file(3);
+  const std::string& path = file.path;
+  const std::size_t page = file.page;
+  auto& region = file.region;
+  auto& fd = file.fd;
   const std::span<const std::byte> all(region->data(), 3 * page);
 
   Sum before{all};
@@ -90,15 +104,11 @@ TEST_CASE("a guarded read of a mapping whose file shrank is an error naming the 
 }
 
 TEST_CASE("a fault outside a guarded read still takes the default action", "[mapping_fault_guard]") {
-  testing::ScratchDir dir;
-  const std::string path = dir.file("shard.bin");
-  const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
-  testing::write_file(path, std::vector<std::byte>(2 * page, std::byte{1}));
-  const int raw = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-  REQUIRE(raw >= 0);
-  UniqueFd fd(raw);
-  auto region = MappedRegion::map(fd.get(), 0, 2 * page, path);
-  REQUIRE(region);
+  MappedFile file(2);
+  const std::string& path = file.path;
+  const std::size_t page = file.page;
+  auto& region = file.region;
+  auto& fd = file.fd;
   Sum warm{{region->data(), page}};
   REQUIRE(guarded_mapped_read(warm.bytes, path, 0, sum_bytes, &warm));  // installs the handler
   REQUIRE(::ftruncate(fd.get(), static_cast<off_t>(page)) == 0);
