@@ -14,15 +14,16 @@ int run_plan(const LoadArgs& args) {
   if (!request) return report(request.error());
   auto planned = session::plan_request(std::move(*request));
   if (!planned) return report(planned.error());
-  nlohmann::json plan = session::plan_json(planned->catalog, planned->plan);
   if (args.json) {
+    nlohmann::json plan = session::plan_json(planned->catalog, planned->plan);
     plan["plan_xxh3_64"] = fmt::format("{:016x}", planned->plan_hash);
     fmt::print("{}\n", plan.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
     return 0;
   }
   fmt::print("{:<52} {:>9} {:>12} {:<8} {:>12} {:>12} {}\n", "tensor", "file", "offset", "device", "arena off", "bytes",
              "dtype / decode");
-  for (const nlohmann::json& t : plan["tensors"]) {
+  // One entry at a time: a plan of millions of tensors prints in memory for one line.
+  const auto print_tensor = [](const nlohmann::json& t) {
     const std::string name = escape_for_terminal(t["name"].get<std::string>());
     const std::string file = escape_for_terminal(t["file"].get<std::string>());
     if (t.contains("shards")) {
@@ -40,12 +41,14 @@ int run_plan(const LoadArgs& args) {
       fmt::print("{:<52} {:>9} {:>12} {:<8} {:>12} {:>12} -> {}\n", name, file, t["file_offset"].get<std::uint64_t>(),
                  "", "", t["bytes"].get<std::uint64_t>(), t.value("decode", std::string("(no bytes)")));
     }
-  }
-  for (const nlohmann::json& d : plan["decodes"])
+  };
+  const auto print_decode = [](const nlohmann::json& d) {
     for (const nlohmann::json& o : d["outputs"])
       fmt::print("{:<52} {:>9} {:>12} {:<8} {:>12} {:>12} {} ({})\n", escape_for_terminal(o["name"].get<std::string>()),
                  "", "", o["device"].get<std::string>(), o["offset"].get<std::uint64_t>(),
                  o["bytes"].get<std::uint64_t>(), o["dtype"].get<std::string>(), d["kind"].get<std::string>());
+  };
+  session::for_each_plan_entry(planned->catalog, planned->plan, print_tensor, print_decode);
   const scheduler::Plan& p = planned->plan;
   fmt::print("plan: {} tensors, {} stored, {} placed, {} decode jobs over {} arena(s); plan hash {}\n",
              planned->catalog.tensors.size(), format_bytes(p.tensor_bytes), format_bytes(p.placed_bytes),

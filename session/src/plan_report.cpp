@@ -201,6 +201,14 @@ json plan_json(const formats::Catalog& catalog, const scheduler::Plan& plan) {
   return out;
 }
 
+void for_each_plan_entry(const formats::Catalog& catalog, const scheduler::Plan& plan,
+                         const std::function<void(const json&)>& tensor,
+                         const std::function<void(const json&)>& decode) {
+  const PlanPieces pieces(catalog, plan);
+  for (std::size_t i = 0; i < catalog.tensors.size(); ++i) tensor(pieces.tensor(i));
+  for (const scheduler::DecodeJob& job : plan.decodes) decode(pieces.decode(job));
+}
+
 std::uint64_t plan_hash(const json& plan) {
   const std::string text = canonical(plan);
   return io::xxh3_64(std::as_bytes(std::span(text)));

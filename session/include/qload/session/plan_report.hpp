@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include <nlohmann/json.hpp>
 
@@ -16,6 +17,11 @@
 namespace qload::session {
 
 nlohmann::json plan_json(const formats::Catalog& catalog, const scheduler::Plan& plan);
+// plan_json's "tensors" entries, then its "decodes" entries, one at a time and in order, without
+// holding the whole document (a plan of millions of tensors printed as text).
+void for_each_plan_entry(const formats::Catalog& catalog, const scheduler::Plan& plan,
+                         const std::function<void(const nlohmann::json&)>& tensor,
+                         const std::function<void(const nlohmann::json&)>& decode);
 // XXH3-64 of the plan's canonical JSON text (plan_json dumped without indentation).
 std::uint64_t plan_hash(const nlohmann::json& plan);
 // The same hash, streamed: memory for one tensor's entry at a time, not the whole plan's.
