@@ -4,6 +4,7 @@
 # into the tree. A crash, leak or timeout keeps the reproducer in FUZZ_WORK/artifacts, prints
 # it (base64) and fails the run after every target had its turn.
 #   fuzz/run.sh SECONDS [BUILD_DIR]   (BUILD_DIR: a QLOAD_FUZZ=ON build, default build-asan)
+#   FUZZ_TARGETS="recipe lockfile" fuzz/run.sh 600   (some of them; run two at once on two cores)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:?usage: fuzz/run.sh SECONDS [BUILD_DIR]}
@@ -13,7 +14,8 @@ mkdir -p "$work/artifacts"
 
 declare -A dict=([safetensors_header]=json [index_json]=json [model_config]=json [lockfile]=json [recipe]=lua [cli_args]=cli)
 failed=()
-for target in safetensors_header index_json model_config lockfile recipe cli_args; do
+read -r -a targets <<<"${FUZZ_TARGETS:-safetensors_header index_json model_config lockfile recipe cli_args}"
+for target in "${targets[@]}"; do
   bin="$build/fuzz/fuzz_$target"
   [ -x "$bin" ] || { echo "fuzz: $bin is not built (configure with -DQLOAD_FUZZ=ON)" >&2; exit 2; }
   mkdir -p "$work/corpus/$target"
