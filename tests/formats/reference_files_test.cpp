@@ -39,9 +39,9 @@ const std::vector<ExpectedTensor>& expected_tensors() {
   return table;
 }
 
-// Beside this source file; CMake compiles sources by absolute path.
+// tests/formats/data, as CMake says.
 fs::path data_dir() {
-  const fs::path dir = fs::path(__FILE__).parent_path() / "data";
+  const fs::path dir = QLOAD_TEST_FORMATS_DATA;
   REQUIRE(fs::is_directory(dir));
   return dir;
 }
