@@ -8,22 +8,16 @@
 
 #include <nlohmann/json.hpp>
 
-#include "qload/scripts/synth.hpp"
 #include "qload/session/plan_report.hpp"
 #include "qload/session/request.hpp"
 #include "support/scratch.hpp"
+#include "support/small_llama.hpp"
 
 using namespace qload;
 
 TEST_CASE("session: the streamed plan hash equals the hash of the whole plan document", "[session][plan]") {
   testing::ScratchDir dir;
-  scripts::SynthOptions o;
-  o.layers = 2;
-  o.hidden = 128;
-  o.intermediate = 352;
-  o.vocab = 300;
-  const std::string model = dir.file("m");
-  REQUIRE(scripts::synthesize(model, o));
+  const std::string model = testing::small_llama(dir);
 
   std::vector<session::LoadSpec> specs(5, session::LoadSpec{.source = model});
   specs[1].dtype = "f32";

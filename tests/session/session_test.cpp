@@ -7,26 +7,14 @@
 #include "qload/formats/catalog.hpp"
 #include "qload/io/digest.hpp"
 #include "qload/scheduler/load.hpp"
-#include "qload/scripts/synth.hpp"
 #include "qload/session/load.hpp"
 #include "support/scratch.hpp"
+#include "support/small_llama.hpp"
 
 using namespace qload;
 using namespace qload::testing;
 
 namespace {
-
-std::string synth(const ScratchDir& dir) {
-  scripts::SynthOptions o;
-  o.layers = 2;
-  o.hidden = 128;
-  o.intermediate = 352;
-  o.vocab = 300;
-  const std::string out = dir.file("m");
-  const auto made = scripts::synthesize(out, o);
-  if (!made) FAIL(made.error().to_string());
-  return out;
-}
 
 void write_text(const std::string& path, const std::string& text) {
   std::ofstream(path) << text;
@@ -46,7 +34,7 @@ std::vector<std::byte> stored_bytes(const formats::Catalog& catalog, const forma
 
 TEST_CASE("session: a load through the session layer holds the checkpoint's bytes", "[session]") {
   ScratchDir dir;
-  const std::string model_dir = synth(dir);
+  const std::string model_dir = small_llama(dir);
   auto loaded = session::load({.source = model_dir}, Logger{});
   if (!loaded) FAIL(loaded.error().to_string());
   auto catalog = scheduler::open_source(model_dir);
@@ -66,7 +54,7 @@ TEST_CASE("session: a load through the session layer holds the checkpoint's byte
 
 TEST_CASE("session: settings from the recipe, the environment and the spec, in that order", "[session]") {
   ScratchDir dir;
-  synth(dir);
+  small_llama(dir);
   write_text(dir.file("r.lua"),
              "return qload.recipe { source = 'm', io = { chunk = '1MiB', staging = '2MiB' },\n"
              "  settings = { cpu_workers = 1, reads_in_flight = 3 } }\n");
@@ -92,7 +80,7 @@ TEST_CASE("session: settings from the recipe, the environment and the spec, in t
 
 TEST_CASE("session: what a recipe loads cannot be contradicted, and a bad request loads nothing", "[session]") {
   ScratchDir dir;
-  synth(dir);
+  small_llama(dir);
   write_text(dir.file("r.lua"), "return qload.recipe { source = 'm', devices = 'cpu', verify = 'a.lock' }\n");
   auto devices = session::build_request({.source = dir.file("r.lua"), .devices = "cpu:1"}, Logger{});
   REQUIRE_FALSE(devices);
