@@ -223,6 +223,8 @@ std::string validate(lua_State* L) {
 // qload.recipe{...}: validates at the call site (so errors carry the recipe's file:line)
 // and marks the table as a recipe.
 int l_recipe(lua_State* L) {
+  // A hook calling qload.recipe at plan time: the parse (and its context) is over.
+  if (context_of(L) == nullptr) return luaL_error(L, "qload.recipe may be called only while the recipe file runs");
   char message[512] = {};
   {
     const std::string text = validate(L);

@@ -57,6 +57,16 @@ TEST_CASE("recipe rules that name no tensors, or cut a name at a NUL, are refuse
   }
 }
 
+TEST_CASE("a hook that calls qload.recipe at plan time gets an error, not a crash", "[scripts][recipe][hostile]") {
+  // Found by fuzz/recipe (a null context dereference); the reproducer is in fuzz/corpus/recipe.
+  auto r = scripts::parse_recipe(
+      "return qload.recipe { source = 'm', quant = function(name) return qload.recipe 'x' end }", "r.lua");
+  if (!r) FAIL(r.error().to_string());
+  auto policy = r->weight_policy("model.layers.0.mlp.up_proj.weight");
+  REQUIRE_FALSE(policy);
+  CHECK_THAT(policy.error().to_string(), Catch::Contains("qload.recipe may be called only while the recipe file runs"));
+}
+
 TEST_CASE("a recipe's trace stays inside the recipe's folder", "[scripts][recipe][hostile]") {
   for (const char* trace : {"/etc/cron.d/x", "../x.json", "out/../../x.json", ""}) {
     INFO(trace);
