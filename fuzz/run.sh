@@ -22,6 +22,7 @@ for target in "${targets[@]}"; do
   log="$work/$target.log"
   # -timeout: one input over 10 s is a hang (the recipe sandbox stops at 5 s);
   # -rss_limit_mb: qload bounds its memory, so 2 GB is a bug.
+  started=$SECONDS
   seeds=("fuzz/corpus/$target")
   [ "$target" = recipe ] && seeds+=(examples/recipes)  # the example recipes seed it too
   "$bin" "$work/corpus/$target" "${seeds[@]}" -dict="fuzz/dict/${dict[$target]}.dict" \
@@ -29,7 +30,7 @@ for target in "${targets[@]}"; do
     -artifact_prefix="$work/artifacts/$target-" >"$log" 2>&1
   rc=$?
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
-  echo "fuzz: $target: ${runs:-?} executions in ${seconds}s, exit $rc"
+  echo "fuzz: $target: ${runs:-?} executions in $((SECONDS - started))s, exit $rc"
   if [ "$rc" -ne 0 ]; then
     failed+=("$target")
     grep -m1 -A30 "^==[0-9]*==ERROR\|^SUMMARY\|deadly signal\|timeout after" "$log" >&2 || tail -40 "$log" >&2
