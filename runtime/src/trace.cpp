@@ -94,7 +94,8 @@ Status TraceRecorder::write(const std::string& path, bool overwrite) const {
     const int err = errno;
     ::unlink(tmp.c_str());
     if (err == EEXIST)
-      return fail(Error(Errc::kInvalidArgument, "trace file exists; qload does not overwrite it unless told to")
+      return fail(Error(Errc::kInvalidArgument,
+                        "trace file exists; qload replaces a recipe's trace only when told to (qload load --overwrite)")
                       .with_file(path));
     return fail(Error::from_errno(err, "rename trace file").with_file(path));
   }

@@ -1,6 +1,7 @@
 // From a client's LoadSpec to a planned, lock-checked load: recipe, settings, options, plan,
 // and the checks a lock makes before any tensor byte is read.
 #include <cstdlib>
+#include <filesystem>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -63,6 +64,11 @@ Result<LoadRequest> build_request(const LoadSpec& spec, const Logger& log) {
   req.lock = !spec.lock.empty() ? spec.lock : verify.value_or("");
   req.trace = !spec.trace.empty() ? spec.trace : (req.recipe ? req.recipe->trace.value_or("") : "");
   req.trace_overwrite = !spec.trace.empty() || spec.overwrite;
+  // Refused before anything loads (the write itself refuses too, for a file made meanwhile).
+  if (std::error_code ec; !req.trace_overwrite && !req.trace.empty() && std::filesystem::exists(req.trace, ec))
+    return fail(Error(Errc::kInvalidArgument,
+                      "the recipe's trace file exists; qload replaces it only when told to (qload load --overwrite)")
+                    .with_file(req.trace));
   // "cuda:local": the GPU of this process's LOCAL_RANK (one process per GPU under torchrun,
   // which gives every process the same arguments).
   if (const std::size_t at = devices.find("cuda:local"); at != std::string::npos)

@@ -104,4 +104,13 @@ expect_fail 64 "not a regular file" "$qload" verify m --lock .
 mkfifo lock.fifo
 expect_fail 64 "not a regular file" "$qload" verify m --lock lock.fifo
 expect_fail 66 "nope.lock" "$qload" load r.lua --locked nope.lock
+
+# A recipe's trace: written once; a second load is refused before it reads anything, unless
+# --overwrite; a path outside the recipe's folder is refused.
+echo 'return qload.recipe { source = "m", trace = "t.json" }' > traced.lua
+"$qload" load traced.lua > /dev/null
+expect_fail 64 "the recipe's trace file exists" "$qload" load traced.lua
+"$qload" load traced.lua --overwrite > /dev/null
+echo 'return qload.recipe { source = "m", trace = "../t.json" }' > escaping.lua
+expect_fail 64 "must be a relative path inside the recipe's folder" "$qload" load escaping.lua
 echo "lock: plans are stable; locks pass on the same files anywhere and refuse every change"
