@@ -9,7 +9,11 @@
 //     streams, the way qload's staging slots feed the device; the gap to the one-copy number
 //     is what per-copy overhead costs a load,
 //   - pageable, one copy: for reference, the same copy from memory that is not registered
-//     (the driver stages it through its own pinned buffers, as a naive loader's copies are).
+//     (the driver stages it through its own pinned buffers, as a naive loader's copies are);
+//   - host writes: one memcpy of the buffer by the CPU into the registered buffer, into
+//     cudaHostAlloc'd memory and into an unregistered buffer. A load reads files into pinned staging,
+//     so if registering memory makes CPU writes to it slow (an uncached mapping, as some
+//     virtual machines give), every load is held to that rate whatever the PCIe link does.
 //
 // Each is timed with a steady clock around the enqueue and an event wait, --repeat times; the
 // best run counts (single runs on a shared machine scatter). GB/s = 10^9 bytes/s. After the
@@ -20,6 +24,8 @@
 // configuration; without a GPU it prints "no GPU: <reason>" and exits 69 (EX_UNAVAILABLE).
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -27,7 +33,11 @@
 #include <fstream>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
+
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
@@ -37,6 +47,7 @@
 #include "qload/runtime/cuda_memory.hpp"
 #include "qload/runtime/error.hpp"
 #include "qload/runtime/host_buffer.hpp"
+#include "qload/runtime/unique_fd.hpp"
 #include "qload/runtime/units.hpp"
 
 namespace qload::bench {
@@ -55,6 +66,7 @@ struct Options {
   std::size_t bytes = 0;  // --size, parsed
   unsigned repeat = 5;
   std::string json;
+  std::string read_file;  // --read-file: also time reading it into registered and pageable memory
 };
 
 // Everything the measurements share. Members are destroyed in reverse order of declaration,
@@ -67,6 +79,8 @@ struct Context {
   cuda::MemoryInfo memory;  // before our allocation
   HostBuffer pinned_host;
   HostBuffer pageable_host;
+  HostBuffer pageable_target;            // for the host-write rows
+  cuda::PinnedHostBuffer driver_pinned;  // cudaHostAlloc'd, for the host-write rows
   cuda::HostRegistration registration;
   cuda::DeviceBuffer device_buffer;
   std::array<cuda::Stream, kStreams> streams;
@@ -108,9 +122,12 @@ Result<Context> make_context(const Options& o, std::size_t bytes) {
   QLOAD_ASSIGN_OR_RETURN(ctx.pageable_host, HostBuffer::allocate(bytes, kHugePage));
   fill_pattern(ctx.pinned_host.data(), bytes);
   std::memcpy(ctx.pageable_host.data(), ctx.pinned_host.data(), bytes);
+  QLOAD_ASSIGN_OR_RETURN(ctx.pageable_target, HostBuffer::allocate(bytes, kHugePage));
+  std::memcpy(ctx.pageable_target.data(), ctx.pinned_host.data(), bytes);  // faults its pages in
   QLOAD_ASSIGN_OR_RETURN(ctx.memory, cuda::memory_info(o.device));
   QLOAD_ASSIGN_OR_RETURN(ctx.device_buffer, cuda::DeviceBuffer::allocate(o.device, bytes));
   QLOAD_ASSIGN_OR_RETURN(ctx.registration, cuda::HostRegistration::register_memory(ctx.pinned_host.span()));
+  QLOAD_ASSIGN_OR_RETURN(ctx.driver_pinned, cuda::PinnedHostBuffer::allocate(bytes));
   for (std::size_t i = 0; i < kStreams; ++i) {
     QLOAD_ASSIGN_OR_RETURN(ctx.streams[i], cuda::Stream::create(o.device));
     QLOAD_ASSIGN_OR_RETURN(ctx.events[i], cuda::Event::create(o.device));
@@ -170,6 +187,53 @@ Status verify(const Context& ctx) {
   return {};
 }
 
+// Reads the whole file in kPieceBytes preads spread over `threads` threads, piece i landing
+// at (i mod pieces-in-dst) in `dst`: what a load's reads into staging do, without the loader.
+// Run warm (the file read once first), this separates "pinned memory is slow to read into"
+// from anything the scheduler does.
+Status read_file_into(const std::string& path, std::byte* dst, std::size_t dst_bytes, unsigned threads) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return fail(Error::from_errno(errno, "open").with_file(path));
+  const off_t size = ::lseek(fd.get(), 0, SEEK_END);
+  const std::size_t pieces = (static_cast<std::size_t>(size) + kPieceBytes - 1) / kPieceBytes;
+  const std::size_t slots = dst_bytes / kPieceBytes;
+  std::vector<std::thread> pool;
+  std::atomic<bool> failed = false;
+  for (unsigned t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      for (std::size_t i = t; i < pieces; i += threads) {
+        const auto offset = static_cast<off_t>(i * kPieceBytes);
+        if (::pread(fd.get(), dst + (i % slots) * kPieceBytes, kPieceBytes, offset) < 0) failed = true;
+      }
+    });
+  for (std::thread& th : pool) th.join();
+  if (failed) return fail(Error(Errc::kIo, "pread failed").with_file(path));
+  return {};
+}
+
+Status append_file_rows(const Context& ctx, unsigned repeat, const std::string& path, std::vector<Row>& rows) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return fail(Error::from_errno(errno, "open").with_file(path));
+  const auto file_bytes = static_cast<std::size_t>(::lseek(fd.get(), 0, SEEK_END));
+  for (const unsigned threads : {1u, 8u}) {
+    for (const bool registered : {true, false}) {
+      std::byte* dst = registered ? ctx.pinned_host.data() : ctx.pageable_target.data();
+      Row row{fmt::format("file pread -> {}, {} thr", registered ? "registered" : "pageable", threads),
+              fmt::format("file_read_{}_{}t_gbps", registered ? "registered" : "pageable", threads),
+              0,
+              {}};
+      // measure() divides ctx.bytes by the time: scale to the file's size afterwards.
+      QLOAD_ASSIGN_OR_RETURN(
+          row, measure(ctx, repeat, std::move(row), [&] { return read_file_into(path, dst, ctx.bytes, threads); }));
+      const double scale = static_cast<double>(file_bytes) / static_cast<double>(ctx.bytes);
+      for (double& g : row.samples) g *= scale;
+      row.best_gbps *= scale;
+      rows.push_back(std::move(row));
+    }
+  }
+  return {};
+}
+
 Result<std::vector<Row>> run_all(const Context& ctx, unsigned repeat) {
   std::vector<Row> rows;
   QLOAD_ASSIGN_OR_RETURN(Row whole, measure(ctx, repeat, {"pinned, one copy", "pinned_gbps", 0, {}},
@@ -183,6 +247,23 @@ Result<std::vector<Row>> run_all(const Context& ctx, unsigned repeat) {
                                                [&] { return copy_whole(ctx, ctx.pageable_host); }));
   rows.push_back(std::move(pageable));
   QLOAD_TRY(verify(ctx));
+  // Same bytes over same bytes: the device copy's source stays what verify compared.
+  const auto host_write = [&](std::byte* to) {
+    std::memcpy(to, ctx.pageable_host.data(), ctx.bytes);
+    return Status{};
+  };
+  QLOAD_ASSIGN_OR_RETURN(Row into_pinned,
+                         measure(ctx, repeat, {"host write into registered", "host_write_registered_gbps", 0, {}},
+                                 [&] { return host_write(ctx.pinned_host.data()); }));
+  rows.push_back(std::move(into_pinned));
+  QLOAD_ASSIGN_OR_RETURN(Row into_driver,
+                         measure(ctx, repeat, {"host write into cudaHostAlloc", "host_write_host_alloc_gbps", 0, {}},
+                                 [&] { return host_write(ctx.driver_pinned.data()); }));
+  QLOAD_ASSIGN_OR_RETURN(Row into_pageable,
+                         measure(ctx, repeat, {"host write into pageable", "host_write_pageable_gbps", 0, {}},
+                                 [&] { return host_write(ctx.pageable_target.data()); }));
+  rows.push_back(std::move(into_driver));
+  rows.push_back(std::move(into_pageable));
   return rows;
 }
 
@@ -222,6 +303,9 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--repeat", o.repeat, "Timed runs per copy kind; the best counts (default 5)")
       ->check(CLI::Range(1, 100));
   app.add_option("--json", o.json, "Also write the results as JSON to this file");
+  app.add_option("--read-file", o.read_file,
+                 "Also time preads of this file (16 MiB pieces, 1 and 8 threads) into registered and pageable "
+                 "memory; read it once first to time the page cache");
 }
 
 // The device to measure, or why there is none (the text of the "no GPU" line).
@@ -252,6 +336,9 @@ int run(const Options& o) {
   }
   ctx->name = device->name;
   auto rows = run_all(*ctx, o.repeat);
+  if (rows && !o.read_file.empty()) {
+    if (Status s = append_file_rows(*ctx, o.repeat, o.read_file, *rows); !s) rows = fail(s.error());
+  }
   if (!rows) {
     fmt::print(stderr, "qload_h2d_bench: {}\n", rows.error().to_string());
     return 1;

@@ -42,6 +42,7 @@
 #include <nlohmann/json.hpp>
 
 #include "qload/io/digest.hpp"
+#include "qload/io/page_cache.hpp"
 #include "qload/io/reader.hpp"
 #include "qload/runtime/error.hpp"
 #include "qload/runtime/host_buffer.hpp"
@@ -168,21 +169,6 @@ void fill_random(std::span<std::byte> block, std::uint64_t& state) {
     z ^= z >> 31;
     std::memcpy(block.data() + i, &z, sizeof z);
   }
-}
-
-// Fraction of the file's pages in the page cache (mincore on a mapping): shows that a drop
-// really emptied the cache and that warm really is warm.
-Result<double> resident_fraction(int fd, std::uint64_t size) {
-  void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
-  if (map == MAP_FAILED) return fail(Error::from_errno(errno, "mmap for mincore"));
-  const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
-  std::vector<unsigned char> vec((size + page - 1) / page);
-  const int rc = ::mincore(map, size, vec.data());
-  const int err = errno;
-  ::munmap(map, size);
-  if (rc != 0) return fail(Error::from_errno(err, "mincore"));
-  const auto resident = std::count_if(vec.begin(), vec.end(), [](unsigned char v) { return (v & 1) != 0; });
-  return static_cast<double>(resident) / static_cast<double>(vec.size());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -536,7 +522,7 @@ Status prepare_cache(Context& ctx, Mode mode, Cache cache) {
   } else {
     QLOAD_TRY(drop_cache(ctx));
   }
-  QLOAD_ASSIGN_OR_RETURN(const double resident, resident_fraction(ctx.fd.get(), ctx.size));
+  QLOAD_ASSIGN_OR_RETURN(const double resident, io::page_cache_resident_fraction(ctx.fd.get(), ctx.size));
   fmt::print(stderr, "{}/{}: {:.1f}% of the file is in the page cache at the start\n", name(mode), name(cache),
              100 * resident);
   return {};

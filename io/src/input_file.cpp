@@ -9,6 +9,8 @@
 
 #include <fmt/format.h>
 
+#include "qload/io/page_cache.hpp"
+
 namespace qload::io {
 namespace {
 
@@ -41,6 +43,11 @@ Result<InputFile> InputFile::open(std::string path, DirectMode direct) {
   file.fd_.reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!file.fd_) return fail(Error::from_errno(errno, "open").with_file(std::move(path)));
   QLOAD_ASSIGN_OR_RETURN(file.identity_, identify(file.fd_.get(), path));
+  if (direct == DirectMode::kAuto) {
+    // A file that cannot be asked about is treated as cold: O_DIRECT, as before.
+    file.resident_at_open_ = page_cache_resident_fraction(file.fd_.get(), file.identity_.size).value_or(0.0);
+    if (file.resident_at_open_ >= kCachedEnoughForBuffered) direct = DirectMode::kOff;
+  }
   if (direct != DirectMode::kOff) {
     file.direct_fd_.reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT));
     if (file.direct_fd_) {

@@ -238,6 +238,32 @@ void HostRegistration::reset() noexcept {
   size_ = 0;
 }
 
+PinnedHostBuffer& PinnedHostBuffer::operator=(PinnedHostBuffer&& other) noexcept {
+  if (this != &other) {
+    reset();
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+
+Result<PinnedHostBuffer> PinnedHostBuffer::allocate(std::size_t size) {
+  PinnedHostBuffer buffer;
+  if (size == 0) return buffer;
+  void* p = nullptr;
+  QLOAD_TRY(check(cudaHostAlloc(&p, size, cudaHostAllocPortable),
+                  [&] { return fmt::format("cudaHostAlloc of {}", bytes_text(size)); }));
+  buffer.data_ = static_cast<std::byte*>(p);
+  buffer.size_ = size;
+  return buffer;
+}
+
+void PinnedHostBuffer::reset() noexcept {
+  if (data_ != nullptr) ignore_teardown(cudaFreeHost(data_));
+  data_ = nullptr;
+  size_ = 0;
+}
+
 Status copy_to_device_async(std::byte* device_dst, const std::byte* host_src, std::size_t bytes, const Stream& stream) {
   if (stream.handle() == nullptr) return fail(Errc::kInvalidArgument, "copy_to_device_async on an empty Stream");
   QLOAD_TRY(use_device(stream.device()));

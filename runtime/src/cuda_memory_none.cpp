@@ -89,6 +89,22 @@ void HostRegistration::reset() noexcept {
   size_ = 0;
 }
 
+PinnedHostBuffer& PinnedHostBuffer::operator=(PinnedHostBuffer&& other) noexcept {
+  data_ = std::exchange(other.data_, nullptr);
+  size_ = std::exchange(other.size_, 0);
+  return *this;
+}
+
+Result<PinnedHostBuffer> PinnedHostBuffer::allocate(std::size_t size) {
+  if (size != 0) return no_cuda();
+  return PinnedHostBuffer{};
+}
+
+void PinnedHostBuffer::reset() noexcept {
+  data_ = nullptr;
+  size_ = 0;
+}
+
 Status copy_to_device_async(std::byte*, const std::byte*, std::size_t, const Stream& stream) {
   if (stream.handle() == nullptr) return fail(Errc::kInvalidArgument, "copy_to_device_async on an empty Stream");
   return no_cuda();

@@ -27,7 +27,7 @@ constexpr std::array<SettingSpec, kSettingCount> kTable{{
      .doc = "reads the engine keeps in flight (io_uring entries, pread threads)"},
     {.name = "direct_io", .env = "QLOAD_DIRECT_IO", .recipe_key = "io.direct", .kind = SettingKind::kChoice,
      .field = &S::direct_io, .choices = "auto|on|off",
-     .doc = "O_DIRECT reads past the page cache: on where the file system supports it (auto), always, never"},
+     .doc = "O_DIRECT reads past the page cache: for files the page cache does not already hold (auto: a warm file reads buffered, at memory speed), always, never"},
     {.name = "load_mode", .env = "QLOAD_LOAD_MODE", .recipe_key = "", .kind = SettingKind::kChoice,
      .field = &S::load_mode, .choices = "read|mmap",
      .doc = "read into owned memory through the staging pool, or map the files (zero-copy, cpu only)"},

@@ -139,7 +139,7 @@ TEST_CASE("allocating more than the GPU has is kOutOfMemory and costs nothing", 
     CHECK(too_big.error().code() == Errc::kOutOfMemory);
     CHECK_THAT(too_big.error().message(),
                Catch::Contains("cuda:" + std::to_string(d.index) + ": cannot allocate") && Catch::Contains("free"));
-    CHECK(free_bytes(d.index) == before->free_bytes);
+    CHECK(free_bytes_moved(free_bytes(d.index), before->free_bytes) <= kDriverSlack);
     // The failure is not sticky: the next allocation works.
     CHECK(cuda::DeviceBuffer::allocate(d.index, 2 * kMiB));
   }
@@ -164,7 +164,7 @@ TEST_CASE("freed device memory returns to the GPU at once, on the buffer's own d
     // Make another device current, so the destructor has to switch back to free correctly.
     (void)free_bytes(first);
   }
-  CHECK(free_bytes(last) == start);
+  CHECK(free_bytes_moved(free_bytes(last), start) <= kDriverSlack);
 }
 
 TEST_CASE("an unknown device ordinal is a device error naming it", "[gpu]") {

@@ -67,7 +67,7 @@ TEST_CASE("gpu load: every tensor's device bytes equal the file's, on one GPU an
         }
         CHECK(model->report().peak_staging_bytes <= options.staging.total_bytes);
       }
-      CHECK(free_bytes(0) == before);  // the model's arenas went back
+      CHECK(free_bytes_moved(free_bytes(0), before) <= kDriverSlack);  // the model's arenas went back
     }
   }
 }
@@ -126,7 +126,7 @@ TEST_CASE("gpu load: a read error mid-load frees every device byte, slot and fd"
   CHECK(model.error().code() == Errc::kIo);
   CHECK(faults.fired() >= 1);
   CHECK(pool->leased_bytes() == 0);
-  CHECK(free_bytes(0) == before);
+  CHECK(free_bytes_moved(free_bytes(0), before) <= kDriverSlack);
   CHECK(open_fd_count() == fds_before);
 }
 
@@ -134,10 +134,10 @@ TEST_CASE("gpu load: running out of device memory names the device and the bytes
   const std::vector<Device> devices = gpus();
   if (devices.empty()) return;
   SyntheticCheckpoint ckpt;
-  make_synthetic(ckpt, 78, {.files_max = 1, .tensors_max = 10, .large_bytes = 8 << 20});
+  make_synthetic(ckpt, 78, {.files_max = 1, .tensors_max = 10, .large_bytes = 16 << 20});
   auto plan = make_plan(ckpt.catalog, {.devices = {devices.front()}});
   REQUIRE(plan);
-  REQUIRE(plan->arenas[0].bytes >= (8 << 20));
+  REQUIRE(plan->arenas[0].bytes >= 2 * kDriverSlack);  // "it went back" must mean something
   // Take all but half an arena of the free memory, so the arena cannot fit.
   const std::size_t before = free_bytes(0);
   const std::size_t leave = static_cast<std::size_t>(plan->arenas[0].bytes) / 2;
@@ -150,7 +150,7 @@ TEST_CASE("gpu load: running out of device memory names the device and the bytes
   REQUIRE_FALSE(model);
   CHECK(model.error().code() == Errc::kOutOfMemory);
   CHECK_THAT(model.error().to_string(), Catch::Contains("cuda:0"));
-  CHECK(free_bytes(0) == with_hog);
+  CHECK(free_bytes_moved(free_bytes(0), with_hog) <= kDriverSlack);
   hog->reset();
-  CHECK(free_bytes(0) == before);
+  CHECK(free_bytes_moved(free_bytes(0), before) <= kDriverSlack);
 }

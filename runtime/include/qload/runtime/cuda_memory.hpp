@@ -111,6 +111,28 @@ class HostRegistration {
   std::size_t size_ = 0;
 };
 
+// Page-locked host memory allocated by the driver (cudaHostAlloc, portable): the other way to
+// get memory copy engines can DMA from. Move-only; cudaFreeHost on destruction.
+class PinnedHostBuffer {
+ public:
+  PinnedHostBuffer() = default;
+  PinnedHostBuffer(PinnedHostBuffer&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+  PinnedHostBuffer& operator=(PinnedHostBuffer&& other) noexcept;
+  PinnedHostBuffer(const PinnedHostBuffer&) = delete;
+  PinnedHostBuffer& operator=(const PinnedHostBuffer&) = delete;
+  ~PinnedHostBuffer() { reset(); }
+
+  static Result<PinnedHostBuffer> allocate(std::size_t size);
+  std::byte* data() const noexcept { return data_; }
+  std::size_t size() const noexcept { return size_; }
+  void reset() noexcept;
+
+ private:
+  std::byte* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
 // Asynchronous host-to-device copy on `stream` (cudaMemcpyAsync; `src` should be registered
 // memory, or the copy is staged by the driver and synchronous).
 Status copy_to_device_async(std::byte* device_dst, const std::byte* host_src, std::size_t bytes, const Stream& stream);
