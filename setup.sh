@@ -2,8 +2,12 @@
 # Sets up a Debian bookworm machine for qload and builds it into ./build.
 #   - installs the Debian packages qload needs that are missing (apt-get runs only then);
 #   - configures with CMake (CUDA and NCCL from /usr/local/cuda when present) and builds.
+#   - makes the Python environment the Python package builds and tests in (nanobind, numpy,
+#     safetensors, ml_dtypes, pytest from PyPI; python/requirements-dev.txt), once per version
+#     of that file, under ~/.cache/qload so that it outlives checkouts.
 # Environment: BUILD_DIR (default build), QLOAD_WERROR (default ON), QLOAD_CUDA (AUTO),
-# QLOAD_STATIC (OFF), CMAKE_BUILD_TYPE (RelWithDebInfo), JOBS (default: all cores).
+# QLOAD_STATIC (OFF), CMAKE_BUILD_TYPE (RelWithDebInfo), JOBS (default: all cores),
+# QLOAD_PYTHON (AUTO; OFF skips the environment and the package), QLOAD_VENV (its folder).
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -14,6 +18,7 @@ packages=(
   catch2 xxhash clang-format python3             # tests: Catch2 v2, xxhsum reference, style, CLI checks
   ccache                                         # rebuilds (CI keeps its cache warm)
   clang-16 libclang-rt-16-dev                    # the checking build: ASan + UBSan, libFuzzer
+  python3-venv python3-dev                       # the Python package's build environment
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -27,6 +32,20 @@ if ((${#missing[@]})); then
 fi
 
 build_dir=${BUILD_DIR:-build}
+python_args=()
+if [ "${QLOAD_PYTHON:-AUTO}" != OFF ]; then
+  requirements=python/requirements-dev.txt
+  stamp=$(sha256sum "$requirements" | cut -c1-16)
+  venv=${QLOAD_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/qload/venv-$stamp}
+  if [ ! -f "$venv/.qload-ready" ]; then
+    echo "setup: making the Python environment $venv"
+    rm -rf "$venv"
+    python3 -m venv "$venv"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$requirements"
+    touch "$venv/.qload-ready"
+  fi
+  python_args=(-DPython_EXECUTABLE="$venv/bin/python" -DQLOAD_PYTHON="${QLOAD_PYTHON:-AUTO}")
+fi
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 # Paths relative to the checkout, so clones in other folders (CI's) hit the same cache.
@@ -35,6 +54,6 @@ cmake -S . -B "$build_dir" -G Ninja "${launcher[@]}" \
   -DCMAKE_BUILD_TYPE="${CMAKE_BUILD_TYPE:-RelWithDebInfo}" \
   -DQLOAD_WERROR="${QLOAD_WERROR:-ON}" \
   -DQLOAD_CUDA="${QLOAD_CUDA:-AUTO}" \
-  -DQLOAD_STATIC="${QLOAD_STATIC:-OFF}"
+  -DQLOAD_STATIC="${QLOAD_STATIC:-OFF}" "${python_args[@]}"
 cmake --build "$build_dir" --parallel "${JOBS:-$(nproc)}"
 echo "setup: built $build_dir/qload"

@@ -13,12 +13,12 @@ function(qload_import_pkg target pkg static_name)
   add_library(${target} INTERFACE IMPORTED GLOBAL)
   target_include_directories(${target} INTERFACE ${${pkg}_INCLUDE_DIRS})
   if(QLOAD_STATIC)
-    # Executables take the static archive; a shared library (libqload.so) cannot hold
+    # Executables take the static archive; a shared library (libqload.so, the Python module) cannot hold
     # Debian's non-PIC archives, so it keeps linking the shared one.
     find_library(${pkg}_STATIC_LIB NAMES ${static_name} HINTS ${${pkg}_LIBRARY_DIRS} REQUIRED)
     set(shared_link "-L${${pkg}_LIBRARY_DIRS}" ${${pkg}_LIBRARIES})
     target_link_libraries(${target} INTERFACE
-      "$<IF:$<STREQUAL:$<TARGET_PROPERTY:TYPE>,SHARED_LIBRARY>,${shared_link},${${pkg}_STATIC_LIB}>")
+      "$<IF:$<OR:$<STREQUAL:$<TARGET_PROPERTY:TYPE>,SHARED_LIBRARY>,$<STREQUAL:$<TARGET_PROPERTY:TYPE>,MODULE_LIBRARY>>,${shared_link},${${pkg}_STATIC_LIB}>")
   else()
     target_link_directories(${target} INTERFACE ${${pkg}_LIBRARY_DIRS})
     target_link_libraries(${target} INTERFACE ${${pkg}_LIBRARIES})

@@ -12,7 +12,7 @@ command -v ccache >/dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DC
 export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
 CC=clang-16 CXX=clang++-16 cmake -S . -B "$build" -G Ninja "${launcher[@]}" \
   -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG="-g -O1" -DCMAKE_CXX_FLAGS_DEBUG="-g -O1" \
-  -DQLOAD_CUDA=OFF -DQLOAD_BUILD_BENCH=OFF -DQLOAD_SANITIZE=address,undefined -DQLOAD_FUZZ=ON >/dev/null
+  -DQLOAD_CUDA=OFF -DQLOAD_BUILD_BENCH=OFF -DQLOAD_PYTHON=OFF -DQLOAD_SANITIZE=address,undefined -DQLOAD_FUZZ=ON >/dev/null
 cmake --build "$build" --parallel "${JOBS:-$(nproc)}"
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:detect_stack_use_after_return=1:strict_string_checks=1:check_initialization_order=1}

@@ -1,0 +1,23 @@
+# The Python package (python/): built when QLOAD_PYTHON is ON, or AUTO and nanobind is importable
+# from the Python that CMake finds (setup.sh points Python_EXECUTABLE at its venv).
+set(QLOAD_PYTHON AUTO CACHE STRING "Build the Python extension: AUTO (if nanobind is found), ON (required), OFF")
+set_property(CACHE QLOAD_PYTHON PROPERTY STRINGS AUTO ON OFF)
+set(QLOAD_HAVE_PYTHON OFF)
+if(NOT QLOAD_PYTHON STREQUAL "OFF")
+  if(QLOAD_PYTHON STREQUAL "ON")
+    set(required REQUIRED)
+  endif()
+  find_package(Python 3.9 COMPONENTS Interpreter Development.Module ${required})
+  if(Python_FOUND)
+    execute_process(COMMAND ${Python_EXECUTABLE} -m nanobind --cmake_dir OUTPUT_VARIABLE nanobind_dir
+                    OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE nanobind_missing ERROR_QUIET)
+    if(NOT nanobind_missing)
+      find_package(nanobind CONFIG PATHS ${nanobind_dir} NO_DEFAULT_PATH ${required})
+    elseif(required)
+      message(FATAL_ERROR "QLOAD_PYTHON=ON but ${Python_EXECUTABLE} cannot import nanobind (pip install nanobind)")
+    endif()
+    if(nanobind_FOUND)
+      set(QLOAD_HAVE_PYTHON ON)
+    endif()
+  endif()
+endif()

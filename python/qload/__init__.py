@@ -1,0 +1,172 @@
+"""qload: a fast loader for deep-learning checkpoints, quantized or not.
+
+    import qload
+    weights = qload.load("model/", framework="np")           # dict[str, numpy.ndarray]
+    for name, tensor in qload.stream("model/"): ...          # completion order
+    with qload.safe_open("model.safetensors", framework="np") as f:   # like safetensors'
+        x = f.get_tensor("lm_head.weight")
+
+Tensors from `load` point into qload's memory (no copy); that memory lives until the last of
+them is gone. Errors are `qload.Error` subclasses carrying `file`, `tensor` and `offset`.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Callable, Iterator, Mapping, Optional, Union
+
+from . import _qload
+from ._dtypes import convert as _convert
+from ._qload import (  # noqa: F401  (re-exported)
+    ChecksumMismatchError,
+    CorruptError,
+    DeviceError,
+    Error,
+    FileChangedError,
+    InternalError,
+    InvalidArgumentError,
+    IoError,
+    NotFoundError,
+    OutOfMemoryError,
+    PermissionDeniedError,
+    TruncatedError,
+    UnsupportedError,
+)
+from ._safe_open import safe_open  # noqa: F401
+
+__all__ = ["load", "stream", "safe_open", "Model", "inspect", "Error"]
+__version__ = "0.1.0"
+
+PathLike = Union[str, "os.PathLike[str]"]
+Progress = Union[None, bool, Callable[[int, int], None]]
+
+
+def _text(value, name: str, allowed: Optional[set] = None) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, not {type(value).__name__}")
+    if allowed is not None and value not in allowed:
+        raise ValueError(f"{name} must be one of {sorted(allowed)}, not {value!r}")
+    return value
+
+
+def _args(source, device, dtype, dequantize, quantize, lock, settings) -> "_qload.LoadArgs":
+    if not isinstance(source, (str, os.PathLike)):
+        raise TypeError(f"source must be a path (str or os.PathLike), not {type(source).__name__}")
+    args = _qload.LoadArgs()
+    args.source = os.fspath(source)
+    args.device = _text(device, "device")
+    args.dtype = _text(dtype, "dtype", {"bf16", "f16", "f32"})
+    args.dequantize = _text(dequantize, "dequantize", {"bf16", "f16", "f32"})
+    args.quantize = _text(quantize, "quantize")
+    args.lock = os.fspath(lock) if lock is not None else ""
+    if settings is None:
+        settings = {}
+    if not isinstance(settings, Mapping):
+        raise TypeError(f"settings must be a mapping of setting names to values, not {type(settings).__name__}")
+    pairs = []
+    for key, value in settings.items():
+        if not isinstance(key, str):
+            raise TypeError(f"settings keys must be str, not {type(key).__name__}")
+        if isinstance(value, bool):
+            value = "on" if value else "off"
+        pairs.append((key, str(value)))
+    args.settings = pairs
+    return args
+
+
+def _framework(framework: str) -> str:
+    if framework not in ("np", "numpy", "pt", "torch"):
+        raise ValueError(f"framework must be 'np' or 'pt', not {framework!r}")
+    return "np" if framework in ("np", "numpy") else "pt"
+
+
+class _Bar:
+    """A one-line progress bar on a terminal; nothing elsewhere."""
+
+    def __init__(self, source: str):
+        self.source = os.path.basename(os.path.normpath(source))
+        self.shown = False
+
+    def __call__(self, done: int, total: int) -> None:
+        if total <= 0:
+            return
+        width = 30
+        filled = width * done // total
+        sys.stderr.write(f"\rqload {self.source} [{'#' * filled}{'.' * (width - filled)}] "
+                         f"{done / 1e9:.2f}/{total / 1e9:.2f} GB")
+        self.shown = True
+        if done >= total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+def _progress_callback(progress: Progress, source: str):
+    if progress is False:
+        return None
+    if progress is None or progress is True:
+        return _Bar(source) if (progress is True or sys.stderr.isatty()) else None
+    if not callable(progress):
+        raise TypeError("progress must be None, a bool or a callable(done_bytes, total_bytes)")
+    return progress
+
+
+class Model(dict):
+    """The loaded tensors by name (a dict), plus `report` and `quantized`.
+
+    `quantized` lists the weights kept packed (scheme, bits, group size, rows, cols and the
+    names of their parts), for servers that run their own kernels on them.
+    """
+
+    report: dict
+    quantized: list
+
+
+def load(source: PathLike, *, device: str = "cpu", framework: str = "np", dtype: Optional[str] = None,
+         dequantize: Optional[str] = None, quantize: Optional[str] = None, lock: Optional[PathLike] = None,
+         settings: Optional[Mapping[str, object]] = None, progress: Progress = None) -> Model:
+    """Loads a checkpoint (a .safetensors file, a directory, an index json, or a .lua recipe).
+
+    device: "cpu", "cuda:N" or a comma-separated list; framework: "np" (numpy) or "pt" (torch);
+    dtype / dequantize: "bf16", "f16" or "f32"; quantize: "fp8[:per-tensor|per-channel|block]"
+    or "int8"; lock: a lockfile the load must match; settings: qload's settings by name
+    (`qload config` lists them); progress: None (a bar on a terminal), False, True, or a
+    callable(done_bytes, total_bytes).
+    """
+    fw = _framework(framework)
+    args = _args(source, device, dtype, dequantize, quantize, lock, settings)
+    native = _qload.load(args, _progress_callback(progress, args.source))
+    model = Model()
+    for name, carrier, dt in native.arrays():
+        model[name] = _convert(carrier, dt, fw)
+    model.report = native.report()
+    model.quantized = native.quantized()
+    return model
+
+
+def stream(source: PathLike, *, device: str = "cpu", framework: str = "np", dtype: Optional[str] = None,
+           dequantize: Optional[str] = None, quantize: Optional[str] = None, lock: Optional[PathLike] = None,
+           settings: Optional[Mapping[str, object]] = None) -> Iterator[tuple]:
+    """Yields (name, tensor) as each tensor's bytes are read and verified, while the rest load.
+
+    The iterable vLLM's and SGLang's `load_weights` take. Each tensor is a copy in memory of its
+    own (the load's memory cannot be handed out before the load succeeds). If the load fails,
+    the iterator raises the error after the tensors that completed.
+    """
+    fw = _framework(framework)
+    args = _args(source, device, dtype, dequantize, quantize, lock, settings)
+    native = _qload.stream(args)
+    while True:
+        try:
+            name, carrier, dt = native.next()
+        except StopIteration:
+            return
+        yield name, _convert(carrier, dt, fw)
+
+
+def inspect(source: PathLike) -> dict:
+    """What a checkpoint holds, from its headers alone: tensors, files (with metadata), config."""
+    if not isinstance(source, (str, os.PathLike)):
+        raise TypeError(f"source must be a path, not {type(source).__name__}")
+    return _qload.inspect(os.fspath(source))

@@ -1,0 +1,494 @@
+// qload._qload: the Python package's native half, over the session layer (the one application
+// layer every client goes through). It hands tensors out as DLPack-capable arrays that point
+// into qload's memory; the Python half (python/qload/) turns them into numpy arrays or torch
+// tensors and gives them their real dtypes.
+//
+// Memory: every array's owner is the Python Model object, so the arenas live until the last
+// array (or the model) is gone. The GIL is released while a load runs; progress callbacks and
+// streamed tensors take it back only for as long as they touch Python.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "qload/runtime/dtype.hpp"
+#include "qload/runtime/error.hpp"
+#include "qload/runtime/log.hpp"
+#include "qload/session/inspect.hpp"
+#include "qload/session/load.hpp"
+#include "qload/session/request.hpp"
+
+namespace nb = nanobind;
+
+namespace qload::python {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Errors: qload.Error and one subclass per Errc, each also a subclass of the builtin a Python
+// caller would catch (ValueError for bad arguments, FileNotFoundError, MemoryError, ...).
+
+struct ErrorTypes {
+  nb::object base;
+  std::vector<nb::object> by_code;  // indexed by Errc
+};
+ErrorTypes* g_errors = nullptr;  // the module's own exception classes (module state, set once at import)
+
+nb::object make_exception(nb::module_& m, const char* name, nb::handle bases, const char* doc) {
+  const std::string qualified = std::string("qload.") + name;
+  PyObject* type = PyErr_NewExceptionWithDoc(qualified.c_str(), doc, bases.ptr(), nullptr);
+  if (type == nullptr) throw nb::python_error();
+  nb::object t = nb::steal(type);
+  m.attr(name) = t;
+  return t;
+}
+
+void register_errors(nb::module_& m) {
+  static ErrorTypes types;
+  types.base = make_exception(m, "Error", PyExc_RuntimeError,
+                              "A qload error. Attributes: code (str), file, tensor (str or None), offset (int or None).");
+  struct Sub {
+    Errc code;
+    const char* name;
+    PyObject* builtin;
+  };
+  const Sub subs[] = {
+      {Errc::kInvalidArgument, "InvalidArgumentError", PyExc_ValueError},
+      {Errc::kNotFound, "NotFoundError", PyExc_FileNotFoundError},
+      {Errc::kPermissionDenied, "PermissionDeniedError", PyExc_PermissionError},
+      {Errc::kIo, "IoError", PyExc_OSError},
+      {Errc::kTruncated, "TruncatedError", nullptr},
+      {Errc::kOutOfMemory, "OutOfMemoryError", PyExc_MemoryError},
+      {Errc::kUnsupported, "UnsupportedError", nullptr},
+      {Errc::kCorrupt, "CorruptError", nullptr},
+      {Errc::kChecksumMismatch, "ChecksumMismatchError", nullptr},
+      {Errc::kOverflow, "OverflowError", PyExc_OverflowError},
+      {Errc::kFileChanged, "FileChangedError", nullptr},
+      {Errc::kCancelled, "CancelledError", nullptr},
+      {Errc::kDevice, "DeviceError", nullptr},
+      {Errc::kInternal, "InternalError", nullptr},
+  };
+  types.by_code.resize(std::size(subs));
+  for (const Sub& s : subs) {
+    nb::object bases = s.builtin != nullptr ? nb::object(nb::make_tuple(types.base, nb::handle(s.builtin)))
+                                            : nb::object(nb::make_tuple(types.base));
+    types.by_code[static_cast<std::size_t>(s.code)] = make_exception(m, s.name, bases, nullptr);
+  }
+  g_errors = &types;
+}
+
+[[noreturn]] void raise(const Error& e) {
+  nb::handle type = g_errors->by_code[static_cast<std::size_t>(e.code())];
+  nb::object value = type(e.to_string());
+  value.attr("code") = std::string(errc_name(e.code()));
+  value.attr("file") = e.file() ? nb::object(nb::str(e.file()->data(), e.file()->size())) : nb::none();
+  value.attr("tensor") = e.tensor() ? nb::object(nb::str(e.tensor()->data(), e.tensor()->size())) : nb::none();
+  value.attr("offset") = e.offset() ? nb::object(nb::int_(*e.offset())) : nb::none();
+  PyErr_SetObject(type.ptr(), value.ptr());
+  throw nb::python_error();
+}
+
+template <typename T>
+T unwrap(Result<T> r) {
+  if (!r) raise(r.error());
+  return std::move(*r);
+}
+
+// ---------------------------------------------------------------------------------------------
+// dtypes: each qload dtype travels as a "carrier" DLPack type of the same width that every
+// framework accepts (bf16 and the fp8 family as unsigned integers); the Python half views it
+// as the real type. Packed sub-byte types (F4, F6) travel as their raw bytes.
+
+struct Carrier {
+  nb::dlpack::dtype dtype;
+  bool raw_bytes = false;  // shape is [nbytes], not the tensor's
+};
+
+Carrier carrier_of(DType d) {
+  using nb::dlpack::dtype_code;
+  const auto t = [](dtype_code c, int bits) {
+    return nb::dlpack::dtype{static_cast<std::uint8_t>(c), static_cast<std::uint8_t>(bits), 1};
+  };
+  switch (d) {
+    case DType::kBool: return {t(dtype_code::Bool, 8)};
+    case DType::kU8: return {t(dtype_code::UInt, 8)};
+    case DType::kI8: return {t(dtype_code::Int, 8)};
+    case DType::kI16: return {t(dtype_code::Int, 16)};
+    case DType::kU16: return {t(dtype_code::UInt, 16)};
+    case DType::kI32: return {t(dtype_code::Int, 32)};
+    case DType::kU32: return {t(dtype_code::UInt, 32)};
+    case DType::kI64: return {t(dtype_code::Int, 64)};
+    case DType::kU64: return {t(dtype_code::UInt, 64)};
+    case DType::kF16: return {t(dtype_code::Float, 16)};
+    case DType::kF32: return {t(dtype_code::Float, 32)};
+    case DType::kF64: return {t(dtype_code::Float, 64)};
+    case DType::kC64: return {t(dtype_code::Complex, 64)};
+    case DType::kBF16: return {t(dtype_code::UInt, 16)};
+    case DType::kF8_E4M3:
+    case DType::kF8_E5M2:
+    case DType::kF8_E8M0:
+    case DType::kF8_E4M3FNUZ:
+    case DType::kF8_E5M2FNUZ: return {t(dtype_code::UInt, 8)};
+    case DType::kF4:
+    case DType::kF6_E2M3:
+    case DType::kF6_E3M2: return {t(dtype_code::UInt, 8), true};
+  }
+  return {t(dtype_code::UInt, 8), true};
+}
+
+using Array = nb::ndarray<nb::array_api>;
+using ReadOnlyArray = nb::ndarray<nb::array_api, nb::ro>;
+
+// The array for `t`, owned by `owner` (which keeps t's memory alive).
+nb::object make_array(const scheduler::DeviceTensor& t, nb::handle owner) {
+  const Carrier c = carrier_of(t.dtype);
+  std::vector<std::size_t> shape;
+  std::vector<std::int64_t> strides;
+  if (c.raw_bytes) {
+    shape = {static_cast<std::size_t>(t.nbytes)};
+  } else {
+    for (std::size_t i = 0; i < t.shape.rank(); ++i) shape.push_back(static_cast<std::size_t>(t.shape[i]));
+    strides = t.strides;
+  }
+  int device_type = nb::device::cpu::value;
+  int device_id = 0;
+  if (!t.host) {
+    device_type = nb::device::cuda::value;
+    device_id = std::stoi(t.device.substr(t.device.find(':') + 1));
+  }
+  // A zero-size tensor may have no memory at all; DLPack wants a non-null pointer anyway.
+  static std::byte empty_tensor_memory[16];
+  void* data = t.nbytes == 0 ? static_cast<void*>(empty_tensor_memory) : const_cast<std::byte*>(t.data);
+  const std::int64_t* stride_ptr = strides.empty() ? nullptr : strides.data();
+  if (t.writable || !t.host)
+    return nb::cast(Array(data, shape.size(), shape.data(), owner, stride_ptr, c.dtype, device_type, device_id));
+  return nb::cast(ReadOnlyArray(data, shape.size(), shape.data(), owner, stride_ptr, c.dtype, device_type, device_id));
+}
+
+nb::dict tensor_info(const scheduler::DeviceTensor& t) {
+  nb::dict d;
+  d["name"] = t.name;
+  d["dtype"] = std::string(dtype_name(t.dtype));
+  nb::list shape;
+  for (std::size_t i = 0; i < t.shape.rank(); ++i) shape.append(t.shape[i]);
+  d["shape"] = shape;
+  d["device"] = t.device;
+  d["nbytes"] = t.nbytes;
+  return d;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loading
+
+struct LoadArgs {
+  std::string source;
+  std::string device;
+  std::string dtype;
+  std::string dequantize;
+  std::string quantize;
+  std::string lock;
+  std::vector<std::pair<std::string, std::string>> settings;
+};
+
+session::LoadSpec make_spec(const LoadArgs& a) {
+  session::LoadSpec spec;
+  spec.source = a.source;
+  spec.devices = a.device;
+  spec.dtype = a.dtype;
+  spec.dequantize = a.dequantize;
+  spec.quantize = a.quantize;
+  spec.lock = a.lock;
+  for (const auto& [name, value] : a.settings)
+    spec.settings.push_back({.name = name, .value = value, .where = "settings[" + name + "]"});
+  spec.names = {.devices = "device",
+                .placement = "placement",
+                .dtype = "dtype",
+                .dequantize = "dequantize",
+                .tensor_parallel = "tensor_parallel",
+                .pipeline_parallel = "pipeline_parallel",
+                .data_parallel = "data_parallel",
+                .share_reads = "share_reads",
+                .lock = "lock"};
+  return spec;
+}
+
+// Log lines go to Python's warnings only when asked; by default qload stays quiet in a library.
+Logger quiet_logger() { return Logger{}; }
+
+class Model {
+ public:
+  explicit Model(scheduler::Model model) : model_(std::move(model)) {}
+
+  std::vector<std::string> names() const {
+    std::vector<std::string> out;
+    out.reserve(model_.size());
+    for (const scheduler::DeviceTensor& t : model_.tensors()) out.push_back(t.name);
+    return out;
+  }
+  nb::list infos() const {
+    nb::list out;
+    for (const scheduler::DeviceTensor& t : model_.tensors()) out.append(tensor_info(t));
+    return out;
+  }
+  const scheduler::DeviceTensor& get(const std::string& name) const {
+    const scheduler::DeviceTensor* t = model_.find(name);
+    if (t == nullptr) raise(Error(Errc::kNotFound, "no tensor of that name in the model").with_tensor(name));
+    return *t;
+  }
+  // Every tensor, in model order: [(name, array)].
+  nb::list arrays(nb::handle self) const {
+    nb::list out;
+    for (const scheduler::DeviceTensor& t : model_.tensors())
+      out.append(nb::make_tuple(t.name, make_array(t, self), std::string(dtype_name(t.dtype))));
+    return out;
+  }
+  nb::dict report() const {
+    const scheduler::LoadReport& r = model_.report();
+    nb::dict d;
+    d["engine"] = r.engine;
+    d["tensors"] = r.tensors;
+    d["tensor_bytes"] = r.tensor_bytes;
+    d["placed_bytes"] = r.placed_bytes;
+    d["read_bytes"] = r.read_bytes;
+    d["seconds"] = r.seconds;
+    d["gb_per_s"] = r.gb_per_s;
+    d["peak_staging_bytes"] = r.peak_staging_bytes;
+    d["decoded_tensors"] = r.decoded_tensors;
+    d["converted_tensors"] = r.converted_tensors;
+    return d;
+  }
+  nb::list quantized() const {
+    nb::list out;
+    const auto tensors = model_.tensors();
+    for (const scheduler::QuantizedWeight& q : model_.quantized()) {
+      nb::dict d;
+      d["name"] = q.name;
+      d["scheme"] = std::string(formats::quant_scheme_name(q.params.scheme));
+      d["bits"] = q.params.bits;
+      d["group_size"] = q.params.group_size;
+      d["symmetric"] = q.params.sym;
+      d["rows"] = q.rows;
+      d["cols"] = q.cols;
+      d["device"] = q.device;
+      nb::dict parts;
+      for (const auto& [role, index] : q.parts) parts[nb::str(role.c_str())] = tensors[index].name;
+      d["parts"] = parts;
+      out.append(d);
+    }
+    return out;
+  }
+  void release() { model_.release(); }
+
+ private:
+  scheduler::Model model_;
+};
+
+Model load(const LoadArgs& args, nb::object progress) {
+  session::LoadHooks hooks;
+  if (!progress.is_none()) {
+    hooks.progress = [&progress](std::uint64_t done, std::uint64_t total) {
+      nb::gil_scoped_acquire gil;
+      try {
+        progress(done, total);
+      } catch (nb::python_error& e) {
+        e.discard_as_unraisable("qload progress callback");
+      }
+    };
+  }
+  Result<session::LoadOutcome> outcome = [&] {
+    nb::gil_scoped_release no_gil;
+    return session::load(make_spec(args), quiet_logger(), hooks);
+  }();
+  if (!outcome) raise(outcome.error());
+  return Model(std::move(outcome->model));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Streaming: the load runs on a thread of its own; each tensor, once verified, is copied into
+// memory of its own (the load's arenas are not safe to hand out before the load succeeds)
+// and queued; the Python iterator takes them in completion order.
+
+struct StreamedTensor {
+  std::string name;
+  DType dtype = DType::kU8;
+  scheduler::DeviceTensor view;  // shape/strides/dtype; data points into `bytes`
+  std::vector<std::byte> bytes;
+};
+
+class Stream {
+ public:
+  explicit Stream(LoadArgs args) : args_(std::move(args)) {
+    worker_ = std::thread([this] { run(); });
+  }
+  ~Stream() {
+    {
+      std::lock_guard lock(mutex_);
+      cancelled_ = true;
+    }
+    changed_.notify_all();
+    if (worker_.joinable()) {
+      nb::gil_scoped_release no_gil;
+      worker_.join();
+    }
+  }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+
+  // The next tensor as (name, array, dtype), or StopIteration; raises the load's error.
+  nb::object next() {
+    std::unique_ptr<StreamedTensor> t;
+    {
+      nb::gil_scoped_release no_gil;
+      std::unique_lock lock(mutex_);
+      changed_.wait(lock, [&] { return !queue_.empty() || done_; });
+      if (!queue_.empty()) {
+        t = std::move(queue_.front());
+        queue_.pop_front();
+      }
+    }
+    changed_.notify_all();
+    if (!t) {
+      if (error_) raise(*error_);
+      throw nb::stop_iteration();
+    }
+    StreamedTensor* raw = t.release();
+    nb::capsule owner(raw, [](void* p) noexcept { delete static_cast<StreamedTensor*>(p); });
+    return nb::make_tuple(raw->name, make_array(raw->view, owner), std::string(dtype_name(raw->dtype)));
+  }
+
+ private:
+  void run() {
+    session::LoadHooks hooks;
+    hooks.on_tensor = [this](std::uint32_t, const scheduler::DeviceTensor& t) -> Status {
+      auto copy = std::make_unique<StreamedTensor>();
+      copy->name = t.name;
+      copy->dtype = t.dtype;
+      copy->view = t;
+      copy->bytes.resize(static_cast<std::size_t>(t.nbytes));
+      if (t.host) {
+        if (t.nbytes > 0) std::memcpy(copy->bytes.data(), t.data, copy->bytes.size());
+      } else {
+        return fail(Errc::kUnsupported, "qload.stream copies tensors to host memory; stream to cpu devices");
+      }
+      copy->view.data = copy->bytes.data();
+      copy->view.writable = true;
+      std::unique_lock lock(mutex_);
+      // Bounded: at most a few tensors wait for the consumer.
+      changed_.wait(lock, [&] { return queue_.size() < kMaxQueued || cancelled_; });
+      if (cancelled_) return fail(Errc::kCancelled, "the stream was closed before the load finished");
+      queue_.push_back(std::move(copy));
+      changed_.notify_all();
+      return {};
+    };
+    Result<session::LoadOutcome> outcome = session::load(make_spec(args_), quiet_logger(), hooks);
+    std::lock_guard lock(mutex_);
+    if (!outcome && !cancelled_) error_ = outcome.error();
+    done_ = true;
+    changed_.notify_all();
+  }
+
+  static constexpr std::size_t kMaxQueued = 4;
+  LoadArgs args_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<std::unique_ptr<StreamedTensor>> queue_;
+  std::optional<Error> error_;
+  bool done_ = false;
+  bool cancelled_ = false;
+  std::thread worker_;  // last: started once everything above exists
+};
+
+// ---------------------------------------------------------------------------------------------
+// Inspecting (safe_open's keys and metadata without loading)
+
+nb::dict inspect(const std::string& source) {
+  session::Inspection in = [&] {
+    Result<session::Inspection> r = [&] {
+      nb::gil_scoped_release no_gil;
+      return session::inspect(source);
+    }();
+    return unwrap(std::move(r));
+  }();
+  nb::dict d;
+  d["format"] = in.catalog.format;
+  nb::list tensors;
+  for (const formats::TensorEntry& e : in.catalog.tensors) {
+    nb::dict t;
+    t["name"] = e.name;
+    t["dtype"] = std::string(dtype_name(e.dtype));
+    nb::list shape;
+    for (std::size_t i = 0; i < e.shape.rank(); ++i) shape.append(e.shape[i]);
+    t["shape"] = shape;
+    t["file"] = in.catalog.files[e.file].path;
+    t["offset"] = e.offset;
+    t["nbytes"] = e.nbytes;
+    tensors.append(t);
+  }
+  d["tensors"] = tensors;
+  nb::list files;
+  for (const formats::CatalogFile& f : in.catalog.files) {
+    nb::dict fd;
+    fd["path"] = f.path;
+    fd["size"] = f.size;
+    nb::dict metadata;
+    for (const auto& [k, v] : f.metadata) metadata[nb::str(k.c_str())] = v;
+    fd["metadata"] = metadata;
+    files.append(fd);
+  }
+  d["files"] = files;
+  d["config_json"] = in.catalog.config_json;
+  d["quantization_config"] = in.catalog.quantization_config;
+  d["quant_method"] = in.quant.method;
+  return d;
+}
+
+}  // namespace
+}  // namespace qload::python
+
+NB_MODULE(_qload, m) {
+  using namespace qload::python;
+  m.doc() = "qload's native module; use the `qload` package.";
+  register_errors(m);
+
+  nb::class_<LoadArgs>(m, "LoadArgs")
+      .def(nb::init<>())
+      .def_rw("source", &LoadArgs::source)
+      .def_rw("device", &LoadArgs::device)
+      .def_rw("dtype", &LoadArgs::dtype)
+      .def_rw("dequantize", &LoadArgs::dequantize)
+      .def_rw("quantize", &LoadArgs::quantize)
+      .def_rw("lock", &LoadArgs::lock)
+      .def_rw("settings", &LoadArgs::settings);
+
+  nb::class_<Model>(m, "Model")
+      .def("names", &Model::names)
+      .def("infos", &Model::infos)
+      .def(
+          "arrays", [](nb::handle self) { return nb::cast<Model&>(self).arrays(self); },
+          "[(name, array, dtype name)] in model order; the arrays keep the model alive")
+      .def(
+          "array",
+          [](nb::handle self, const std::string& name) {
+            const qload::scheduler::DeviceTensor& t = nb::cast<Model&>(self).get(name);
+            return nb::make_tuple(make_array(t, self), std::string(qload::dtype_name(t.dtype)));
+          },
+          nb::arg("name"))
+      .def("report", &Model::report)
+      .def("quantized", &Model::quantized)
+      .def("release", &Model::release);
+
+  nb::class_<Stream>(m, "Stream").def("next", &Stream::next);
+
+  m.def("load", &load, nb::arg("args"), nb::arg("progress").none() = nb::none());
+  m.def(
+      "stream", [](const LoadArgs& args) { return new Stream(args); }, nb::arg("args"),
+      nb::rv_policy::take_ownership);
+  m.def("inspect", &inspect, nb::arg("source"));
+}
