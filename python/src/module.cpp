@@ -52,8 +52,9 @@ nb::object make_exception(nb::module_& m, const char* name, nb::handle bases, co
 
 void register_errors(nb::module_& m) {
   static ErrorTypes types;
-  types.base = make_exception(m, "Error", PyExc_RuntimeError,
-                              "A qload error. Attributes: code (str), file, tensor (str or None), offset (int or None).");
+  types.base =
+      make_exception(m, "Error", PyExc_RuntimeError,
+                     "A qload error. Attributes: code (str), file, tensor (str or None), offset (int or None).");
   struct Sub {
     Errc code;
     const char* name;
@@ -220,7 +221,9 @@ session::LoadSpec make_spec(const LoadArgs& a) {
 }
 
 // Log lines go to Python's warnings only when asked; by default qload stays quiet in a library.
-Logger quiet_logger() { return Logger{}; }
+Logger quiet_logger() {
+  return Logger{};
+}
 
 class Model {
  public:
@@ -488,7 +491,6 @@ NB_MODULE(_qload, m) {
 
   m.def("load", &load, nb::arg("args"), nb::arg("progress").none() = nb::none());
   m.def(
-      "stream", [](const LoadArgs& args) { return new Stream(args); }, nb::arg("args"),
-      nb::rv_policy::take_ownership);
+      "stream", [](const LoadArgs& args) { return new Stream(args); }, nb::arg("args"), nb::rv_policy::take_ownership);
   m.def("inspect", &inspect, nb::arg("source"));
 }

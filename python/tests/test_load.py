@@ -1,0 +1,118 @@
+"""qload.load and qload.numpy.load_file against the bytes safetensors wrote and read."""
+import gc
+import glob
+
+import ml_dtypes
+import numpy as np
+import pytest
+import safetensors.numpy
+
+import qload
+import qload.numpy
+from conftest import SAFETENSORS_NUMPY_READS, random_tensors, same_bytes, synth
+
+
+def test_every_dtype_equals_what_was_written(checkpoint):
+    path, written = checkpoint
+    model = qload.load(path)
+    assert set(model) == set(written)
+    for name, want in written.items():
+        assert same_bytes(model[name], want), name
+    assert model["bf16"].dtype == ml_dtypes.bfloat16
+    assert model["e4m3"].dtype == ml_dtypes.float8_e4m3fn
+    assert model.report["tensors"] == len(written)
+
+
+def test_numpy_load_file_matches_safetensors(tmp_path):
+    # Only the dtypes safetensors.numpy can read back itself (it has no bf16 or fp8 types).
+    written = {k: v for k, v in random_tensors(1).items() if k in SAFETENSORS_NUMPY_READS}
+    path = tmp_path / "plain.safetensors"
+    safetensors.numpy.save_file(written, str(path))
+    ours = qload.numpy.load_file(path)
+    theirs = safetensors.numpy.load_file(str(path))
+    assert set(ours) == set(theirs) == set(written)
+    for name in theirs:
+        assert same_bytes(ours[name], theirs[name]), name
+
+
+def test_sharded_directory_matches_safetensors(tmp_path, qload_cli):
+    synth(qload_cli, tmp_path / "m")
+    ours = qload.load(tmp_path / "m")
+    theirs = {}
+    for f in glob.glob(str(tmp_path / "m" / "*.safetensors")):
+        with safetensors.safe_open(f, framework="np") as sf:
+            for k in sf.keys():
+                # safetensors.numpy has no bf16 type: compare the raw bytes
+                theirs[k] = sf.get_slice(k)
+    assert set(ours) == set(theirs)
+    for name, sl in theirs.items():
+        assert list(ours[name].shape) == sl.get_shape()
+        assert sl.get_dtype() == "BF16" and ours[name].dtype == ml_dtypes.bfloat16
+
+
+def test_tensors_are_zero_copy_and_outlive_the_model(checkpoint):
+    path, written = checkpoint
+    model = qload.load(path)
+    kept = model["f32"]
+    kept_bf16 = model["bf16"]
+    del model
+    gc.collect()
+    assert same_bytes(kept, written["f32"])
+    assert same_bytes(kept_bf16, written["bf16"])
+    kept[0, 0] = 42.0  # writable: the load's own memory, not the file's
+    assert kept[0, 0] == 42.0
+
+
+def test_dtype_conversion_on_load(checkpoint):
+    path, written = checkpoint
+    model = qload.load(path, dtype="f32")
+    assert model["bf16"].dtype == np.float32
+    np.testing.assert_array_equal(model["bf16"], written["bf16"].astype(np.float32))
+    assert model["i32"].dtype == np.int32  # integers are not floating tensors: kept
+
+
+def test_settings_by_name(checkpoint):
+    path, written = checkpoint
+    model = qload.load(path, settings={"io_engine": "pread", "digests": False, "slot_bytes": "64KiB"})
+    assert model.report["engine"] == "pread"
+    assert same_bytes(model["f64"], written["f64"])
+
+
+def test_progress_callback_sees_every_byte(checkpoint):
+    path, _ = checkpoint
+    calls = []
+    qload.load(path, progress=lambda done, total: calls.append((done, total)))
+    assert calls, "no progress reported"
+    assert calls[-1][0] == calls[-1][1] > 0
+    assert all(a[0] <= b[0] for a, b in zip(calls, calls[1:]))
+
+
+def test_quantized_weights_kept_packed_are_described(tmp_path, qload_cli):
+    synth(qload_cli, tmp_path / "q", "--quant", "gptq4")
+    model = qload.load(tmp_path / "q")
+    assert model.quantized, "no quantized weights listed"
+    q = model.quantized[0]
+    assert q["scheme"].startswith("gptq") and q["bits"] == 4 and q["group_size"] == 128
+    assert {"qweight", "scales"} <= set(q["parts"])
+    for part in q["parts"].values():
+        assert part in model
+    deq = qload.load(tmp_path / "q", dequantize="bf16")
+    assert deq.quantized == []
+    assert deq[q["name"]].dtype == ml_dtypes.bfloat16
+    assert deq[q["name"]].shape == (q["rows"], q["cols"])
+
+
+def test_wrong_argument_types_and_values_name_the_argument(checkpoint):
+    path, _ = checkpoint
+    with pytest.raises(TypeError, match="source"):
+        qload.load(42)
+    with pytest.raises(ValueError, match="framework"):
+        qload.load(path, framework="jax")
+    with pytest.raises(ValueError, match="dtype"):
+        qload.load(path, dtype="f8")
+    with pytest.raises(TypeError, match="settings"):
+        qload.load(path, settings=["io_engine=pread"])
+    with pytest.raises(ValueError, match="nope"):
+        qload.load(path, settings={"nope": 1})
+    with pytest.raises(ValueError, match="io_engine"):
+        qload.load(path, settings={"io_engine": "carrier-pigeon"})

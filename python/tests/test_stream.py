@@ -1,0 +1,47 @@
+"""qload.stream: every tensor once, in completion order, and the load's error at the end."""
+import numpy as np
+import pytest
+
+import qload
+from conftest import same_bytes, synth
+
+
+def test_every_tensor_arrives_once_with_its_bytes(checkpoint):
+    path, written = checkpoint
+    seen = {}
+    for name, tensor in qload.stream(path):
+        assert name not in seen
+        seen[name] = tensor
+    assert set(seen) == set(written)
+    for name, want in written.items():
+        assert same_bytes(seen[name], want), name
+
+
+def test_stream_equals_load_on_a_sharded_checkpoint(tmp_path, qload_cli):
+    synth(qload_cli, tmp_path / "m")
+    loaded = qload.load(tmp_path / "m")
+    streamed = dict(qload.stream(tmp_path / "m", settings={"slot_bytes": "64KiB"}))
+    assert set(streamed) == set(loaded)
+    for name, t in streamed.items():
+        assert same_bytes(t, loaded[name]), name
+
+
+def test_a_stream_abandoned_halfway_ends_the_load(tmp_path, qload_cli):
+    synth(qload_cli, tmp_path / "m")
+    it = qload.stream(tmp_path / "m", settings={"slot_bytes": "64KiB"})
+    name, first = next(it)
+    assert first.size > 0
+    del it  # closes the generator: the native stream cancels and joins its load thread
+    again = dict(qload.stream(tmp_path / "m"))
+    assert name in again
+
+
+def test_a_corrupt_file_raises_from_the_iterator(tmp_path, checkpoint):
+    path, _ = checkpoint
+    data = bytearray(path.read_bytes())
+    bad = tmp_path / "truncated.safetensors"
+    bad.write_bytes(bytes(data[: len(data) - 10]))
+    with pytest.raises(qload.Error) as raised:
+        for _ in qload.stream(bad):
+            pass
+    assert raised.value.file is not None and raised.value.file.endswith("truncated.safetensors")
