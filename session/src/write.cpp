@@ -22,37 +22,63 @@ std::string torch_dtype(DType d) {
   }
 }
 
-// The quantization_config describing tensors quantized on load, in the convention whose
-// tensor names qload writes (and reads back): HF "fp8" (per tensor; 128x128 blocks with
-// weight_scale_inv), "fbgemm_fp8" (per row), compressed-tensors int-quantized (int8 per row).
-json quantization_config(formats::QuantizeTarget target) {
+// The quantization_config describing tensors quantized on load, in a convention both qload
+// and transformers read: compressed-tensors float-quantized (fp8 per tensor: transformers'
+// own "fp8" method knows only 128x128 blocks and would take the raw fp8 values as weights),
+// HF "fp8" with weight_block_size (128x128 blocks, weight_scale_inv), "fbgemm_fp8" (per row),
+// compressed-tensors int-quantized (int8 per row). `unquantized` names the Linear-shaped
+// modules left as they were (lm_head, a recipe's exceptions): compressed-tensors quantizes
+// every Linear not in "ignore", and transformers' fp8 methods every one not in
+// "modules_to_not_convert".
+json quantization_config(formats::QuantizeTarget target, const std::vector<std::string>& unquantized) {
+  const auto compressed_tensors = [&](const char* format, const char* type, const char* strategy) {
+    return json{
+        {"quant_method", "compressed-tensors"},
+        {"format", format},
+        {"quantization_status", "compressed"},
+        {"ignore", unquantized},
+        {"config_groups",
+         {{"group_0",
+           {{"targets", {"Linear"}},
+            {"weights",
+             {{"num_bits", 8}, {"type", type}, {"symmetric", true}, {"strategy", strategy}, {"dynamic", false}}},
+            {"input_activations", nullptr}}}}}};
+  };
   switch (target) {
-    case formats::QuantizeTarget::kFp8Tensor:
-      return {{"quant_method", "fp8"}, {"fmt", "e4m3"}, {"activation_scheme", "dynamic"}};
+    case formats::QuantizeTarget::kFp8Tensor: return compressed_tensors("float-quantized", "float", "tensor");
     case formats::QuantizeTarget::kFp8Block:
       return {{"quant_method", "fp8"},
               {"fmt", "e4m3"},
               {"activation_scheme", "dynamic"},
-              {"weight_block_size", {128, 128}}};
-    case formats::QuantizeTarget::kFp8Row: return {{"quant_method", "fbgemm_fp8"}};
-    case formats::QuantizeTarget::kInt8Row:
-      return {{"quant_method", "compressed-tensors"},
-              {"format", "int-quantized"},
-              {"quantization_status", "compressed"},
-              {"config_groups",
-               {{"group_0",
-                 {{"targets", {"Linear"}},
-                  {"weights", {{"num_bits", 8}, {"type", "int"}, {"symmetric", true}, {"strategy", "channel"}}}}}}}};
+              {"weight_block_size", {128, 128}},
+              {"modules_to_not_convert", unquantized}};
+    case formats::QuantizeTarget::kFp8Row:
+      return {{"quant_method", "fbgemm_fp8"}, {"modules_to_not_convert", unquantized}};
+    case formats::QuantizeTarget::kInt8Row: return compressed_tensors("int-quantized", "int", "channel");
   }
   return nullptr;
 }
 
-Status write_config(const std::string& source_config, const scheduler::LoadOptions& o, const std::string& path) {
+// Modules whose 2-D floating ".weight" was written as it was, with no scale beside it.
+std::vector<std::string> unquantized_modules(const scheduler::Model& model) {
+  std::vector<std::string> out;
+  for (const scheduler::DeviceTensor& t : model.tensors()) {
+    const bool wide_float = t.dtype == DType::kF32 || t.dtype == DType::kBF16 || t.dtype == DType::kF16;
+    if (!t.name.ends_with(".weight") || t.shape.rank() != 2 || !wide_float) continue;
+    const std::string module = t.name.substr(0, t.name.size() - std::string_view(".weight").size());
+    if (model.find(module + ".weight_scale") || model.find(module + ".weight_scale_inv")) continue;
+    out.push_back(module);
+  }
+  return out;
+}
+
+Status write_config(const std::string& source_config, const scheduler::LoadOptions& o,
+                    const std::vector<std::string>& unquantized, const std::string& path) {
   json config = json::parse(source_config, nullptr, false);
   if (config.is_discarded() || !config.is_object())
     return fail(Error(Errc::kCorrupt, "config.json is not a JSON object").with_file(path));
   if (o.plan.dequantize) config.erase("quantization_config");
-  if (o.plan.quantize) config["quantization_config"] = quantization_config(*o.plan.quantize);
+  if (o.plan.quantize) config["quantization_config"] = quantization_config(*o.plan.quantize, unquantized);
   if (const auto d = o.plan.dequantize ? o.plan.dequantize : o.plan.dtype) config["torch_dtype"] = torch_dtype(*d);
   std::ofstream out(path, std::ios::trunc);
   out << config.dump(2) << "\n";
@@ -99,7 +125,7 @@ Result<Converted> convert(const LoadSpec& spec, const std::string& out, const Lo
   QLOAD_TRY(formats::write_safetensors(converted.weights, tensors,
                                        {.metadata = {{"format", "pt"}, {"written_by", "qload convert"}}}));
   if (!planned.catalog.config_json.empty())
-    QLOAD_TRY(write_config(planned.catalog.config_json, planned.request.options,
+    QLOAD_TRY(write_config(planned.catalog.config_json, planned.request.options, unquantized_modules(model),
                            (std::filesystem::path(out) / "config.json").string()));
   return converted;
 }

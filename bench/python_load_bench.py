@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""qload's Python package against safetensors on the same warm files, in one run.
+
+    PYTHONPATH=build/python python bench/python_load_bench.py [CHECKPOINT_DIR]
+
+Prints, best of --rounds (each after reading the files once so the page cache is warm):
+  - qload.load(dir, framework="np") vs safetensors.numpy.load_file over every shard: GB/s and
+    the ratio (goal: >= 1.0);
+  - qload.stream: seconds to the first tensor vs the whole stream (how much earlier a server
+    can start using weights).
+With no directory, synthesizes a llama-shaped bf16 checkpoint (~0.9 GB) with the qload CLI
+(--qload, default build/qload), in f16: safetensors.numpy cannot read bf16 into numpy.
+safetensors.torch.load_file is the comparison the issue names; torch is not in CI's
+environment, so this compares the numpy loaders (the same file reads and copies).
+"""
+import argparse
+import glob
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def warm(files):
+    for f in files:
+        with open(f, "rb") as fh:
+            while fh.read(1 << 24):
+                pass
+
+
+def best(fn, rounds, files):
+    times = []
+    for _ in range(rounds):
+        warm(files)
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times), times
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("checkpoint", nargs="?")
+    ap.add_argument("--qload", default="build/qload")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--layers", type=int, default=8)
+    args = ap.parse_args()
+
+    import qload
+    import safetensors.numpy
+
+    tmp = None
+    ckpt = args.checkpoint
+    if ckpt is None:
+        tmp = tempfile.TemporaryDirectory(prefix="qload-pybench-")
+        ckpt = os.path.join(tmp.name, "model")
+        subprocess.run([args.qload, "synth", ckpt, "--layers", str(args.layers), "--hidden", "2048",
+                        "--intermediate", "5632", "--vocab", "32000", "--heads", "16", "--kv-heads", "4",
+                        "--shards", "2", "--dtype", "f16"], check=True, stdout=subprocess.DEVNULL)
+    files = sorted(glob.glob(os.path.join(ckpt, "*.safetensors"))) or [ckpt]
+    total = sum(os.path.getsize(f) for f in files)
+
+    def theirs():
+        out = {}
+        for f in files:
+            out.update(safetensors.numpy.load_file(f))
+        return out
+
+    def ours():
+        return qload.load(ckpt, framework="np", progress=False)
+
+    first = []
+
+    def streamed():
+        t0 = time.perf_counter()
+        n = 0
+        for _name, _tensor in qload.stream(ckpt):
+            if n == 0:
+                first.append(time.perf_counter() - t0)
+            n += 1
+
+    # Cross-check once: same names, same bytes.
+    a, b = ours(), theirs()
+    assert set(a) == set(b) and all(a[k].tobytes() == b[k].tobytes() for k in b), "qload and safetensors disagree"
+    del a, b
+
+    s_theirs, r_theirs = best(theirs, args.rounds, files)
+    s_ours, r_ours = best(ours, args.rounds, files)
+    s_stream, r_stream = best(streamed, args.rounds, files)
+    gb = total / 1e9
+    print(f"checkpoint: {gb:.2f} GB in {len(files)} file(s); best of {args.rounds} warm rounds; {os.cpu_count()} cores")
+    print(f"{'what':<34} {'s':>7} {'GB/s':>7}  all runs (s)")
+    for what, s, runs in (("safetensors.numpy.load_file", s_theirs, r_theirs), ("qload.load(framework='np')", s_ours, r_ours),
+                          ("qload.stream (whole)", s_stream, r_stream)):
+        print(f"{what:<34} {s:7.3f} {gb / s:7.2f}  {' '.join(f'{x:.3f}' for x in runs)}")
+    ratio = s_theirs / s_ours
+    print(f"qload.load vs safetensors: {ratio:.2f}x  (goal >= 1.0: {'PASS' if ratio >= 1.0 else 'MISS'})")
+    print(f"qload.stream first tensor after {min(first):.3f} s of {s_stream:.3f} s "
+          f"({min(first) / s_stream:.2f} of the whole stream)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
