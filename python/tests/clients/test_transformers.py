@@ -1,0 +1,89 @@
+"""qload against torch and transformers on checkpoints transformers wrote."""
+import glob
+import os
+import warnings
+
+import pytest
+import safetensors.torch
+import torch
+
+import qload
+import qload.torch
+from conftest import convert
+
+
+def reference(model_dir: str) -> dict:
+    out = {}
+    for f in sorted(glob.glob(os.path.join(model_dir, "*.safetensors"))):
+        out.update(safetensors.torch.load_file(f))
+    return out
+
+
+def assert_same(ours: dict, theirs: dict) -> None:
+    assert set(ours) == set(theirs)
+    for name, want in theirs.items():
+        got = ours[name]
+        assert got.dtype == want.dtype and got.shape == want.shape, name
+        assert torch.equal(got, want), name
+
+
+def test_load_pt_equals_safetensors_torch(tiny_model):
+    assert_same(qload.load(tiny_model, framework="pt"), reference(tiny_model))
+
+
+def test_torch_load_file_equals_safetensors(tiny_model):
+    f = glob.glob(os.path.join(tiny_model, "*.safetensors"))[0]
+    assert_same(qload.torch.load_file(f), safetensors.torch.load_file(f))
+
+
+def test_safe_open_pt_equals_safetensors(tiny_model):
+    f = glob.glob(os.path.join(tiny_model, "*.safetensors"))[0]
+    with safetensors.safe_open(f, framework="pt") as theirs, qload.safe_open(f, framework="pt") as ours:
+        assert ours.keys() == theirs.keys()
+        assert ours.metadata() == theirs.metadata()
+        for k in theirs.keys():
+            assert torch.equal(ours.get_tensor(k), theirs.get_tensor(k)), k
+            assert torch.equal(ours.get_slice(k)[0:3], theirs.get_slice(k)[0:3]), k
+
+
+def test_stream_pt_yields_every_tensor(tiny_model):
+    assert_same(dict(qload.stream(tiny_model, framework="pt")), reference(tiny_model))
+
+
+def transformers_weights(model_dir: str, quantize: str) -> dict:
+    """What transformers makes of a quantized checkpoint: its dequantized state dict."""
+    from transformers import AutoModelForCausalLM
+
+    kwargs = {}
+    if quantize == "fp8:block":  # transformers' fine-grained FP8, dequantized (no GPU here)
+        from transformers import FineGrainedFP8Config
+
+        kwargs["quantization_config"] = FineGrainedFP8Config(weight_block_size=(128, 128), dequantize=True)
+    else:  # compressed-tensors, decompressed into dense weights
+        from transformers.utils.quantization_config import CompressedTensorsConfig
+
+        kwargs["quantization_config"] = CompressedTensorsConfig(run_compressed=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16, **kwargs)
+    return model.state_dict()
+
+
+@pytest.mark.parametrize("quantize", ["fp8:per-tensor", "fp8:block", "int8"])
+def test_convert_output_loads_in_transformers_as_qload_dequantizes_it(tiny_model, qload_cli, tmp_path, quantize):
+    out = convert(qload_cli, tiny_model, tmp_path / "converted", quantize)
+    ours = qload.load(out, dequantize="bf16", framework="pt")
+    theirs = transformers_weights(out, quantize)
+    original = reference(tiny_model)
+    compared = 0
+    for name, want in theirs.items():
+        if name not in ours:  # a tied lm_head is the embedding, not a stored tensor
+            assert name == "lm_head.weight"
+            continue
+        assert ours[name].shape == want.shape and torch.equal(ours[name], want), name
+        compared += 1
+    assert compared == len(original)
+    # And something was quantized: the decoded projections differ from the bf16 originals.
+    q = "model.layers.0.self_attn.q_proj.weight"
+    assert not torch.equal(ours[q], original[q])
+    assert torch.allclose(ours[q].float(), original[q].float(), atol=0.05, rtol=0.15)
