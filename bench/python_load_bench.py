@@ -10,8 +10,8 @@ Prints, best of --rounds (each after reading the files once so the page cache is
     can start using weights).
 With no directory, synthesizes a llama-shaped bf16 checkpoint (~0.9 GB) with the qload CLI
 (--qload, default build/qload), in f16: safetensors.numpy cannot read bf16 into numpy.
-safetensors.torch.load_file is the comparison the issue names; torch is not in CI's
-environment, so this compares the numpy loaders (the same file reads and copies).
+Where torch imports (the python.clients environment), it also compares
+qload.load(framework="pt") with safetensors.torch.load_file.
 """
 import argparse
 import glob
@@ -80,6 +80,21 @@ def main() -> int:
                 first.append(time.perf_counter() - t0)
             n += 1
 
+    try:
+        import safetensors.torch
+        import torch
+    except ImportError:
+        torch = None
+
+    def theirs_pt():
+        out = {}
+        for f in files:
+            out.update(safetensors.torch.load_file(f))
+        return out
+
+    def ours_pt():
+        return qload.load(ckpt, framework="pt", progress=False)
+
     # Cross-check once: same names, same bytes.
     a, b = ours(), theirs()
     assert set(a) == set(b) and all(a[k].tobytes() == b[k].tobytes() for k in b), "qload and safetensors disagree"
@@ -88,14 +103,26 @@ def main() -> int:
     s_theirs, r_theirs = best(theirs, args.rounds, files)
     s_ours, r_ours = best(ours, args.rounds, files)
     s_stream, r_stream = best(streamed, args.rounds, files)
+    rows = [("safetensors.numpy.load_file", s_theirs, r_theirs), ("qload.load(framework='np')", s_ours, r_ours),
+            ("qload.stream (whole)", s_stream, r_stream)]
+    if torch is not None:
+        a, b = ours_pt(), theirs_pt()
+        assert set(a) == set(b) and all(torch.equal(a[k], b[k]) for k in b), "qload and safetensors.torch disagree"
+        del a, b
+        s_theirs_pt, r_theirs_pt = best(theirs_pt, args.rounds, files)
+        s_ours_pt, r_ours_pt = best(ours_pt, args.rounds, files)
+        rows += [("safetensors.torch.load_file", s_theirs_pt, r_theirs_pt),
+                 ("qload.load(framework='pt')", s_ours_pt, r_ours_pt)]
     gb = total / 1e9
     print(f"checkpoint: {gb:.2f} GB in {len(files)} file(s); best of {args.rounds} warm rounds; {os.cpu_count()} cores")
     print(f"{'what':<34} {'s':>7} {'GB/s':>7}  all runs (s)")
-    for what, s, runs in (("safetensors.numpy.load_file", s_theirs, r_theirs), ("qload.load(framework='np')", s_ours, r_ours),
-                          ("qload.stream (whole)", s_stream, r_stream)):
+    for what, s, runs in rows:
         print(f"{what:<34} {s:7.3f} {gb / s:7.2f}  {' '.join(f'{x:.3f}' for x in runs)}")
     ratio = s_theirs / s_ours
-    print(f"qload.load vs safetensors: {ratio:.2f}x  (goal >= 1.0: {'PASS' if ratio >= 1.0 else 'MISS'})")
+    print(f"qload.load vs safetensors.numpy: {ratio:.2f}x  (goal >= 1.0: {'PASS' if ratio >= 1.0 else 'MISS'})")
+    if torch is not None:
+        ratio_pt = s_theirs_pt / s_ours_pt
+        print(f"qload.load vs safetensors.torch: {ratio_pt:.2f}x  (goal >= 1.0: {'PASS' if ratio_pt >= 1.0 else 'MISS'})")
     print(f"qload.stream first tensor after {min(first):.3f} s of {s_stream:.3f} s "
           f"({min(first) / s_stream:.2f} of the whole stream)")
     return 0

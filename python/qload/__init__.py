@@ -18,6 +18,7 @@ from typing import Callable, Iterator, Mapping, Optional, Union
 from . import _qload
 from ._dtypes import convert as _convert
 from ._qload import (  # noqa: F401  (re-exported)
+    CancelledError,
     ChecksumMismatchError,
     CorruptError,
     DeviceError,
@@ -28,6 +29,7 @@ from ._qload import (  # noqa: F401  (re-exported)
     IoError,
     NotFoundError,
     OutOfMemoryError,
+    OverflowError,
     PermissionDeniedError,
     TruncatedError,
     UnsupportedError,
