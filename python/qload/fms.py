@@ -47,8 +47,12 @@ def load_state_dict(model_path, *, source: Optional[str] = None, distributed_str
         return {}
     if distributed_strategy in {"hsdp", "fsdp"} and rank != 0:
         return {}  # as FMS: rank 0 loads, FSDP's sync_module_states spreads it
-    device = "cpu" if initial_device.type == "cpu" else f"cuda:{initial_device.index or 0}"
-    return dict(_load(path, device=device, framework="pt", progress=False))
+    if initial_device.type == "cpu":
+        # FMS copies every tensor into its own parameters (through its adapters), as it does
+        # with its lazy safetensors mapping: map the files too rather than hold a second copy.
+        # The tensors are read-only views of the mapping; FMS only reads them.
+        return dict(_load(path, device="cpu", framework="pt", settings={"load_mode": "mmap"}, progress=False))
+    return dict(_load(path, device=f"cuda:{initial_device.index or 0}", framework="pt", progress=False))
 
 
 def install() -> None:

@@ -116,3 +116,17 @@ def test_wrong_argument_types_and_values_name_the_argument(checkpoint):
         qload.load(path, settings={"nope": 1})
     with pytest.raises(ValueError, match="io_engine"):
         qload.load(path, settings={"io_engine": "carrier-pigeon"})
+
+
+def test_a_recipe_as_source(tmp_path, qload_cli):
+    synth(qload_cli, tmp_path / "m")
+    recipe = tmp_path / "load.lua"
+    recipe.write_text('return qload.recipe { source = "m", devices = "cpu", dtype = "f32" }\n')
+    model = qload.load(recipe)
+    plain = qload.load(tmp_path / "m", dtype="f32")
+    assert set(model) == set(plain)
+    for name in plain:
+        assert same_bytes(model[name], plain[name]), name
+    assert all(t.dtype == np.float32 for t in model.values())
+    with pytest.raises(ValueError, match="dtype"):  # a recipe's choices are not contradicted
+        qload.load(recipe, dtype="bf16")
