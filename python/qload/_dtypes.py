@@ -6,15 +6,8 @@ raw bytes. Here they get their real types, as views: nothing is copied.
 """
 from __future__ import annotations
 
-_NUMPY_VIEW = {  # qload dtype -> ml_dtypes attribute
-    "BF16": "bfloat16",
-    "F8_E4M3": "float8_e4m3fn",
-    "F8_E5M2": "float8_e5m2",
-    "F8_E8M0": "float8_e8m0fnu",
-    "F8_E4M3FNUZ": "float8_e4m3fnuz",
-    "F8_E5M2FNUZ": "float8_e5m2fnuz",
-}
-_TORCH_VIEW = {  # qload dtype -> torch attribute
+# qload dtype -> the name of its type in ml_dtypes (numpy) and in torch, which agree
+_VIEW_TYPE = {
     "BF16": "bfloat16",
     "F8_E4M3": "float8_e4m3fn",
     "F8_E5M2": "float8_e5m2",
@@ -29,7 +22,7 @@ def to_numpy(carrier, dtype: str):
     import numpy as np
 
     array = np.from_dlpack(carrier)
-    view = _NUMPY_VIEW.get(dtype)
+    view = _VIEW_TYPE.get(dtype)
     if view is None:
         return array
     try:
@@ -45,7 +38,7 @@ def to_torch(carrier, dtype: str, device: str | None = None):
     import torch
 
     tensor = torch.from_dlpack(carrier)
-    view = _TORCH_VIEW.get(dtype)
+    view = _VIEW_TYPE.get(dtype)
     if view is not None:
         if not hasattr(torch, view):
             raise TypeError(f"this torch ({torch.__version__}) has no torch.{view} for a {dtype} tensor")
