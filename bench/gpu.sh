@@ -13,7 +13,8 @@
 # One device call may run for at most 10 minutes. Choose steps with
 #   ONLY="gpu_tests quant_load_gpu"   run just these steps, or
 #   SKIP="io_bench gpu_load_bench"    leave these out, and
-#   STEP_TIMEOUT=120                    stop any one step after that many seconds.
+#   STEP_TIMEOUT=120                    stop any one step after that many seconds
+#   STEP_TIMEOUT_gpu_load_bench=300     (the same for one step).
 # gpu_load_bench alone (synthesizing ~12 GB, rounds of cold and warm loads and peers) takes
 # several minutes; its knobs (RUNS, KEEP, PEERS, MIN_BYTES, LAYERS, ...) pass through the
 # environment, see bench/gpu_load_bench.sh.
@@ -38,9 +39,12 @@ step() {  # step NAME COMMAND...: runs, tees to the log NAME.txt, records status
   if ! wanted "$name"; then echo "$name: not selected" >>"$summary"; return; fi
   echo "== $name: $*"
   local t0=$SECONDS
-  timeout "${STEP_TIMEOUT:-0}" "$@" 2>&1 | tee "$logs/$name.txt"
+  # STEP_TIMEOUT_<name> (e.g. STEP_TIMEOUT_gpu_load_bench=300) overrides STEP_TIMEOUT for one step.
+  local own="STEP_TIMEOUT_$name"
+  local limit=${!own:-${STEP_TIMEOUT:-0}}
+  timeout "$limit" "$@" 2>&1 | tee "$logs/$name.txt"
   local rc=${PIPESTATUS[0]} verdict=ok
-  [ "$rc" -eq 124 ] && verdict="TIMED OUT after ${STEP_TIMEOUT}s"
+  [ "$rc" -eq 124 ] && verdict="TIMED OUT after ${limit}s"
   [ "$rc" -eq 0 ] || { [ "$rc" -eq 124 ] || verdict="FAILED (exit $rc)"; status=1; }
   echo "== $name: $verdict"
   echo "$name: $verdict in $((SECONDS - t0)) s" >>"$summary"
@@ -92,7 +96,10 @@ step quant_gpu_bench "$build/bench/qload_quant_bench" --gpu 0 --rows 8192 --cols
 step quant_load_bench env DEVICE=cuda:0 SCHEMES="gptq4 awq fp8-block ct-pack4" "$here/quant_load_bench.sh" "$build" /tmp/qload-quant-load-bench
 step io_bench "$build/bench/qload_io_bench" --dir /tmp --json "$logs/io_bench.json"
 # OUT is unset for it so that it does not also write its table beside ours; its log holds it.
-step gpu_load_bench env -u OUT "$here/gpu_load_bench.sh" "$build" /tmp/qload-gpu-load-bench
+# 16 layers (6.2 GB) and 2 rounds keep the whole script inside one 10-minute device call
+# (2026-11-25 on an H100: synthesis plus one round took 95 s); LAYERS/RUNS/MIN_BYTES override.
+step gpu_load_bench env -u OUT LAYERS="${LAYERS:-16}" RUNS="${RUNS:-2}" MIN_BYTES="${MIN_BYTES:-4000000000}" \
+  "$here/gpu_load_bench.sh" "$build" /tmp/qload-gpu-load-bench
 
 rm -rf "$logs"
 echo "== summary ($summary)"
