@@ -1,0 +1,23 @@
+"""Tiny models built and saved by transformers, as users' checkpoints are (shared by the
+clients and vllm suites)."""
+import torch
+
+
+def save_tiny(kind: str, tied: bool, path) -> str:
+    """A random llama- or granite-shaped model in bf16, saved by save_pretrained (safetensors)."""
+    import transformers
+
+    torch.manual_seed(1234)
+    shape = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, vocab_size=320, tie_word_embeddings=tied)
+    if kind == "llama":
+        config, model_class = transformers.LlamaConfig(**shape), transformers.LlamaForCausalLM
+    else:
+        config, model_class = transformers.GraniteConfig(**shape), transformers.GraniteForCausalLM
+    model = model_class(config).to(torch.bfloat16)
+    model.save_pretrained(str(path), safe_serialization=True)
+    return str(path)
+
+
+MODELS = [("llama", False), ("llama", True), ("granite", False)]
+MODEL_IDS = [f"{k}-{'tied' if t else 'untied'}" for k, t in MODELS]
