@@ -35,32 +35,15 @@ namespace {
 // Errors: qload.Error and one subclass per Errc, each also a subclass of the builtin a Python
 // caller would catch (ValueError for bad arguments, FileNotFoundError, MemoryError, ...).
 
-struct ErrorTypes {
-  nb::object base;
-  std::vector<nb::object> by_code;  // indexed by Errc
+// Each Errc's class, and the builtin it also derives from (none: just qload.Error). The
+// classes live on the module (no C++ state holds them); raise() looks them up by name.
+struct ErrorClass {
+  Errc code;
+  const char* name;
+  PyObject* builtin;
 };
-ErrorTypes* g_errors = nullptr;  // the module's own exception classes (module state, set once at import)
-
-nb::object make_exception(nb::module_& m, const char* name, nb::handle bases, const char* doc) {
-  const std::string qualified = std::string("qload.") + name;
-  PyObject* type = PyErr_NewExceptionWithDoc(qualified.c_str(), doc, bases.ptr(), nullptr);
-  if (type == nullptr) throw nb::python_error();
-  nb::object t = nb::steal(type);
-  m.attr(name) = t;
-  return t;
-}
-
-void register_errors(nb::module_& m) {
-  static ErrorTypes types;
-  types.base =
-      make_exception(m, "Error", PyExc_RuntimeError,
-                     "A qload error. Attributes: code (str), file, tensor (str or None), offset (int or None).");
-  struct Sub {
-    Errc code;
-    const char* name;
-    PyObject* builtin;
-  };
-  const Sub subs[] = {
+const ErrorClass* error_classes(std::size_t* count) {
+  static const ErrorClass classes[] = {
       {Errc::kInvalidArgument, "InvalidArgumentError", PyExc_ValueError},
       {Errc::kNotFound, "NotFoundError", PyExc_FileNotFoundError},
       {Errc::kPermissionDenied, "PermissionDeniedError", PyExc_PermissionError},
@@ -76,17 +59,40 @@ void register_errors(nb::module_& m) {
       {Errc::kDevice, "DeviceError", nullptr},
       {Errc::kInternal, "InternalError", nullptr},
   };
-  types.by_code.resize(std::size(subs));
-  for (const Sub& s : subs) {
-    nb::object bases = s.builtin != nullptr ? nb::object(nb::make_tuple(types.base, nb::handle(s.builtin)))
-                                            : nb::object(nb::make_tuple(types.base));
-    types.by_code[static_cast<std::size_t>(s.code)] = make_exception(m, s.name, bases, nullptr);
+  *count = std::size(classes);
+  return classes;
+}
+
+nb::object make_exception(nb::module_& m, const char* name, nb::handle bases, const char* doc) {
+  const std::string qualified = std::string("qload.") + name;
+  PyObject* type = PyErr_NewExceptionWithDoc(qualified.c_str(), doc, bases.ptr(), nullptr);
+  if (type == nullptr) throw nb::python_error();
+  nb::object t = nb::steal(type);
+  m.attr(name) = t;
+  return t;
+}
+
+void register_errors(nb::module_& m) {
+  const nb::object base =
+      make_exception(m, "Error", PyExc_RuntimeError,
+                     "A qload error. Attributes: code (str), file, tensor (str or None), offset (int or None).");
+  std::size_t count = 0;
+  const ErrorClass* classes = error_classes(&count);
+  for (std::size_t i = 0; i < count; ++i) {
+    const ErrorClass& c = classes[i];
+    nb::object bases = c.builtin != nullptr ? nb::object(nb::make_tuple(base, nb::handle(c.builtin)))
+                                            : nb::object(nb::make_tuple(base));
+    make_exception(m, c.name, bases, nullptr);
   }
-  g_errors = &types;
 }
 
 [[noreturn]] void raise(const Error& e) {
-  nb::handle type = g_errors->by_code[static_cast<std::size_t>(e.code())];
+  std::size_t count = 0;
+  const ErrorClass* classes = error_classes(&count);
+  const char* name = "Error";
+  for (std::size_t i = 0; i < count; ++i)
+    if (classes[i].code == e.code()) name = classes[i].name;
+  const nb::object type = nb::module_::import_("qload._qload").attr(name);
   nb::object value = type(e.to_string());
   value.attr("code") = std::string(errc_name(e.code()));
   value.attr("file") = e.file() ? nb::object(nb::str(e.file()->data(), e.file()->size())) : nb::none();
@@ -173,13 +179,17 @@ nb::object make_array(const scheduler::DeviceTensor& t, nb::handle owner) {
   return nb::cast(ReadOnlyArray(data, shape.size(), shape.data(), owner, stride_ptr, c.dtype, device_type, device_id));
 }
 
+nb::list shape_list(const Shape& shape) {
+  nb::list out;
+  for (const std::uint64_t dim : shape.dims()) out.append(dim);
+  return out;
+}
+
 nb::dict tensor_info(const scheduler::DeviceTensor& t) {
   nb::dict d;
   d["name"] = t.name;
   d["dtype"] = std::string(dtype_name(t.dtype));
-  nb::list shape;
-  for (std::size_t i = 0; i < t.shape.rank(); ++i) shape.append(t.shape[i]);
-  d["shape"] = shape;
+  d["shape"] = shape_list(t.shape);
   d["device"] = t.device;
   d["nbytes"] = t.nbytes;
   return d;
@@ -229,12 +239,6 @@ class Model {
  public:
   explicit Model(scheduler::Model model) : model_(std::move(model)) {}
 
-  std::vector<std::string> names() const {
-    std::vector<std::string> out;
-    out.reserve(model_.size());
-    for (const scheduler::DeviceTensor& t : model_.tensors()) out.push_back(t.name);
-    return out;
-  }
   nb::list infos() const {
     nb::list out;
     for (const scheduler::DeviceTensor& t : model_.tensors()) out.append(tensor_info(t));
@@ -287,7 +291,6 @@ class Model {
     }
     return out;
   }
-  void release() { model_.release(); }
 
  private:
   scheduler::Model model_;
@@ -426,9 +429,7 @@ nb::dict inspect(const std::string& source) {
     nb::dict t;
     t["name"] = e.name;
     t["dtype"] = std::string(dtype_name(e.dtype));
-    nb::list shape;
-    for (std::size_t i = 0; i < e.shape.rank(); ++i) shape.append(e.shape[i]);
-    t["shape"] = shape;
+    t["shape"] = shape_list(e.shape);
     t["file"] = in.catalog.files[e.file].path;
     t["offset"] = e.offset;
     t["nbytes"] = e.nbytes;
@@ -471,7 +472,6 @@ NB_MODULE(_qload, m) {
       .def_rw("settings", &LoadArgs::settings);
 
   nb::class_<Model>(m, "Model")
-      .def("names", &Model::names)
       .def("infos", &Model::infos)
       .def(
           "arrays", [](nb::handle self) { return nb::cast<Model&>(self).arrays(self); },
@@ -484,8 +484,7 @@ NB_MODULE(_qload, m) {
           },
           nb::arg("name"))
       .def("report", &Model::report)
-      .def("quantized", &Model::quantized)
-      .def("release", &Model::release);
+      .def("quantized", &Model::quantized);
 
   nb::class_<Stream>(m, "Stream").def("next", &Stream::next);
 
