@@ -84,6 +84,12 @@ def _framework(framework: str) -> str:
     return "np" if framework in ("np", "numpy") else "pt"
 
 
+def _check_host_framework(framework: str, device: str) -> None:
+    """numpy holds host memory only: say so before loading, not after."""
+    if framework == "np" and "cuda" in device:
+        raise ValueError(f"framework='np' holds host memory only; device {device!r} needs framework='pt'")
+
+
 class _Bar:
     """A one-line progress bar on a terminal; nothing elsewhere."""
 
@@ -138,6 +144,7 @@ def load(source: PathLike, *, device: str = "cpu", framework: str = "np", dtype:
     """
     fw = _framework(framework)
     args = _args(source, device, dtype, dequantize, quantize, lock, settings)
+    _check_host_framework(fw, args.device)
     native = _qload.load(args, _progress_callback(progress, args.source))
     model = Model()
     for name, carrier, dt in native.arrays():
@@ -158,6 +165,7 @@ def stream(source: PathLike, *, device: str = "cpu", framework: str = "np", dtyp
     """
     fw = _framework(framework)
     args = _args(source, device, dtype, dequantize, quantize, lock, settings)
+    _check_host_framework(fw, args.device)
     native = _qload.stream(args)
     while True:
         try:

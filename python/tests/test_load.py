@@ -130,3 +130,11 @@ def test_a_recipe_as_source(tmp_path, qload_cli):
     assert all(t.dtype == np.float32 for t in model.values())
     with pytest.raises(ValueError, match="dtype"):  # a recipe's choices are not contradicted
         qload.load(recipe, dtype="bf16")
+
+
+def test_numpy_cannot_hold_gpu_memory_and_says_so_before_loading(checkpoint):
+    path, _ = checkpoint
+    with pytest.raises(ValueError, match="framework='pt'"):
+        qload.load(path, device="cuda:0")
+    with pytest.raises(ValueError, match="framework='pt'"):
+        next(qload.stream(path, device="cpu,cuda:0"))
