@@ -96,7 +96,7 @@ def main() -> int:
     def streamed():
         t0 = time.perf_counter()
         n = 0
-        for _name, _tensor in qload.stream(ckpt):
+        for _name, _tensor in qload.stream(ckpt, framework="np"):
             if n == 0:
                 first.append(time.perf_counter() - t0)
             n += 1

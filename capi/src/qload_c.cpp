@@ -2,6 +2,7 @@
 // crosses the boundary), checks its pointers, and leaves its error in a thread-local string.
 #include "qload/qload.h"
 
+#include <cstddef>
 #include <cstring>
 #include <memory>
 #include <new>
@@ -71,6 +72,16 @@ qload_status guarded(Body&& body) noexcept {
 
 // The fields of qload_options this library knows, up to and including `internal`.
 constexpr std::size_t kOptionsSize = sizeof(qload_options);
+// The first ABI version 1 struct ended at `internal`; fields after it are read only when the
+// caller's struct_size includes them.
+constexpr std::size_t kFirstOptionsSize = offsetof(qload_options, internal) + sizeof(void*);
+
+template <typename Field>
+bool caller_knows(const qload_options* o, const Field qload_options::*field) {
+  const auto* base = reinterpret_cast<const unsigned char*>(o);
+  const auto* at = reinterpret_cast<const unsigned char*>(&(o->*field));
+  return static_cast<std::size_t>(at - base) + sizeof(Field) <= o->struct_size;
+}
 
 struct OptionSettings {
   std::vector<session::SettingFlag> settings;
@@ -83,11 +94,11 @@ std::string text(const char* s) {
 Result<session::LoadSpec> spec_of(const char* source, const qload_options* o) {
   session::LoadSpec spec{.source = source, .names = session::SpecNames{}.prefixed("qload_options.")};
   if (o == nullptr) return spec;
-  if (o->struct_size < kOptionsSize)
+  if (o->struct_size < kFirstOptionsSize)
     return fail(Errc::kInvalidArgument,
                 fmt::format("qload_options.struct_size is {}, smaller than the {} bytes of ABI version {}: create "
                             "options with qload_options_create",
-                            o->struct_size, kOptionsSize, QLOAD_ABI_VERSION));
+                            o->struct_size, kFirstOptionsSize, QLOAD_ABI_VERSION));
   if (o->struct_size > kOptionsSize) {
     // A newer caller's fields this library does not know: only zeros (unset) can be ignored.
     const auto* extra = reinterpret_cast<const unsigned char*>(o) + kOptionsSize;
@@ -104,6 +115,7 @@ Result<session::LoadSpec> spec_of(const char* source, const qload_options* o) {
   spec.dequantize = text(o->dequantize);
   spec.quantize = text(o->quantize);
   spec.lock = text(o->lock);
+  if (caller_knows(o, &qload_options::recipe)) spec.recipe = text(o->recipe);
   spec.repack = o->repack != 0;
   spec.tensor_parallel = o->tensor_parallel;
   spec.pipeline_parallel = o->pipeline_parallel;

@@ -1,6 +1,7 @@
 """qload: a fast loader for deep-learning checkpoints, quantized or not.
 
     import qload
+    weights = qload.load("model/")                           # dict[str, torch.Tensor]
     weights = qload.load("model/", framework="np")           # dict[str, numpy.ndarray]
     for name, tensor in qload.stream("model/"): ...          # completion order
     with qload.safe_open("model.safetensors", framework="np") as f:   # like safetensors'
@@ -53,11 +54,14 @@ def _text(value, name: str, allowed: Optional[set] = None) -> str:
     return value
 
 
-def _args(source, device, dtype, dequantize, quantize, lock, settings) -> "_qload.LoadArgs":
+def _args(source, recipe, device, dtype, dequantize, quantize, lock, settings) -> "_qload.LoadArgs":
     if not isinstance(source, (str, os.PathLike)):
         raise TypeError(f"source must be a path (str or os.PathLike), not {type(source).__name__}")
+    if recipe is not None and not isinstance(recipe, (str, os.PathLike)):
+        raise TypeError(f"recipe must be a path to a .lua recipe, not {type(recipe).__name__}")
     args = _qload.LoadArgs()
     args.source = os.fspath(source)
+    args.recipe = os.fspath(recipe) if recipe is not None else ""
     args.device = _text(device, "device")
     args.dtype = _text(dtype, "dtype", {"bf16", "f16", "f32"})
     args.dequantize = _text(dequantize, "dequantize", {"bf16", "f16", "f32"})
@@ -81,7 +85,14 @@ def _args(source, device, dtype, dequantize, quantize, lock, settings) -> "_qloa
 def _framework(framework: str) -> str:
     if framework not in ("np", "numpy", "pt", "torch"):
         raise ValueError(f"framework must be 'np' or 'pt', not {framework!r}")
-    return "np" if framework in ("np", "numpy") else "pt"
+    if framework in ("np", "numpy"):
+        return "np"
+    try:  # before anything is read, not after
+        import torch  # noqa: F401
+    except ImportError as e:
+        raise ImportError("framework='pt' (the default) returns torch tensors and torch is not installed: "
+                          "pip install torch, or pass framework='np' for numpy arrays") from e
+    return "pt"
 
 
 def _check_host_framework(framework: str, device: str) -> None:
@@ -131,19 +142,22 @@ class Model(dict):
     quantized: list
 
 
-def load(source: PathLike, *, device: str = "cpu", framework: str = "np", dtype: Optional[str] = None,
-         dequantize: Optional[str] = None, quantize: Optional[str] = None, lock: Optional[PathLike] = None,
-         settings: Optional[Mapping[str, object]] = None, progress: Progress = None) -> Model:
+def load(source: PathLike, *, device: str = "cpu", framework: str = "pt", recipe: Optional[PathLike] = None,
+         dtype: Optional[str] = None, dequantize: Optional[str] = None, quantize: Optional[str] = None,
+         lock: Optional[PathLike] = None, settings: Optional[Mapping[str, object]] = None,
+         progress: Progress = None) -> Model:
     """Loads a checkpoint (a .safetensors file, a directory, an index json, or a .lua recipe).
 
-    device: "cpu", "cuda:N" or a comma-separated list; framework: "np" (numpy) or "pt" (torch);
+    device: "cpu", "cuda:N" or a comma-separated list; framework: "pt" (torch) or "np" (numpy);
+    recipe: a .lua recipe applied to the checkpoint `source` (devices, dtype, quant rules,
+    layout, settings; the recipe's own `source`, if any, is not used);
     dtype / dequantize: "bf16", "f16" or "f32"; quantize: "fp8[:per-tensor|per-channel|block]"
     or "int8"; lock: a lockfile the load must match; settings: qload's settings by name
     (`qload config` lists them); progress: None (a bar on a terminal), False, True, or a
     callable(done_bytes, total_bytes).
     """
     fw = _framework(framework)
-    args = _args(source, device, dtype, dequantize, quantize, lock, settings)
+    args = _args(source, recipe, device, dtype, dequantize, quantize, lock, settings)
     _check_host_framework(fw, args.device)
     native = _qload.load(args, _progress_callback(progress, args.source))
     model = Model()
@@ -154,9 +168,9 @@ def load(source: PathLike, *, device: str = "cpu", framework: str = "np", dtype:
     return model
 
 
-def stream(source: PathLike, *, device: str = "cpu", framework: str = "np", dtype: Optional[str] = None,
-           dequantize: Optional[str] = None, quantize: Optional[str] = None, lock: Optional[PathLike] = None,
-           settings: Optional[Mapping[str, object]] = None) -> Iterator[tuple]:
+def stream(source: PathLike, *, device: str = "cpu", framework: str = "pt", recipe: Optional[PathLike] = None,
+           dtype: Optional[str] = None, dequantize: Optional[str] = None, quantize: Optional[str] = None,
+           lock: Optional[PathLike] = None, settings: Optional[Mapping[str, object]] = None) -> Iterator[tuple]:
     """Yields (name, tensor) as each tensor's bytes are read and verified, while the rest load.
 
     The iterable vLLM's and SGLang's `load_weights` take. Each tensor is a copy in memory of its
@@ -164,7 +178,7 @@ def stream(source: PathLike, *, device: str = "cpu", framework: str = "np", dtyp
     the iterator raises the error after the tensors that completed.
     """
     fw = _framework(framework)
-    args = _args(source, device, dtype, dequantize, quantize, lock, settings)
+    args = _args(source, recipe, device, dtype, dequantize, quantize, lock, settings)
     _check_host_framework(fw, args.device)
     native = _qload.stream(args)
     while True:

@@ -200,6 +200,7 @@ nb::dict tensor_info(const scheduler::DeviceTensor& t) {
 
 struct LoadArgs {
   std::string source;
+  std::string recipe;
   std::string device;
   std::string dtype;
   std::string dequantize;
@@ -211,6 +212,7 @@ struct LoadArgs {
 session::LoadSpec make_spec(const LoadArgs& a) {
   session::LoadSpec spec;
   spec.source = a.source;
+  spec.recipe = a.recipe;
   spec.devices = a.device;
   spec.dtype = a.dtype;
   spec.dequantize = a.dequantize;
@@ -324,8 +326,8 @@ Model load(const LoadArgs& args, nb::object progress) {
 struct StreamedTensor {
   std::string name;
   DType dtype = DType::kU8;
-  scheduler::DeviceTensor view;  // shape/strides/dtype; data points into `bytes`
-  std::vector<std::byte> bytes;
+  scheduler::DeviceTensor view;        // shape/strides/dtype; data points into `bytes`
+  std::unique_ptr<std::byte[]> bytes;  // not zeroed first: every byte is copied over
 };
 
 class Stream {
@@ -377,13 +379,10 @@ class Stream {
       copy->name = t.name;
       copy->dtype = t.dtype;
       copy->view = t;
-      copy->bytes.resize(static_cast<std::size_t>(t.nbytes));
-      if (t.host) {
-        if (t.nbytes > 0) std::memcpy(copy->bytes.data(), t.data, copy->bytes.size());
-      } else {
-        return fail(Errc::kUnsupported, "qload.stream copies tensors to host memory; stream to cpu devices");
-      }
-      copy->view.data = copy->bytes.data();
+      if (!t.host) return fail(Errc::kUnsupported, "qload.stream copies tensors to host memory; stream to cpu devices");
+      copy->bytes = std::make_unique_for_overwrite<std::byte[]>(static_cast<std::size_t>(t.nbytes));
+      if (t.nbytes > 0) std::memcpy(copy->bytes.get(), t.data, static_cast<std::size_t>(t.nbytes));
+      copy->view.data = copy->bytes.get();
       copy->view.writable = true;
       std::unique_lock lock(mutex_);
       // Bounded: at most a few tensors wait for the consumer.
@@ -464,6 +463,7 @@ NB_MODULE(_qload, m) {
   nb::class_<LoadArgs>(m, "LoadArgs")
       .def(nb::init<>())
       .def_rw("source", &LoadArgs::source)
+      .def_rw("recipe", &LoadArgs::recipe)
       .def_rw("device", &LoadArgs::device)
       .def_rw("dtype", &LoadArgs::dtype)
       .def_rw("dequantize", &LoadArgs::dequantize)

@@ -18,7 +18,7 @@ def rss_bytes() -> int:
 
 def test_missing_file_is_not_found_and_a_file_not_found_error(tmp_path):
     with pytest.raises(qload.NotFoundError) as raised:
-        qload.load(tmp_path / "nothing.safetensors")
+        qload.load(tmp_path / "nothing.safetensors", framework="np")
     e = raised.value
     assert isinstance(e, FileNotFoundError) and isinstance(e, qload.Error)
     assert e.code == "not found"
@@ -30,7 +30,7 @@ def test_corrupt_header_names_the_file(tmp_path):
     header = b'{"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 99]}}'
     bad.write_bytes(struct.pack("<Q", len(header)) + header + bytes(16))
     with pytest.raises(qload.Error) as raised:
-        qload.load(bad)
+        qload.load(bad, framework="np")
     assert raised.value.file.endswith("bad.safetensors")
     assert raised.value.code in ("corrupt", "truncated")
 
@@ -41,12 +41,12 @@ def test_a_lock_mismatch_names_the_tensor(tmp_path, checkpoint, qload_cli):
     path, _ = checkpoint
     lock = tmp_path / "model.lock"
     subprocess.run([qload_cli, "lock", str(path), "-o", str(lock)], check=True, stdout=subprocess.DEVNULL)
-    qload.load(path, lock=lock)  # matches
+    qload.load(path, lock=lock, framework="np")  # matches
     data = bytearray(path.read_bytes())
     data[-1] ^= 0xFF  # the last tensor's last byte
     path.write_bytes(bytes(data))
     with pytest.raises(qload.ChecksumMismatchError) as raised:
-        qload.load(path, lock=lock)
+        qload.load(path, lock=lock, framework="np")
     assert raised.value.tensor is not None
 
 
@@ -57,14 +57,14 @@ def test_a_hundred_failing_loads_leave_no_memory_behind(tmp_path, checkpoint):
     bad.write_bytes(data[: len(data) - 7])
     for _ in range(5):  # warm up: first-use allocations (imports, thread pools) are not leaks
         with pytest.raises(qload.Error):
-            qload.load(bad)
+            qload.load(bad, framework="np")
     gc.collect()
     tracemalloc.start()
     before_py = tracemalloc.get_traced_memory()[0]
     before_rss = rss_bytes()
     for _ in range(100):
         with pytest.raises(qload.Error):
-            qload.load(bad)
+            qload.load(bad, framework="np")
     gc.collect()
     grew_py = tracemalloc.get_traced_memory()[0] - before_py
     tracemalloc.stop()

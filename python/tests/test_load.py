@@ -1,6 +1,7 @@
 """qload.load and qload.numpy.load_file against the bytes safetensors wrote and read."""
 import gc
 import glob
+import sys
 
 import ml_dtypes
 import numpy as np
@@ -14,7 +15,7 @@ from conftest import SAFETENSORS_NUMPY_READS, random_tensors, same_bytes, synth
 
 def test_every_dtype_equals_what_was_written(checkpoint):
     path, written = checkpoint
-    model = qload.load(path)
+    model = qload.load(path, framework="np")
     assert set(model) == set(written)
     for name, want in written.items():
         assert same_bytes(model[name], want), name
@@ -37,7 +38,7 @@ def test_numpy_load_file_matches_safetensors(tmp_path):
 
 def test_sharded_directory_matches_safetensors(tmp_path, qload_cli):
     synth(qload_cli, tmp_path / "m")
-    ours = qload.load(tmp_path / "m")
+    ours = qload.load(tmp_path / "m", framework="np")
     theirs = {}
     for f in glob.glob(str(tmp_path / "m" / "*.safetensors")):
         with safetensors.safe_open(f, framework="np") as sf:
@@ -52,7 +53,7 @@ def test_sharded_directory_matches_safetensors(tmp_path, qload_cli):
 
 def test_tensors_are_zero_copy_and_outlive_the_model(checkpoint):
     path, written = checkpoint
-    model = qload.load(path)
+    model = qload.load(path, framework="np")
     kept = model["f32"]
     kept_bf16 = model["bf16"]
     del model
@@ -65,7 +66,7 @@ def test_tensors_are_zero_copy_and_outlive_the_model(checkpoint):
 
 def test_dtype_conversion_on_load(checkpoint):
     path, written = checkpoint
-    model = qload.load(path, dtype="f32")
+    model = qload.load(path, dtype="f32", framework="np")
     assert model["bf16"].dtype == np.float32
     np.testing.assert_array_equal(model["bf16"], written["bf16"].astype(np.float32))
     assert model["i32"].dtype == np.int32  # integers are not floating tensors: kept
@@ -73,7 +74,7 @@ def test_dtype_conversion_on_load(checkpoint):
 
 def test_settings_by_name(checkpoint):
     path, written = checkpoint
-    model = qload.load(path, settings={"io_engine": "pread", "digests": False, "slot_bytes": "64KiB"})
+    model = qload.load(path, settings={"io_engine": "pread", "digests": False, "slot_bytes": "64KiB"}, framework="np")
     assert model.report["engine"] == "pread"
     assert same_bytes(model["f64"], written["f64"])
 
@@ -81,7 +82,7 @@ def test_settings_by_name(checkpoint):
 def test_progress_callback_sees_every_byte(checkpoint):
     path, _ = checkpoint
     calls = []
-    qload.load(path, progress=lambda done, total: calls.append((done, total)))
+    qload.load(path, progress=lambda done, total: calls.append((done, total)), framework="np")
     assert calls, "no progress reported"
     assert calls[-1][0] == calls[-1][1] > 0
     assert all(a[0] <= b[0] for a, b in zip(calls, calls[1:]))
@@ -89,14 +90,14 @@ def test_progress_callback_sees_every_byte(checkpoint):
 
 def test_quantized_weights_kept_packed_are_described(tmp_path, qload_cli):
     synth(qload_cli, tmp_path / "q", "--quant", "gptq4")
-    model = qload.load(tmp_path / "q")
+    model = qload.load(tmp_path / "q", framework="np")
     assert model.quantized, "no quantized weights listed"
     q = model.quantized[0]
     assert q["scheme"].startswith("gptq") and q["bits"] == 4 and q["group_size"] == 128
     assert {"qweight", "scales"} <= set(q["parts"])
     for part in q["parts"].values():
         assert part in model
-    deq = qload.load(tmp_path / "q", dequantize="bf16")
+    deq = qload.load(tmp_path / "q", dequantize="bf16", framework="np")
     assert deq.quantized == []
     assert deq[q["name"]].dtype == ml_dtypes.bfloat16
     assert deq[q["name"]].shape == (q["rows"], q["cols"])
@@ -105,36 +106,73 @@ def test_quantized_weights_kept_packed_are_described(tmp_path, qload_cli):
 def test_wrong_argument_types_and_values_name_the_argument(checkpoint):
     path, _ = checkpoint
     with pytest.raises(TypeError, match="source"):
-        qload.load(42)
+        qload.load(42, framework="np")
     with pytest.raises(ValueError, match="framework"):
         qload.load(path, framework="jax")
     with pytest.raises(ValueError, match="dtype"):
-        qload.load(path, dtype="f8")
+        qload.load(path, dtype="f8", framework="np")
     with pytest.raises(TypeError, match="settings"):
-        qload.load(path, settings=["io_engine=pread"])
+        qload.load(path, settings=["io_engine=pread"], framework="np")
     with pytest.raises(ValueError, match="nope"):
-        qload.load(path, settings={"nope": 1})
+        qload.load(path, settings={"nope": 1}, framework="np")
     with pytest.raises(ValueError, match="io_engine"):
-        qload.load(path, settings={"io_engine": "carrier-pigeon"})
+        qload.load(path, settings={"io_engine": "carrier-pigeon"}, framework="np")
 
 
 def test_a_recipe_as_source(tmp_path, qload_cli):
     synth(qload_cli, tmp_path / "m")
     recipe = tmp_path / "load.lua"
     recipe.write_text('return qload.recipe { source = "m", devices = "cpu", dtype = "f32" }\n')
-    model = qload.load(recipe)
-    plain = qload.load(tmp_path / "m", dtype="f32")
+    model = qload.load(recipe, framework="np")
+    plain = qload.load(tmp_path / "m", dtype="f32", framework="np")
     assert set(model) == set(plain)
     for name in plain:
         assert same_bytes(model[name], plain[name]), name
     assert all(t.dtype == np.float32 for t in model.values())
     with pytest.raises(ValueError, match="dtype"):  # a recipe's choices are not contradicted
-        qload.load(recipe, dtype="bf16")
+        qload.load(recipe, dtype="bf16", framework="np")
+
+
+def test_a_recipe_applied_to_a_checkpoint(tmp_path, qload_cli):
+    synth(qload_cli, tmp_path / "a")
+    synth(qload_cli, tmp_path / "b", "--seed", "9")
+    # A recipe without a source of its own, used as a template for any checkpoint.
+    recipe = tmp_path / "f32.lua"
+    recipe.write_text('return qload.recipe { devices = "cpu", dtype = "f32" }\n')
+    for name in ("a", "b"):
+        model = qload.load(tmp_path / name, recipe=recipe, framework="np")
+        plain = qload.load(tmp_path / name, dtype="f32", framework="np")
+        assert set(model) == set(plain)
+        assert all(same_bytes(model[k], plain[k]) for k in plain)
+    streamed = dict(qload.stream(tmp_path / "b", recipe=recipe, framework="np"))
+    assert all(t.dtype == np.float32 for t in streamed.values())
+    # A recipe with a source of its own: the checkpoint given wins.
+    pinned = tmp_path / "pinned.lua"
+    pinned.write_text('return qload.recipe { source = "a", dtype = "f32" }\n')
+    b = qload.load(tmp_path / "b", recipe=pinned, framework="np")
+    assert all(same_bytes(b[k], plain[k]) for k in plain)
+    with pytest.raises(ValueError, match="dtype"):  # and its choices are not contradicted
+        qload.load(tmp_path / "b", recipe=recipe, dtype="bf16", framework="np")
+    with pytest.raises(ValueError, match="recipe"):  # a recipe is applied to a checkpoint, not to a recipe
+        qload.load(pinned, recipe=recipe, framework="np")
+    with pytest.raises(TypeError, match="recipe"):
+        qload.load(tmp_path / "b", recipe=3, framework="np")
+    with pytest.raises(qload.NotFoundError, match="nope.lua"):
+        qload.load(tmp_path / "b", recipe=tmp_path / "nope.lua", framework="np")
+
+
+def test_torch_is_the_default_framework_and_its_absence_is_said_before_loading(checkpoint, monkeypatch):
+    path, _ = checkpoint
+    monkeypatch.setitem(sys.modules, "torch", None)  # as if torch were not installed
+    with pytest.raises(ImportError, match="framework='np'"):
+        qload.load(path)
+    with pytest.raises(ImportError, match="framework='np'"):
+        next(qload.stream(path))
 
 
 def test_numpy_cannot_hold_gpu_memory_and_says_so_before_loading(checkpoint):
     path, _ = checkpoint
     with pytest.raises(ValueError, match="framework='pt'"):
-        qload.load(path, device="cuda:0")
+        qload.load(path, device="cuda:0", framework="np")
     with pytest.raises(ValueError, match="framework='pt'"):
-        next(qload.stream(path, device="cpu,cuda:0"))
+        next(qload.stream(path, device="cpu,cuda:0", framework="np"))

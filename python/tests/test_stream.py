@@ -9,7 +9,7 @@ from conftest import same_bytes, synth
 def test_every_tensor_arrives_once_with_its_bytes(checkpoint):
     path, written = checkpoint
     seen = {}
-    for name, tensor in qload.stream(path):
+    for name, tensor in qload.stream(path, framework="np"):
         assert name not in seen
         seen[name] = tensor
     assert set(seen) == set(written)
@@ -19,8 +19,8 @@ def test_every_tensor_arrives_once_with_its_bytes(checkpoint):
 
 def test_stream_equals_load_on_a_sharded_checkpoint(tmp_path, qload_cli):
     synth(qload_cli, tmp_path / "m")
-    loaded = qload.load(tmp_path / "m")
-    streamed = dict(qload.stream(tmp_path / "m", settings={"slot_bytes": "64KiB"}))
+    loaded = qload.load(tmp_path / "m", framework="np")
+    streamed = dict(qload.stream(tmp_path / "m", settings={"slot_bytes": "64KiB"}, framework="np"))
     assert set(streamed) == set(loaded)
     for name, t in streamed.items():
         assert same_bytes(t, loaded[name]), name
@@ -28,11 +28,11 @@ def test_stream_equals_load_on_a_sharded_checkpoint(tmp_path, qload_cli):
 
 def test_a_stream_abandoned_halfway_ends_the_load(tmp_path, qload_cli):
     synth(qload_cli, tmp_path / "m")
-    it = qload.stream(tmp_path / "m", settings={"slot_bytes": "64KiB"})
+    it = qload.stream(tmp_path / "m", settings={"slot_bytes": "64KiB"}, framework="np")
     name, first = next(it)
     assert first.size > 0
     del it  # closes the generator: the native stream cancels and joins its load thread
-    again = dict(qload.stream(tmp_path / "m"))
+    again = dict(qload.stream(tmp_path / "m", framework="np"))
     assert name in again
 
 
@@ -42,6 +42,6 @@ def test_a_corrupt_file_raises_from_the_iterator(tmp_path, checkpoint):
     bad = tmp_path / "truncated.safetensors"
     bad.write_bytes(bytes(data[: len(data) - 10]))
     with pytest.raises(qload.Error) as raised:
-        for _ in qload.stream(bad):
+        for _ in qload.stream(bad, framework="np"):
             pass
     assert raised.value.file is not None and raised.value.file.endswith("truncated.safetensors")

@@ -61,7 +61,8 @@ session::SpecNames flag_names() {
           .pipeline_parallel = "--pp",
           .data_parallel = "--dp",
           .share_reads = "--share-reads",
-          .lock = "--locked"};
+          .lock = "--locked",
+          .recipe = "--recipe"};
 }
 
 Result<session::LoadSpec> load_spec(const LoadArgs& args) {

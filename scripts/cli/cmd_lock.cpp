@@ -29,6 +29,7 @@ int run_lock(const LockArgs& args) {
 int run_verify(const VerifyArgs& args) {
   LoadArgs load;
   load.spec.source = args.path;
+  load.spec.recipe = args.recipe;
   auto request = load_request(load);
   if (!request) return report(request.error());
   auto verified = session::verify(*request, args.lock);

@@ -42,6 +42,9 @@ CommandLine::CommandLine() {
   const auto add_load_options = [](CLI::App* cmd, LoadArgs& a) {
     cmd->add_option("path", a.spec.source, "Checkpoint (directory, .safetensors, index json) or recipe (.lua)")
         ->required();
+    cmd->add_option("--recipe", a.spec.recipe,
+                    "A recipe (.lua) applied to the checkpoint PATH: its devices, dtype, quant rules, layout and "
+                    "settings (its own source, if any, is not used)");
     cmd->add_option("--device,--devices", a.spec.devices,
                     "Destination device(s), comma-separated: cpu, cpu:N, cuda:N, cuda:local (LOCAL_RANK's GPU) "
                     "(default cpu, or the recipe's). Under WORLD_SIZE > 1 (torchrun), this process's devices of "
@@ -90,6 +93,7 @@ CommandLine::CommandLine() {
 
   verify = app.add_subcommand("verify", "Re-hash a checkpoint (or a recipe's) against a lockfile");
   verify->add_option("path", verify_args.path, "Checkpoint or recipe (.lua)")->required();
+  verify->add_option("--recipe", verify_args.recipe, "A recipe (.lua) applied to the checkpoint PATH");
   verify->add_option("--lock", verify_args.lock, "The lockfile")->required();
   verify->add_flag("--json", verify_args.json, "One JSON object on stdout");
 

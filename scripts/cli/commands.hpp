@@ -70,7 +70,8 @@ struct LockArgs {
 int run_lock(const LockArgs& args);
 
 struct VerifyArgs {
-  std::string path;  // checkpoint or recipe
+  std::string path;    // checkpoint or recipe
+  std::string recipe;  // applied to the checkpoint `path`
   std::string lock;
   bool json = false;
 };

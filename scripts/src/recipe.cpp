@@ -45,7 +45,8 @@ const char kRecipeContext = 0;  // registry key (its address): the RecipeContext
 // parse_recipe finds it in the text from the offending key instead.
 struct RecipeContext {
   bool failed = false;
-  std::string key;  // the offending key, if one is to blame
+  std::string key;            // the offending key, if one is to blame
+  bool source_given = false;  // applied to a checkpoint the caller names: `source` is optional
 };
 
 RecipeContext* context_of(lua_State* L) {
@@ -166,13 +167,14 @@ std::string check_rules(lua_State* L, int rules, const char* name, const std::ar
 }
 
 // Validates the shape of the recipe table (argument 1). Returns an error text or "".
-std::string validate(lua_State* L) {
+std::string validate(lua_State* L, bool source_given) {
   if (lua_type(L, 1) != LUA_TTABLE) return "qload.recipe expects a table: qload.recipe { source = ... }";
   if (std::string m = check_keys(L, 1, "qload.recipe", kRecipeKeys); !m.empty()) return m;
   lua_getfield(L, 1, "source");
-  const bool has_source = lua_type(L, -1) == LUA_TSTRING;
+  const int source_type = lua_type(L, -1);
   lua_pop(L, 1);
-  if (!has_source) return "qload.recipe needs 'source', a path string";
+  if (source_type != LUA_TSTRING && !(source_given && source_type == LUA_TNIL))
+    return "qload.recipe needs 'source', a path string";
   const std::pair<const char*, std::string> checks[] = {
       {"devices", expect_type(L, 1, "devices", {LUA_TSTRING, LUA_TTABLE}, "a string like \"cpu\" or a list of them")},
       {"placement", expect_type(L, 1, "placement", {LUA_TSTRING, LUA_TFUNCTION}, "a string or a function")},
@@ -227,7 +229,7 @@ int l_recipe(lua_State* L) {
   if (context_of(L) == nullptr) return luaL_error(L, "qload.recipe may be called only while the recipe file runs");
   char message[512] = {};
   {
-    const std::string text = validate(L);
+    const std::string text = validate(L, context_of(L)->source_given);
     std::snprintf(message, sizeof message, "%s", text.c_str());
   }  // no C++ object may be alive when luaL_error unwinds
   if (message[0] != '\0') {
@@ -535,11 +537,12 @@ std::uint64_t recipe_hash(const std::string& text, const std::vector<detail::Req
 
 }  // namespace
 
-Result<Recipe> parse_recipe(const std::string& text, const std::string& path, const SandboxLimits& limits) {
+Result<Recipe> parse_recipe(const std::string& text, const std::string& path, const SandboxLimits& limits,
+                            const std::optional<std::string>& applied_to) {
   QLOAD_ASSIGN_OR_RETURN(LuaState state, LuaState::create(limits));
   lua_State* L = state.get();
   install_qload_table(L);
-  RecipeContext context;
+  RecipeContext context{.source_given = applied_to.has_value()};
   lua_pushlightuserdata(L, const_cast<char*>(&kRecipeContext));
   lua_pushlightuserdata(L, &context);
   lua_rawset(L, LUA_REGISTRYINDEX);
@@ -564,8 +567,12 @@ Result<Recipe> parse_recipe(const std::string& text, const std::string& path, co
 
   Recipe recipe;
   recipe.path = path;
-  QLOAD_ASSIGN_OR_RETURN(
-      recipe.source, resolve_source(path, line("source"), resolve(base, string_field(L, t, "source").value_or(""))));
+  if (applied_to) {
+    recipe.source = *applied_to;  // the caller's checkpoint; the recipe's own source, if any, is a default
+  } else {
+    QLOAD_ASSIGN_OR_RETURN(
+        recipe.source, resolve_source(path, line("source"), resolve(base, string_field(L, t, "source").value_or(""))));
+  }
   QLOAD_ASSIGN_OR_RETURN(recipe.devices, read_devices(L, t, path, line("devices")));
   if (const auto p = string_field(L, t, "placement")) {
     if (auto parsed = scheduler::parse_placement(*p); !parsed)
@@ -610,7 +617,8 @@ Result<Recipe> parse_recipe(const std::string& text, const std::string& path, co
   return recipe;
 }
 
-Result<Recipe> load_recipe(const std::string& path, const SandboxLimits& limits) {
+Result<Recipe> load_recipe(const std::string& path, const SandboxLimits& limits,
+                           const std::optional<std::string>& applied_to) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return fail(Error::from_errno(errno, "open recipe").with_file(path));
   constexpr std::size_t kMaxRecipeBytes = 1 << 20;
@@ -619,7 +627,7 @@ Result<Recipe> load_recipe(const std::string& path, const SandboxLimits& limits)
   text.resize(static_cast<std::size_t>(in.gcount()));
   if (text.size() > kMaxRecipeBytes)
     return fail(Error(Errc::kInvalidArgument, "recipe is larger than 1 MiB").with_file(path));
-  return parse_recipe(text, path, limits);
+  return parse_recipe(text, path, limits, applied_to);
 }
 
 }  // namespace qload::scripts

@@ -27,7 +27,7 @@ Result<scripts::Lockfile> make_lock(const LoadSpec& spec, const Logger& log) {
   QLOAD_ASSIGN_OR_RETURN(const formats::CheckpointDigest digests, digest(planned.catalog, planned.request.options));
   scripts::Lockfile lock = scripts::lock_checkpoint(planned.catalog, digests);
   if (planned.request.recipe) {
-    lock.recipe = spec.source;  // as the user named it: the lock travels with the recipe
+    lock.recipe = spec.recipe.empty() ? spec.source : spec.recipe;  // as the user named it: the lock travels with it
     lock.recipe_hash = planned.request.recipe->hash;
   }
   lock.plan_hash = planned.plan_hash;

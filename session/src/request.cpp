@@ -28,7 +28,7 @@ Result<DType> parse_float_dtype(std::string_view flag, std::string_view text) {
 SpecNames SpecNames::prefixed(std::string_view prefix) const {
   SpecNames out = *this;
   for (std::string* name : {&out.devices, &out.placement, &out.dtype, &out.dequantize, &out.tensor_parallel,
-                            &out.pipeline_parallel, &out.data_parallel, &out.share_reads, &out.lock})
+                            &out.pipeline_parallel, &out.data_parallel, &out.share_reads, &out.lock, &out.recipe})
     name->insert(0, prefix);
   return out;
 }
@@ -38,14 +38,22 @@ Result<LoadRequest> build_request(const LoadSpec& spec, const Logger& log) {
   req.source = spec.source;
   QLOAD_ASSIGN_OR_RETURN(req.world, world_from_env(std::getenv));
   std::string devices = spec.devices;
-  if (spec.source.ends_with(".lua")) {
-    QLOAD_ASSIGN_OR_RETURN(scripts::Recipe recipe, scripts::load_recipe(spec.source));
+  if (!spec.recipe.empty() && spec.source.ends_with(".lua"))
+    return fail(
+        Error(Errc::kInvalidArgument, fmt::format("{} {} is applied to a checkpoint, and the source is itself a recipe",
+                                                  spec.names.recipe, spec.recipe))
+            .with_file(spec.source));
+  if (!spec.recipe.empty() || spec.source.ends_with(".lua")) {
+    const std::string& recipe_path = spec.recipe.empty() ? spec.source : spec.recipe;
+    QLOAD_ASSIGN_OR_RETURN(scripts::Recipe recipe, spec.recipe.empty()
+                                                       ? scripts::load_recipe(spec.source)
+                                                       : scripts::load_recipe(spec.recipe, {}, spec.source));
     req.source = recipe.source;
     const std::string recipe_devices = fmt::format("{}", fmt::join(recipe.devices, ","));
     const auto contradicts = [&](std::string_view flag, const std::string& given, const std::string& in_recipe) {
       return fail(
           Error(Errc::kInvalidArgument, fmt::format("{} {} contradicts the recipe's {}", flag, given, in_recipe))
-              .with_file(spec.source));
+              .with_file(recipe_path));
     };
     if (!devices.empty() && devices != recipe_devices) return contradicts(spec.names.devices, devices, recipe_devices);
     if (!spec.placement.empty() && recipe.placement && spec.placement != *recipe.placement)
@@ -60,7 +68,7 @@ Result<LoadRequest> build_request(const LoadSpec& spec, const Logger& log) {
   if (!spec.lock.empty() && verify && *verify != spec.lock)
     return fail(Error(Errc::kInvalidArgument,
                       fmt::format("{} {} contradicts the recipe's verify = {}", spec.names.lock, spec.lock, *verify))
-                    .with_file(spec.source));
+                    .with_file(req.recipe->path));
   req.lock = !spec.lock.empty() ? spec.lock : verify.value_or("");
   req.trace = !spec.trace.empty() ? spec.trace : (req.recipe ? req.recipe->trace.value_or("") : "");
   req.trace_overwrite = !spec.trace.empty() || spec.overwrite;
@@ -98,7 +106,7 @@ Result<LoadRequest> build_request(const LoadSpec& spec, const Logger& log) {
       if (given == 0) return {};
       if (field != 1 && field != given)
         return fail(Error(Errc::kInvalidArgument, fmt::format("{} {} contradicts the recipe's {}", flag, given, field))
-                        .with_file(spec.source));
+                        .with_file(req.recipe ? req.recipe->path : spec.source));
       field = given;
       return {};
     };

@@ -5,6 +5,7 @@
  * stopped by its callback, and kept-quantized weights described.
  *
  * Usage: c_abi_test PLAIN_CHECKPOINT [QUANTIZED_CHECKPOINT] */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,7 +89,18 @@ static void options_size(const char* checkpoint) {
     CHECK(qload_open(checkpoint, newer, &session) == QLOAD_ERR_UNSUPPORTED);
     CHECK(error_says("fields beyond them are set"));
   }
-  options->struct_size = sizeof(qload_options);
+  /* A caller of the first ABI version 1 struct (it ends before `recipe`): fields beyond its
+   * struct_size are never read, whatever lies there. */
+  options->struct_size = (uint32_t)offsetof(qload_options, recipe);
+  options->recipe = "/nonexistent/recipe.lua";
+  CHECK(qload_open(checkpoint, options, &session) == QLOAD_OK);
+  qload_session_free(session);
+  session = NULL;
+  options->struct_size = sizeof(qload_options); /* now it is read: the recipe is opened */
+  CHECK(qload_open(checkpoint, options, &session) == QLOAD_ERR_NOT_FOUND);
+  CHECK(error_says("/nonexistent/recipe.lua"));
+  CHECK(session == NULL);
+  options->recipe = NULL;
   options->devices = "cuda:99";
   CHECK(qload_open(checkpoint, options, &session) == QLOAD_OK);
   qload_session_free(session);

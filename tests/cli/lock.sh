@@ -113,4 +113,17 @@ expect_fail 64 "the recipe's trace file exists" "$qload" load traced.lua
 "$qload" load traced.lua --overwrite > /dev/null
 echo 'return qload.recipe { source = "m", trace = "../t.json" }' > escaping.lua
 expect_fail 64 "must be a relative path inside the recipe's folder" "$qload" load escaping.lua
+# A recipe applied to a checkpoint (--recipe): the lock records that recipe and that
+# checkpoint's files; another checkpoint under the same recipe does not match it.
+echo 'return qload.recipe { dtype = "f32" }' > template.lua
+"$qload" lock m --recipe template.lua -o t.lock | grep -q "locked 2 files"
+python3 -c 'import json; l = json.load(open("t.lock")); assert l["recipe"] == "template.lua" and l["recipe_xxh3_64"], l'
+"$qload" load m --recipe template.lua --locked t.lock --json | python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+assert r["tensors"] == 21, r'
+"$qload" verify m --recipe template.lua --lock t.lock | grep -q "verified 2 files"
+expect_fail 75 "does not match the lock" "$qload" load m3 --recipe template.lua --locked t.lock
+expect_fail 64 "contradicts the recipe's F32 (file 'template.lua')" "$qload" load m --recipe template.lua --dtype bf16
+expect_fail 64 "source is itself a recipe" "$qload" load r.lua --recipe template.lua
 echo "lock: plans are stable; locks pass on the same files anywhere and refuse every change"

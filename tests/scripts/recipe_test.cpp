@@ -50,6 +50,23 @@ TEST_CASE("recipe defaults: devices cpu, no settings, absolute sources kept", "[
   CHECK(r->settings.empty());
 }
 
+TEST_CASE("a recipe applied to a checkpoint: its own source optional, and never used", "[scripts][recipe]") {
+  auto templ = scripts::parse_recipe("return qload.recipe { dtype = 'f32' }", "/r/t.lua", {}, "/data/a");
+  REQUIRE(templ);
+  CHECK(templ->source == "/data/a");
+  CHECK(templ->dtype == DType::kF32);
+  // A source of its own (even a glob matching nothing) gives way to the caller's checkpoint.
+  auto pinned =
+      scripts::parse_recipe("return qload.recipe { source = 'nothing-*', devices = 'cpu' }", "/r/p.lua", {}, "/data/b");
+  REQUIRE(pinned);
+  CHECK(pinned->source == "/data/b");
+  // Alone, a recipe still needs its source; and other mistakes stay mistakes when applied.
+  CHECK_FALSE(scripts::parse_recipe("return qload.recipe { dtype = 'f32' }", "/r/t.lua"));
+  auto wrong = scripts::parse_recipe("return qload.recipe { source = 3 }", "/r/t.lua", {}, "/data/a");
+  REQUIRE_FALSE(wrong);
+  CHECK_THAT(wrong.error().to_string(), Catch::Contains("needs 'source', a path string"));
+}
+
 TEST_CASE("recipe mistakes are errors naming the file and line", "[scripts][recipe]") {
   struct Case {
     const char* text;

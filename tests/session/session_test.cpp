@@ -101,3 +101,25 @@ TEST_CASE("session: what a recipe loads cannot be contradicted, and a bad reques
   REQUIRE_FALSE(missing);
   CHECK(missing.error().file() == dir.file("a.lock"));
 }
+
+TEST_CASE("session: a recipe applied to a checkpoint loads that checkpoint its way", "[session]") {
+  ScratchDir dir;
+  small_llama(dir);
+  write_text(dir.file("f32.lua"), "return qload.recipe { dtype = 'f32' }\n");
+  auto req = session::build_request({.source = dir.file("m"), .recipe = dir.file("f32.lua")}, Logger{});
+  REQUIRE(req);
+  CHECK(req->source == dir.file("m"));
+  REQUIRE(req->recipe);
+  CHECK(req->recipe->path == dir.file("f32.lua"));
+  auto loaded = session::load({.source = dir.file("m"), .recipe = dir.file("f32.lua")}, Logger{});
+  REQUIRE(loaded);
+  for (const scheduler::DeviceTensor& t : loaded->model.tensors()) CHECK(t.dtype == DType::kF32);
+  // Contradicting it names the recipe; a recipe is not applied to a recipe.
+  auto contradicted =
+      session::build_request({.source = dir.file("m"), .recipe = dir.file("f32.lua"), .dtype = "bf16"}, Logger{});
+  REQUIRE_FALSE(contradicted);
+  CHECK(contradicted.error().file() == dir.file("f32.lua"));
+  auto nested = session::build_request({.source = dir.file("f32.lua"), .recipe = dir.file("f32.lua")}, Logger{});
+  REQUIRE_FALSE(nested);
+  CHECK_THAT(nested.error().message(), Catch::Contains("source is itself a recipe"));
+}

@@ -70,6 +70,8 @@ typedef struct qload_options {
   uint32_t pipeline_parallel; /* pipeline stages */
   uint32_t data_parallel;     /* data-parallel replicas */
   void* internal;             /* qload's: the settings given to qload_options_set */
+  /* Added within ABI version 1 (a caller's struct_size without it leaves it unset): */
+  const char* recipe; /* a recipe (.lua) applied to the checkpoint `source` (its own source unused) */
 } qload_options;
 
 typedef struct qload_session qload_session;

@@ -125,9 +125,13 @@ struct Recipe {
 };
 
 // Evaluates `text` as the recipe file `path` (used for error messages, to resolve relative
-// paths and to find required modules).
-Result<Recipe> parse_recipe(const std::string& text, const std::string& path, const SandboxLimits& limits = {});
+// paths and to find required modules). `applied_to`: the recipe describes how to load that
+// checkpoint (`qload load CKPT --recipe R`, Python's `recipe=`), so the recipe's own `source`
+// is optional and, if present, not used.
+Result<Recipe> parse_recipe(const std::string& text, const std::string& path, const SandboxLimits& limits = {},
+                            const std::optional<std::string>& applied_to = std::nullopt);
 // Reads the file (at most 1 MiB) and parses it.
-Result<Recipe> load_recipe(const std::string& path, const SandboxLimits& limits = {});
+Result<Recipe> load_recipe(const std::string& path, const SandboxLimits& limits = {},
+                           const std::optional<std::string>& applied_to = std::nullopt);
 
 }  // namespace qload::scripts

@@ -38,6 +38,7 @@ struct SpecNames {
   std::string data_parallel = "data_parallel";
   std::string share_reads = "share_reads";
   std::string lock = "lock";
+  std::string recipe = "recipe";
 
   // Every name with `prefix` before it ("qload_options.").
   SpecNames prefixed(std::string_view prefix) const;
@@ -48,6 +49,7 @@ struct SpecNames {
 // contradicted (kInvalidArgument); its settings sit below the environment and `settings`.
 struct LoadSpec {
   std::string source;      // checkpoint (directory, .safetensors, index json) or recipe (.lua)
+  std::string recipe;      // a recipe (.lua) applied to the checkpoint `source` (its own `source` unused)
   std::string devices;     // comma-separated; "cuda:local" is LOCAL_RANK's GPU
   std::string placement;   // round-robin | by-layer
   std::string dtype;       // bf16 | f16 | f32: convert floating tensors

@@ -1,0 +1,160 @@
+"""Quantized checkpoints written by the libraries that own their formats: qload's dequantization
+must equal the library's own, value for value.
+
+- compressed-tensors: a tiny model saved by transformers is quantized with compressed-tensors'
+  own scheme presets, qparams (calculate_qparams), compressors and config writer (the path
+  llm-compressor takes when it saves), then decompressed by compressed-tensors for the
+  reference.
+- transformers' fine-grained FP8: weights quantized by transformers' own `Fp8Quantize`
+  conversion op (what `FineGrainedFP8Config` runs when it quantizes a model on load, which
+  transformers only does on a GPU), written with the config transformers writes, and read back
+  by transformers itself on CPU (`dequantize=True`) for the reference.
+
+The only thing computed here rather than by the library is each group's min and max, which
+llm-compressor's min-max observer would compute the same way.
+"""
+import json
+import os
+import warnings
+
+import pytest
+import safetensors.torch
+import torch
+
+import qload
+from tiny_models import save_tiny
+
+CT_SCHEMES = ["W4A16", "W4A16_ASYM", "W8A16", "W8A8", "FP8", "FP8_DYNAMIC", "FP8_BLOCK"]
+
+
+def _observed_min_max(weight: torch.Tensor, args):
+    """Min and max over each quantization group of `weight` ([N, K]), shaped like the scale."""
+    from compressed_tensors.quantization import QuantizationStrategy as S
+
+    w = weight.float()
+    if args.strategy == S.TENSOR:
+        return w.amin().reshape(1), w.amax().reshape(1)
+    if args.strategy == S.CHANNEL:
+        return w.amin(dim=1, keepdim=True), w.amax(dim=1, keepdim=True)
+    if args.strategy == S.GROUP:
+        groups = w.unflatten(-1, (-1, args.group_size))
+        return groups.amin(-1), groups.amax(-1)
+    if args.strategy == S.BLOCK:
+        bn, bk = args.block_structure
+        n, k = w.shape
+        blocks = w.reshape(n // bn, bn, k // bk, bk)
+        return blocks.amin(dim=(1, 3)), blocks.amax(dim=(1, 3))
+    raise AssertionError(f"no observer here for strategy {args.strategy}")
+
+
+def _quiet_model(model_dir: str):
+    import transformers
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16)
+
+
+def compressed_tensors_checkpoint(base_dir: str, out_dir, scheme_name: str) -> dict:
+    """Quantizes every Linear but lm_head with compressed-tensors' preset `scheme_name`, saves
+    the compressed model to `out_dir`, and returns compressed-tensors' own decompression of it."""
+    from compressed_tensors.compressors import ModelCompressor
+    from compressed_tensors.quantization import QuantizationConfig, apply_quantization_config, preset_name_to_scheme
+    from compressed_tensors.quantization.utils import calculate_qparams
+
+    model = _quiet_model(base_dir)
+    config = QuantizationConfig(config_groups={"group_0": preset_name_to_scheme(scheme_name, ["Linear"])},
+                                ignore=["lm_head"])
+    apply_quantization_config(model, config)
+    with torch.no_grad():
+        for module in model.modules():
+            if getattr(module, "quantization_scheme", None) is None:
+                continue
+            args = module.quantization_scheme.weights
+            scale, zero_point = calculate_qparams(*_observed_min_max(module.weight, args), args)
+            module.weight_scale.copy_(scale.reshape(module.weight_scale.shape))
+            if hasattr(module, "weight_zero_point"):
+                module.weight_zero_point.copy_(zero_point.reshape(module.weight_zero_point.shape))
+            if hasattr(module, "input_scale"):  # static activation schemes: any positive value
+                module.input_scale.fill_(0.25)
+    compressor = ModelCompressor.from_pretrained_model(model)
+    compressor.compress_model(model)
+    model.save_pretrained(str(out_dir))
+    compressor.update_config(str(out_dir))
+    compressor.decompress_model(model)
+    return {name: t.detach().clone() for name, t in model.state_dict().items() if name.endswith(".weight")}
+
+
+@pytest.fixture(scope="module")
+def base_model(tmp_path_factory):
+    return save_tiny("llama", False, tmp_path_factory.mktemp("base") / "llama")
+
+
+@pytest.mark.parametrize("scheme", CT_SCHEMES)
+def test_compressed_tensors_checkpoint_dequantizes_as_compressed_tensors_does(base_model, tmp_path, scheme):
+    out = tmp_path / scheme
+    theirs = compressed_tensors_checkpoint(base_model, out, scheme)
+    quant = json.loads((out / "config.json").read_text())["quantization_config"]
+    assert quant["quant_method"] == "compressed-tensors"
+
+    # Kept packed: every projection is described with the scheme's bits and group.
+    packed = qload.load(str(out), framework="pt").quantized
+    assert sorted(q["name"] for q in packed) == sorted(n for n in theirs if "proj" in n)
+    args = next(iter(quant["config_groups"].values()))["weights"]
+    assert {q["bits"] for q in packed} == {args["num_bits"]}
+
+    model = qload.load(str(out), dequantize="bf16", framework="pt")
+    for name, want in theirs.items():
+        got = model[name]
+        assert got.dtype == want.dtype and got.shape == want.shape, name
+        assert torch.equal(got, want), f"{scheme}: {name} differs in {(got != want).sum().item()} of {want.numel()} values"
+    # Every projection really went through the library's quantizer: decoded != original.
+    original = safetensors.torch.load_file(os.path.join(base_model, "model.safetensors"))
+    q = "model.layers.0.self_attn.q_proj.weight"
+    assert not torch.equal(model[q], original[q])
+
+
+def transformers_fp8_checkpoint(base_dir: str, out_dir, block) -> None:
+    """Quantizes every Linear but lm_head with transformers' own fine-grained FP8 op and writes
+    the checkpoint with the quantization_config transformers writes for it."""
+    from transformers import FineGrainedFP8Config
+    from transformers.integrations.finegrained_fp8 import Fp8Quantize
+
+    class Quantizer:  # what Fp8Quantize reads of transformers' FP8 quantizer
+        quantization_config = FineGrainedFP8Config(weight_block_size=block)
+
+    op = Fp8Quantize(Quantizer())
+    original = safetensors.torch.load_file(os.path.join(base_dir, "model.safetensors"))
+    tensors = {}
+    for name, t in original.items():
+        if name.endswith("proj.weight"):
+            tensors.update(op.convert({name: t}))
+        else:
+            tensors[name] = t
+    assert any(t.dtype == torch.float8_e4m3fn for t in tensors.values())
+    os.makedirs(out_dir)
+    safetensors.torch.save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+    config = json.load(open(os.path.join(base_dir, "config.json")))
+    config["quantization_config"] = Quantizer.quantization_config.to_dict()
+    config["quantization_config"]["modules_to_not_convert"] = ["lm_head"]
+    json.dump(config, open(os.path.join(out_dir, "config.json"), "w"))
+
+
+@pytest.mark.parametrize("block", [(128, 128), (64, 128)], ids=["128x128", "64x128"])
+def test_transformers_fine_grained_fp8_dequantizes_as_transformers_does(base_model, tmp_path, block):
+    from transformers import AutoModelForCausalLM, FineGrainedFP8Config
+
+    out = tmp_path / "fp8"
+    transformers_fp8_checkpoint(base_model, out, list(block))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = AutoModelForCausalLM.from_pretrained(
+            str(out), dtype=torch.bfloat16,
+            quantization_config=FineGrainedFP8Config(weight_block_size=list(block), dequantize=True)).state_dict()
+    ours = qload.load(str(out), dequantize="bf16", framework="pt")
+    original = safetensors.torch.load_file(os.path.join(base_model, "model.safetensors"))
+    for name in original:
+        assert ours[name].shape == theirs[name].shape, name
+        assert torch.equal(ours[name], theirs[name]), f"{name} differs in {(ours[name] != theirs[name]).sum().item()} values"
+    q = "model.layers.0.self_attn.q_proj.weight"
+    assert not torch.equal(ours[q], original[q])

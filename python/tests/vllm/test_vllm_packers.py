@@ -1,0 +1,129 @@
+"""GPTQ and AWQ checkpoints packed by vLLM's own quantization utilities (the packers and
+reference dequantization vLLM's kernel tests check its GPTQ, AWQ and Marlin kernels against):
+qload's dequantization must equal vLLM's reference weights value for value.
+
+vLLM quantizes a [K, N] (input-major) weight; `quantize_weights` / `gptq_quantize_weights`
+return the reference `w_ref`, the integer values, scales and zero points, and `gptq_pack` /
+`awq_pack` / `pack_cols` lay the integers out as GPTQ and AWQ checkpoints store them. What is
+written here by hand is only the file layout around them (tensor names, the GPTQ v1 convention
+of storing zero points minus one, config.json) and, for act-order, the row permutation (as
+vLLM's own gptq_quantize_weights did before 0.10: quantize the permuted rows, store them back
+in their original order with each row's group in g_idx).
+"""
+import json
+import os
+import warnings
+
+import pytest
+import safetensors.torch
+import torch
+
+import qload
+from tiny_models import save_tiny
+
+warnings.filterwarnings("ignore")
+
+
+def _utils():
+    from vllm.model_executor.layers.quantization.utils import quant_utils
+    from vllm.scalar_type import scalar_types
+
+    return quant_utils, scalar_types
+
+
+def _projections(base_dir: str):
+    tensors = safetensors.torch.load_file(os.path.join(base_dir, "model.safetensors"))
+    return tensors, [n for n in tensors if n.endswith("proj.weight")]
+
+
+def _write(out_dir, tensors: dict, base_dir: str, quantization_config: dict) -> None:
+    os.makedirs(out_dir)
+    safetensors.torch.save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+    config = json.load(open(os.path.join(base_dir, "config.json")))
+    config["quantization_config"] = quantization_config
+    config["torch_dtype"] = "float16"
+    json.dump(config, open(os.path.join(out_dir, "config.json"), "w"))
+
+
+def gptq_checkpoint(base_dir: str, out_dir, bits: int, group: int, act_order: bool) -> dict:
+    """GPTQ v1 (symmetric, uint<bits>b<2^(bits-1)>) as GPTQModel / AutoGPTQ write it; returns
+    vLLM's reference weights, [N, K] as the model holds them."""
+    qu, st = _utils()
+    quant_type = {4: st.uint4b8, 8: st.uint8b128}[bits]
+    tensors, names = _projections(base_dir)
+    out, reference = {}, {}
+    torch.manual_seed(7)
+    for name, t in tensors.items():
+        if name not in names:
+            out[name] = t.to(torch.float16) if t.is_floating_point() else t
+            continue
+        w = t.t().contiguous().to(torch.float16)  # [K, N]
+        k, n = w.shape
+        perm = torch.randperm(k) if act_order else torch.arange(k)
+        w_ref_p, w_q_p, w_s = qu.gptq_quantize_weights(w[perm], quant_type, group)
+        w_ref, w_q = torch.empty_like(w_ref_p), torch.empty_like(w_q_p)
+        w_ref[perm], w_q[perm] = w_ref_p, w_q_p
+        g_idx = torch.empty(k, dtype=torch.int32)
+        g_idx[perm] = (torch.arange(k) // group).to(torch.int32)
+        prefix = name[: -len(".weight")]
+        out[prefix + ".qweight"] = qu.gptq_pack(w_q, bits, k, n)
+        out[prefix + ".scales"] = w_s.to(torch.float16).contiguous()
+        # Symmetric: every zero point is the type's bias; GPTQ v1 stores it minus one.
+        zeros = torch.full((k // group, n), quant_type.bias - 1, dtype=torch.int32)
+        out[prefix + ".qzeros"] = qu.pack_cols(zeros, bits, k // group, n)
+        out[prefix + ".g_idx"] = g_idx
+        reference[name] = w_ref.t().contiguous()
+    _write(out_dir, out, base_dir, {"quant_method": "gptq", "bits": bits, "group_size": group,
+                                    "desc_act": act_order, "sym": True, "checkpoint_format": "gptq"})
+    return reference
+
+
+def awq_checkpoint(base_dir: str, out_dir, group: int) -> dict:
+    """AWQ GEMM (uint4 with zero points) as AutoAWQ writes it; returns vLLM's reference weights."""
+    qu, st = _utils()
+    tensors, names = _projections(base_dir)
+    out, reference = {}, {}
+    for name, t in tensors.items():
+        if name not in names:
+            out[name] = t.to(torch.float16) if t.is_floating_point() else t
+            continue
+        w = t.t().contiguous().to(torch.float16)  # [K, N]
+        k, n = w.shape
+        w_ref, w_q, w_s, w_zp = qu.quantize_weights(w, st.uint4, group, zero_points=True)
+        prefix = name[: -len(".weight")]
+        out[prefix + ".qweight"] = qu.awq_pack(w_q, 4, k, n)
+        out[prefix + ".qzeros"] = qu.awq_pack(w_zp, 4, k // group, n)
+        out[prefix + ".scales"] = w_s.to(torch.float16).contiguous()
+        reference[name] = w_ref.t().contiguous()
+    _write(out_dir, out, base_dir, {"quant_method": "awq", "bits": 4, "group_size": group,
+                                    "zero_point": True, "version": "gemm"})
+    return reference
+
+
+@pytest.fixture(scope="module")
+def base_model(tmp_path_factory):
+    return save_tiny("llama", False, tmp_path_factory.mktemp("base") / "llama")
+
+
+def assert_dequantizes_to(out_dir, reference: dict, scheme: str) -> None:
+    packed = qload.load(str(out_dir), framework="pt").quantized
+    assert sorted(q["name"] for q in packed) == sorted(reference)
+    assert {q["scheme"].split("-")[0] for q in packed} == {scheme}
+    model = qload.load(str(out_dir), dequantize="f16", framework="pt")
+    for name, want in reference.items():
+        got = model[name]
+        assert got.dtype == want.dtype and got.shape == want.shape, name
+        assert torch.equal(got, want), f"{name}: {(got != want).sum().item()} of {want.numel()} values differ"
+
+
+@pytest.mark.parametrize("bits,group,act_order", [(4, 128, False), (4, 64, True), (8, 128, False)],
+                         ids=["4bit-g128", "4bit-g64-act-order", "8bit-g128"])
+def test_gptq_packed_by_vllm_dequantizes_to_vllms_reference(base_model, tmp_path, bits, group, act_order):
+    reference = gptq_checkpoint(base_model, tmp_path / "gptq", bits, group, act_order)
+    assert_dequantizes_to(tmp_path / "gptq", reference, "gptq")
+
+
+@pytest.mark.parametrize("group", [128, 64])
+def test_awq_packed_by_vllm_dequantizes_to_vllms_reference(base_model, tmp_path, group):
+    reference = awq_checkpoint(base_model, tmp_path / "awq", group)
+    assert_dequantizes_to(tmp_path / "awq", reference, "awq")
