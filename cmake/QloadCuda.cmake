@@ -2,9 +2,15 @@
 # requires it, OFF skips it. Device code is built for sm_80 (A100) and sm_90 (H100/H200).
 # cudart is always linked statically, so a CUDA build still starts on a machine with no
 # driver; NCCL is opened at run time (dlopen) for the same reason.
+# QLOAD_CUDA_SIM=ON builds every GPU path against the simulated runtime in cudasim/ instead
+# (no nvcc: the .cu files compile as host C++), so CI runs them without a GPU.
+option(QLOAD_CUDA_SIM "Build the GPU paths against the simulated CUDA runtime (cudasim/), for tests" OFF)
 set(QLOAD_HAVE_CUDA OFF)
 set(QLOAD_HAVE_NCCL OFF)
-if(NOT QLOAD_CUDA STREQUAL "OFF")
+if(QLOAD_CUDA_SIM)
+  set(QLOAD_HAVE_CUDA ON)
+  set(CUDAToolkit_INCLUDE_DIRS "")
+elseif(NOT QLOAD_CUDA STREQUAL "OFF")
   if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
     set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
   endif()
@@ -22,9 +28,17 @@ if(NOT QLOAD_CUDA STREQUAL "OFF")
   endif()
 endif()
 
-if(QLOAD_HAVE_CUDA)
+if(QLOAD_HAVE_CUDA AND NOT QLOAD_CUDA_SIM)
   find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
   if(NCCL_INCLUDE_DIR)
     set(QLOAD_HAVE_NCCL ON)
   endif()
 endif()
+
+# CUDA sources (.cu): compiled by nvcc, or as host C++ against the simulated runtime.
+function(qload_cuda_sources)
+  if(QLOAD_CUDA_SIM)
+    set_source_files_properties(${ARGN} DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR} PROPERTIES LANGUAGE CXX
+                                COMPILE_OPTIONS "-xc++")
+  endif()
+endfunction()

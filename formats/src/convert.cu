@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "convert_bits.hpp"
+#include "qload/runtime/cuda_launch.hpp"
 #include "convert_kernels.hpp"
 
 namespace qload::formats::detail {
@@ -66,8 +67,8 @@ cudaError_t launch(const void* in, void* out, std::uint64_t count, int sm_count,
   const std::uint64_t wanted = (count + kThreads - 1) / kThreads;
   const std::uint64_t cap = static_cast<std::uint64_t>(sm_count > 0 ? sm_count : 1) * 16;
   const unsigned blocks = static_cast<unsigned>(wanted < cap ? wanted : cap);
-  convert_kernel<Op><<<blocks, kThreads, 0, stream>>>(static_cast<const typename Op::In*>(in),
-                                                      static_cast<typename Op::Out*>(out), count);
+  QLOAD_LAUNCH_KERNEL(convert_kernel<Op>, blocks, kThreads, stream, static_cast<const typename Op::In*>(in),
+                      static_cast<typename Op::Out*>(out), count);
   return cudaGetLastError();
 }
 

@@ -14,6 +14,8 @@ trap 'rm -rf "$work"' EXIT
 
 if command -v ccache > /dev/null; then
   export CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_CUDA_COMPILER_LAUNCHER=ccache
+  # Paths relative to the checkout, so clones in other folders (CI's) hit the same cache.
+  export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$root} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
 fi
 # The wheel is built in build/pip/<tag> of the checkout (pyproject.toml), so a second run is
 # incremental. --no-build-isolation: the build requirements come from PYTHON's environment.
@@ -33,18 +35,22 @@ if ! "$work/env/bin/python" -m pip install -q --disable-pip-version-check "$whee
   exit 77
 fi
 "$cli" synth "$work/tiny" --layers 1 --shards 2 > /dev/null
-"$cli" hash --json "$work/tiny" > "$work/hash.json"
+"$cli" inspect --json "$work/tiny" > "$work/inspect.json"
 cd "$work"  # nothing of the checkout on the import path
-"$work/env/bin/python" - "$work/tiny" "$work/hash.json" <<'PY'
+"$work/env/bin/python" - "$work/tiny" "$work/inspect.json" <<'PY'
 import importlib.metadata, json, os, sys
 import qload
 
 assert os.path.dirname(qload.__file__).startswith(sys.prefix), f"imported {qload.__file__}, not the installed package"
-model = qload.load(sys.argv[1])
-expected = {t["name"]: t for t in json.load(open(sys.argv[2]))["tensors"]}
-assert set(model) == set(expected), "the installed package loaded other tensors than the CLI hashes"
-for name, t in expected.items():
-    assert list(model[name].shape) == t["shape"], name
+model = qload.load(sys.argv[1], framework="np")
+inspected = json.load(open(sys.argv[2]))
+files = [os.path.join(sys.argv[1], f["path"]) if not os.path.isabs(f["path"]) else f["path"] for f in inspected["files"]]
+assert set(model) == {t["name"] for t in inspected["tensors"]}, "the installed package loaded other tensors"
+for t in inspected["tensors"]:  # every tensor's bytes, as the CLI locates them in the files
+    with open(files[t["file"]], "rb") as f:
+        f.seek(t["offset"])
+        stored = f.read(t["bytes"])
+    assert list(model[t["name"]].shape) == t["shape"] and model[t["name"]].tobytes() == stored, t["name"]
 plugins = [e for e in importlib.metadata.entry_points(group="vllm.general_plugins") if e.name == "qload"]
 assert plugins and plugins[0].value == "qload.vllm:register", plugins
 print(f"pip install: {len(model)} tensors loaded by the installed wheel {os.path.basename(sys.argv[1])}")

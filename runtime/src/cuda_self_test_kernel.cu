@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "cuda_self_test_kernel.hpp"
+#include "qload/runtime/cuda_launch.hpp"
 
 namespace qload::detail {
 namespace {
@@ -27,7 +28,7 @@ int run_cuda_self_test_kernel(int device, char* message, std::size_t message_siz
   unsigned* dev = nullptr;
   err = cudaMalloc(&dev, kCount * sizeof(unsigned));
   if (err != cudaSuccess) return report(err, "cudaMalloc", message, message_size);
-  fill_pattern<<<(kCount + 255) / 256, 256>>>(dev, kCount);
+  QLOAD_LAUNCH_KERNEL(fill_pattern, (kCount + 255) / 256, 256, nullptr, dev, kCount);
   err = cudaGetLastError();
   std::vector<unsigned> host(kCount);
   if (err == cudaSuccess) err = cudaMemcpy(host.data(), dev, kCount * sizeof(unsigned), cudaMemcpyDeviceToHost);

@@ -12,6 +12,7 @@
 #include <cstdio>
 
 #include "dequantize_element.hpp"
+#include "qload/runtime/cuda_launch.hpp"
 
 namespace qload::formats::detail {
 namespace {
@@ -41,7 +42,7 @@ cudaError_t launch(const DequantArgs& a, int sm_count, cudaStream_t stream) {
   if (y > want_y) y = want_y;
   if (y > 65535) y = 65535;
   const dim3 grid(static_cast<unsigned>(x), static_cast<unsigned>(y));
-  dequantize_kernel<Scheme><<<grid, dim3(kBlockCols, kBlockRows), 0, stream>>>(a);
+  QLOAD_LAUNCH_KERNEL(dequantize_kernel<Scheme>, grid, dim3(kBlockCols, kBlockRows), stream, a);
   return cudaGetLastError();
 }
 

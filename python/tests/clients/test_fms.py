@@ -48,3 +48,27 @@ def test_meta_device_and_other_ranks_get_nothing(tiny_model):
         assert qload.fms.load_state_dict(tiny_model, distributed_strategy="fsdp", rank=1) == {}
         sd = qload.fms.load_state_dict(tiny_model, source="hf")
         assert "model.embed_tokens.weight" in sd
+
+
+@pytest.mark.parametrize("scheme", ["W4A16", "FP8_BLOCK", "fine-grained-fp8"])
+def test_quantized_checkpoints_reach_fms_as_fms_reads_them(tiny_model, tmp_path, scheme):
+    """FMS's quantized linear types (GPTQ through auto_gptq, FP8 through fms-mo) take the
+    packed parts of a quantized checkpoint from the state dict: through qload they get the same
+    names and bytes as from FMS's own reader. (Running those linears needs their GPU kernels.)"""
+    from test_quantized_libraries import compressed_tensors_checkpoint, transformers_fp8_checkpoint
+
+    out = tmp_path / "q"
+    if scheme == "fine-grained-fp8":
+        transformers_fp8_checkpoint(tiny_model, out, [128, 128])
+    else:
+        compressed_tensors_checkpoint(tiny_model, out, scheme)
+    theirs = serialization.load_state_dict(str(out), source="hf")
+    ours = qload.fms.load_state_dict(str(out), source="hf")
+    assert set(ours) == set(theirs)
+    packed = [n for n in theirs if n.endswith(("weight_packed", "weight_scale", "weight_scale_inv"))
+              or theirs[n].dtype == torch.float8_e4m3fn]
+    assert packed, "no quantized parts in the checkpoint"
+    for name in theirs:
+        want = theirs[name]
+        assert ours[name].dtype == want.dtype and ours[name].shape == want.shape, name
+        assert torch.equal(ours[name].view(torch.uint8), want.view(torch.uint8)), name
