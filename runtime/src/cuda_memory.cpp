@@ -283,6 +283,12 @@ Status copy_2d_to_device_async(std::byte* device_dst, std::size_t dst_pitch, con
                });
 }
 
+Status copy_to_device(std::byte* device_dst, const std::byte* host_src, std::size_t bytes, int device) {
+  QLOAD_TRY(use_device(device));
+  return check(cudaMemcpy(device_dst, host_src, bytes, cudaMemcpyHostToDevice),
+               [&] { return fmt::format("cudaMemcpy of {} to cuda:{}", bytes_text(bytes), device); });
+}
+
 Status copy_to_host(std::byte* host_dst, const std::byte* device_src, std::size_t bytes, int device) {
   QLOAD_TRY(use_device(device));
   return check(cudaMemcpy(host_dst, device_src, bytes, cudaMemcpyDeviceToHost),

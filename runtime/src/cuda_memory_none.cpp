@@ -114,6 +114,9 @@ Status copy_2d_to_device_async(std::byte*, std::size_t, const std::byte*, std::s
   if (stream.handle() == nullptr) return fail(Errc::kInvalidArgument, "copy_2d_to_device_async on an empty Stream");
   return no_cuda();
 }
+Status copy_to_device(std::byte*, const std::byte*, std::size_t, int) {
+  return no_cuda();
+}
 Status copy_to_host(std::byte*, const std::byte*, std::size_t, int) {
   return no_cuda();
 }

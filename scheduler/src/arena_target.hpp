@@ -34,6 +34,9 @@ struct Delivery {
   DType to = DType::kU8;
   std::uint64_t rows = 1;
   std::uint64_t stored_pitch = 0;  // rows > 1: bytes from one row's start to the next in stored memory
+  // `stored` is pageable memory (not the pinned staging pool): a GPU target copies it
+  // synchronously, since the copy engines cannot read it directly (one row, no conversion).
+  bool pageable = false;
 };
 
 class ArenaTarget {

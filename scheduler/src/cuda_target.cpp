@@ -72,6 +72,12 @@ class CudaTarget final : public ArenaTarget {
     std::uint64_t scratch_used = 0;
     for (const Delivery& d : deliveries) {
       std::byte* out = arena_.data() + d.arena_offset;
+      if (d.pageable) {
+        if (d.rows != 1 || d.from != d.to)
+          return fail(Errc::kInternal, "a delivery from pageable memory must be one row, not converted");
+        QLOAD_TRY(cuda::copy_to_device(out, d.stored.data(), d.stored.size(), device_.index));
+        continue;
+      }
       const std::uint64_t stored_bytes = d.stored.size() * d.rows;  // contiguous once copied
       // Rows land next to each other: in the arena, or in scratch for a conversion after.
       const auto copy = [&](std::byte* dst) {

@@ -97,8 +97,8 @@ Status cut_in_place(const formats::TensorEntry& t, const Plan& plan, const Tenso
     shard_deliveries(t, at_zero, whole, stored.data(), runs);
     std::vector<std::byte>& host = staged.emplace_back(static_cast<std::size_t>(shard.bytes));
     QLOAD_TRY(deliver_on_host(host.data(), runs));
-    by_region[shard.region].push_back(
-        Delivery{.stored = host, .arena_offset = shard.offset, .from = shard.dtype, .to = shard.dtype});
+    by_region[shard.region].push_back(Delivery{
+        .stored = host, .arena_offset = shard.offset, .from = shard.dtype, .to = shard.dtype, .pageable = true});
   }
   for (std::size_t r = 0; r < by_region.size(); ++r)
     if (!by_region[r].empty()) QLOAD_TRY(targets[r]->deliver(by_region[r]));
@@ -117,7 +117,8 @@ Status put_received(const Plan& plan, const TensorPlacement& placed, std::span<c
     by_region[shard.region].push_back(Delivery{.stored = received.subspan(at, shard.bytes),
                                                .arena_offset = shard.offset,
                                                .from = shard.dtype,
-                                               .to = shard.dtype});
+                                               .to = shard.dtype,
+                                               .pageable = true});
     at += shard.bytes;
   }
   for (std::size_t r = 0; r < by_region.size(); ++r)

@@ -79,9 +79,18 @@ set -e
 [ "$rc" -eq 65 ] || { echo "corrupt file exited $rc: $out"; exit 1; }
 [[ "$out" == *"bad.safetensors"* ]] || { echo "error does not name the file: $out"; exit 1; }
 set +e
-out=$("$qload" load "$dir/m" --device cuda:0 2>&1); rc=$?
+out=$("$qload" load "$dir/m" --device cuda:0 --dump "$dir/gpu-dump" 2>&1); rc=$?
 set -e
-[ "$rc" -eq 69 ] && [[ "$out" == *"cuda:0"* ]] || { echo "cuda device exited $rc: $out"; exit 1; }
+if [ "$rc" -eq 0 ]; then
+  # A GPU (or the simulated ones of a QLOAD_CUDA_SIM build): its bytes, copied back, are the file's.
+  "$qload" hash --json "$dir/gpu-dump/cuda:0.safetensors" > "$dir/gpu.json"
+  "$qload" hash --json "$dir/m" > "$dir/cpu.json"
+  python3 -c 'import json, sys
+a, b = (sorted((t["name"], t["xxh3_64"]) for t in json.load(open(p))["tensors"]) for p in sys.argv[1:])
+assert a == b, "the GPU copy differs from the checkpoint"' "$dir/gpu.json" "$dir/cpu.json"
+else
+  [ "$rc" -eq 69 ] && [[ "$out" == *"cuda:0"* ]] || { echo "cuda device exited $rc: $out"; exit 1; }
+fi
 set +e
 out=$("$qload" load "$dir/m" --dtype int4 2>&1); rc=$?
 set -e

@@ -40,10 +40,8 @@ Result<std::vector<std::byte>> broadcast_on_gpu(std::uint32_t rank, std::uint32_
   const std::vector<int> slots = {device};
   QLOAD_ASSIGN_OR_RETURN(Communicator comm, Communicator::create(rv, slots));
   QLOAD_ASSIGN_OR_RETURN(cuda::DeviceBuffer buffer, cuda::DeviceBuffer::allocate(device, bytes));
-  QLOAD_ASSIGN_OR_RETURN(cuda::Stream stream, cuda::Stream::create(device));
   const std::vector<std::byte> mine = pattern(bytes, static_cast<int>(rank) + 1);
-  QLOAD_TRY(cuda::copy_to_device_async(buffer.data(), mine.data(), bytes, stream));
-  QLOAD_TRY(stream.synchronize());
+  QLOAD_TRY(cuda::copy_to_device(buffer.data(), mine.data(), bytes, device));
   const BroadcastBuffer b{.bytes = std::span(buffer.data(), bytes), .on_device = true, .slot = 0};
   QLOAD_TRY(comm.broadcast(std::span(&b, 1), 0));
   std::vector<std::byte> out(bytes);

@@ -56,7 +56,7 @@ std::vector<std::byte> convert_on_gpu(const std::vector<std::byte>& in, DType fr
   auto d_out = cuda::DeviceBuffer::allocate(device, out.size());
   REQUIRE(d_in);
   REQUIRE(d_out);
-  REQUIRE(cuda::copy_to_device_async(d_in->data(), in.data(), in.size(), stream));
+  REQUIRE(cuda::copy_to_device(d_in->data(), in.data(), in.size(), device));
   const Status launched = convert_on_device(d_in->data(), from, d_out->data(), to, count, stream);
   if (!launched) FAIL(launched.error().to_string());
   const Status done = stream.synchronize();

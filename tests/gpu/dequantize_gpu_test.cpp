@@ -37,7 +37,8 @@ DeviceWeight upload(const Weight& w, const cuda::Stream& stream) {
   for (const OwnedPart& p : w.parts) {
     auto buffer = cuda::DeviceBuffer::allocate(stream.device(), p.bytes.size());
     REQUIRE(buffer);
-    if (!p.bytes.empty()) REQUIRE(cuda::copy_to_device_async(buffer->data(), p.bytes.data(), p.bytes.size(), stream));
+    if (!p.bytes.empty())
+      REQUIRE(cuda::copy_to_device(buffer->data(), p.bytes.data(), p.bytes.size(), stream.device()));
     d.pointers.push_back(buffer->data());
     d.buffers.push_back(std::move(*buffer));
   }
@@ -54,7 +55,7 @@ void check_rows(const Case& c, const DeviceWeight& d, std::uint64_t a, std::uint
   auto out = cuda::DeviceBuffer::allocate(stream.device(), std::max<std::uint64_t>(bytes, 1));
   REQUIRE(out);
   std::vector<std::byte> device(bytes, std::byte{0xA5});  // poison: unwritten elements show
-  if (bytes != 0) REQUIRE(cuda::copy_to_device_async(out->data(), device.data(), bytes, stream));
+  if (bytes != 0) REQUIRE(cuda::copy_to_device(out->data(), device.data(), bytes, stream.device()));
   const std::vector<PartBytes> views = w.views();
   const Status launched = dequantize_on_device(w.t, views, d.pointers, a, b, out_dtype, out->data(), stream);
   if (!launched) FAIL(launched.error().to_string());

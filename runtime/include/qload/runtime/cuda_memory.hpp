@@ -140,6 +140,9 @@ Status copy_to_device_async(std::byte* device_dst, const std::byte* host_src, st
 // row i read at host_src + i * src_pitch and written at device_dst + i * dst_pitch.
 Status copy_2d_to_device_async(std::byte* device_dst, std::size_t dst_pitch, const std::byte* host_src,
                                std::size_t src_pitch, std::size_t width, std::size_t rows, const Stream& stream);
+// Synchronous host-to-device copy (cudaMemcpy) from any host memory, pinned or not: for bytes
+// the copy engines cannot read directly (pageable buffers) and for tests.
+Status copy_to_device(std::byte* device_dst, const std::byte* host_src, std::size_t bytes, int device);
 // Synchronous device-to-host copy (cudaMemcpy) for dumps and tests.
 Status copy_to_host(std::byte* host_dst, const std::byte* device_src, std::size_t bytes, int device);
 // Asynchronous device-to-device copy on `stream` (cudaMemcpyAsync, both pointers on its device).
