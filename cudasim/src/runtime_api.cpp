@@ -89,19 +89,20 @@ CopyPlan check_copy(const State& s, void* dst, std::size_t dst_bytes, const void
     return plan;
   };
   if (want_dst_device != dst_device)
-    return error(fmt::format("{}: destination {} {} device memory", call, describe(s, dst),
-                             want_dst_device ? "is not" : "is"));
+    return error(
+        fmt::format("{}: destination {} {} device memory", call, describe(s, dst), want_dst_device ? "is not" : "is"));
   if (want_src_device != src_device)
-    return error(fmt::format("{}: source {} {} device memory", call, describe(s, src),
-                             want_src_device ? "is not" : "is"));
+    return error(
+        fmt::format("{}: source {} {} device memory", call, describe(s, src), want_src_device ? "is not" : "is"));
   if (d != nullptr && s.find(dst, dst_bytes) != d)
     return error(fmt::format("{}: {} bytes to {} run past its end", call, dst_bytes, describe(s, dst)));
   if (r != nullptr && s.find(src, src_bytes) != r)
     return error(fmt::format("{}: {} bytes from {} run past its end", call, src_bytes, describe(s, src)));
   if (async && kind == cudaMemcpyHostToDevice && r == nullptr)
-    plan.misuse = fmt::format("{}: an asynchronous copy of {} bytes from pageable memory at {} (pin or register "
-                              "it; the driver would stage it and copy synchronously)",
-                              call, src_bytes, src);
+    plan.misuse = fmt::format(
+        "{}: an asynchronous copy of {} bytes from pageable memory at {} (pin or register "
+        "it; the driver would stage it and copy synchronously)",
+        call, src_bytes, src);
   if (async && kind == cudaMemcpyDeviceToHost && d == nullptr)
     plan.misuse = fmt::format("{}: an asynchronous copy of {} bytes into pageable memory at {}", call, dst_bytes, dst);
   return plan;
@@ -144,22 +145,23 @@ cudaError_t copy(void* dst, std::size_t dpitch, const void* src, std::size_t spi
   // was issued: a changed source is a buffer reused too early.
   const bool check_source = async && plan.host_source;
   const std::uint64_t issued = check_source ? hash_rows(src, spitch, width, rows) : 0;
-  const std::uint64_t ticket = engine->enqueue(Operation{
-      .what = call, .run = [=, where = std::move(where)] {
-        State& st = State::get();
-        if (fail) {
-          std::lock_guard lock(st.mutex);
-          st.devices[static_cast<std::size_t>(device)].sticky = cudaErrorLaunchFailure;
-          return;
-        }
-        if (check_source && hash_rows(src, spitch, width, rows) != issued)
-          st.report(fmt::format("{}: the {} source bytes at {} changed between the copy's issue and its execution "
-                                "(a staging buffer reused before the copy that reads it completed)",
-                                call, rows * width, where));
-        for (std::size_t i = 0; i < rows; ++i)
-          std::memcpy(static_cast<std::byte*>(dst) + i * dpitch, static_cast<const std::byte*>(src) + i * spitch,
-                      width);
-      }});
+  const std::uint64_t ticket = engine->enqueue(
+      Operation{.what = call, .run = [=, where = std::move(where)] {
+                  State& st = State::get();
+                  if (fail) {
+                    std::lock_guard lock(st.mutex);
+                    st.devices[static_cast<std::size_t>(device)].sticky = cudaErrorLaunchFailure;
+                    return;
+                  }
+                  if (check_source && hash_rows(src, spitch, width, rows) != issued)
+                    st.report(
+                        fmt::format("{}: the {} source bytes at {} changed between the copy's issue and its execution "
+                                    "(a staging buffer reused before the copy that reads it completed)",
+                                    call, rows * width, where));
+                  for (std::size_t i = 0; i < rows; ++i)
+                    std::memcpy(static_cast<std::byte*>(dst) + i * dpitch,
+                                static_cast<const std::byte*>(src) + i * spitch, width);
+                }});
   if (async) return cudaSuccess;
   engine->wait_for(ticket);
   std::lock_guard lock(s.mutex);
@@ -395,8 +397,11 @@ cudaError_t cudaHostRegister(void* ptr, std::size_t size, unsigned /*flags*/) {
   if (next != s.ranges.end() && next->first < begin + size) return result(cudaErrorHostMemoryAlreadyRegistered);
   if (next != s.ranges.begin() && std::prev(next)->first + std::prev(next)->second.size > begin)
     return result(cudaErrorHostMemoryAlreadyRegistered);
-  s.ranges.emplace(begin, Range{.data = static_cast<std::byte*>(ptr), .size = size,
-                                .kind = MemoryKind::kRegisteredHost, .device = -1, .mapping = nullptr,
+  s.ranges.emplace(begin, Range{.data = static_cast<std::byte*>(ptr),
+                                .size = size,
+                                .kind = MemoryKind::kRegisteredHost,
+                                .device = -1,
+                                .mapping = nullptr,
                                 .mapping_size = 0});
   return cudaSuccess;
 }
@@ -538,8 +543,7 @@ namespace qload::cudasim {
 cudaError_t launch(dim3 grid, dim3 block, cudaStream_t stream, std::function<void()> body) {
   State& s = State::get();
   const std::uint64_t threads = std::uint64_t{block.x} * block.y * block.z;
-  if (grid.x == 0 || grid.y == 0 || grid.z == 0 || threads == 0 || threads > 1024 || grid.y > 65535 ||
-      grid.z > 65535)
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0 || threads == 0 || threads > 1024 || grid.y > 65535 || grid.z > 65535)
     return result(cudaErrorInvalidConfiguration);
   std::shared_ptr<Engine> engine;
   bool fail = false;

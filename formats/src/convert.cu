@@ -6,8 +6,8 @@
 #include <cstdio>
 
 #include "convert_bits.hpp"
-#include "qload/runtime/cuda_launch.hpp"
 #include "convert_kernels.hpp"
+#include "qload/runtime/cuda_launch.hpp"
 
 namespace qload::formats::detail {
 namespace {
