@@ -269,6 +269,7 @@ class Model {
     d["seconds"] = r.seconds;
     d["gb_per_s"] = r.gb_per_s;
     d["peak_staging_bytes"] = r.peak_staging_bytes;
+    d["unpinned_reason"] = r.unpinned_reason;
     d["decoded_tensors"] = r.decoded_tensors;
     d["converted_tensors"] = r.converted_tensors;
     return d;

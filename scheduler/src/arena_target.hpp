@@ -57,6 +57,9 @@ class ArenaTarget {
   virtual Status dequantize(const formats::LogicalTensor& tensor, std::span<const formats::PartBytes> parts,
                             std::uint64_t row_begin, std::uint64_t row_end, std::uint64_t arena_offset,
                             DType dtype) = 0;
+  // The host memory deliveries come from could not be pinned (cudaHostRegister failed): a GPU
+  // target then copies synchronously from it, as from any pageable memory. Slower, never wrong.
+  virtual void copy_synchronously() {}
   // Where other processes of this machine can map the arena (a shared host arena), if they can.
   virtual std::optional<PeerAddress> peer_address() const { return std::nullopt; }
   // Moves the arena's memory out (into the Model) once the load has succeeded.

@@ -53,7 +53,10 @@ class CudaTarget final : public ArenaTarget {
           return fail(Error(Errc::kInternal, fmt::format("{}: decode scratch of {} bytes is too small",
                                                          device_.to_string(), lane.scratch.size()))
                           .with_tensor(tensor.name));
-        QLOAD_TRY(cuda::copy_to_device_async(lane.scratch.data() + at, p.bytes.data(), p.bytes.size(), lane.stream));
+        QLOAD_TRY(
+            synchronous_
+                ? cuda::copy_to_device(lane.scratch.data() + at, p.bytes.data(), p.bytes.size(), device_.index)
+                : cuda::copy_to_device_async(lane.scratch.data() + at, p.bytes.data(), p.bytes.size(), lane.stream));
         device_parts.push_back(lane.scratch.data() + at);
         used = at + p.bytes.size();
       }
@@ -61,6 +64,8 @@ class CudaTarget final : public ArenaTarget {
                                            arena_.data() + arena_offset, lane.stream);
     });
   }
+
+  void copy_synchronously() override { synchronous_ = true; }
 
   void release_into(std::vector<HostBuffer>&, std::vector<cuda::DeviceBuffer>& device) override {
     lanes_.clear();
@@ -72,15 +77,15 @@ class CudaTarget final : public ArenaTarget {
     std::uint64_t scratch_used = 0;
     for (const Delivery& d : deliveries) {
       std::byte* out = arena_.data() + d.arena_offset;
-      if (d.pageable) {
-        if (d.rows != 1 || d.from != d.to)
-          return fail(Errc::kInternal, "a delivery from pageable memory must be one row, not converted");
-        QLOAD_TRY(cuda::copy_to_device(out, d.stored.data(), d.stored.size(), device_.index));
-        continue;
-      }
       const std::uint64_t stored_bytes = d.stored.size() * d.rows;  // contiguous once copied
       // Rows land next to each other: in the arena, or in scratch for a conversion after.
-      const auto copy = [&](std::byte* dst) {
+      const auto copy = [&](std::byte* dst) -> Status {
+        if (d.pageable || synchronous_) {  // the copy engines cannot read it: the driver stages it, synchronously
+          for (std::uint64_t i = 0; i < d.rows; ++i)
+            QLOAD_TRY(cuda::copy_to_device(dst + i * d.stored.size(), d.stored.data() + i * d.stored_pitch,
+                                           d.stored.size(), device_.index));
+          return {};
+        }
         if (d.rows == 1) return cuda::copy_to_device_async(dst, d.stored.data(), d.stored.size(), lane.stream);
         return cuda::copy_2d_to_device_async(dst, d.stored.size(), d.stored.data(), d.stored_pitch, d.stored.size(),
                                              d.rows, lane.stream);
@@ -135,6 +140,7 @@ class CudaTarget final : public ArenaTarget {
   std::vector<Lane> lanes_;
   std::mutex mutex_;
   std::vector<std::uint32_t> free_;  // lanes not delivering now
+  bool synchronous_ = false;         // copy_synchronously(): set before the load's tasks run
 };
 
 // kUnsupported naming the device when this machine cannot serve it.

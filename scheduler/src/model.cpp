@@ -71,6 +71,8 @@ std::string LoadReport::summary() const {
   if (mode == LoadMode::kRead)
     out += fmt::format("read {} in {} chunks ({} tensors direct); staging peak {} of {}\n", format_bytes(read_bytes),
                        chunks, direct_tensors, format_bytes(peak_staging_bytes), format_bytes(staging_budget_bytes));
+  if (!unpinned_reason.empty())
+    out += fmt::format("copies to GPUs ran synchronously: host memory could not be pinned ({})\n", unpinned_reason);
   for (const StageStats& s : stages)
     out += fmt::format("  {:<8} {:>6} tasks  busy {:.3f} s  task time {:.3f} s\n", s.lane, s.tasks, s.busy_seconds,
                        s.task_seconds);

@@ -138,16 +138,25 @@ Result<Model> load_read(const formats::Catalog& catalog, const Plan& plan, const
   // Arenas first: a missing GPU is reported by name before anything else is set up.
   QLOAD_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<ArenaTarget>> targets, make_targets(catalog, plan, options));
   // Copy engines read staging directly: pin it once (a borrowed pool stays pinned).
-  if (has_gpu(plan)) QLOAD_TRY(pool->pin());
+  // Where the system refuses (a locked-memory limit, a kernel without pinning rights), the
+  // load goes on with synchronous copies and says so in its report.
+  std::string unpinned;
+  if (has_gpu(plan))
+    if (Status pinned = pool->pin(); !pinned) unpinned = pinned.error().to_string();
   // And the packed parts of weights decoded on a GPU, from the scratch arena. Declared after
   // the arenas: unregistered before the memory goes.
   cuda::HostRegistration pinned_scratch;
-  if (decodes_on_gpu(plan)) {
+  if (decodes_on_gpu(plan) && unpinned.empty()) {
     ArenaTarget& scratch = *targets[plan.scratch_region];
-    QLOAD_ASSIGN_OR_RETURN(pinned_scratch,
-                           cuda::HostRegistration::register_memory(std::span(
-                               scratch.base(), static_cast<std::size_t>(plan.arenas[plan.scratch_region].bytes))));
+    Result<cuda::HostRegistration> registered = cuda::HostRegistration::register_memory(
+        std::span(scratch.base(), static_cast<std::size_t>(plan.arenas[plan.scratch_region].bytes)));
+    if (registered)
+      pinned_scratch = std::move(*registered);
+    else
+      unpinned = registered.error().to_string();
   }
+  if (!unpinned.empty())
+    for (const auto& t : targets) t->copy_synchronously();
   // Declared after the pool and the arenas: destroyed first, so no read outlives its memory.
   QLOAD_ASSIGN_OR_RETURN(std::unique_ptr<io::Reader> reader, open_reader(catalog, options));
   if (plan.max_staged_chunk_bytes > 0) QLOAD_TRY(pool->register_with(*reader));
@@ -201,6 +210,7 @@ Result<Model> load_read(const formats::Catalog& catalog, const Plan& plan, const
   report.io = reader->stats();
   report.staging_budget_bytes = pool->capacity_bytes();
   report.peak_staging_bytes = pool->peak_leased_bytes();
+  report.unpinned_reason = std::move(unpinned);
   fill_report(report, catalog, plan, options.compute_digests ? state.digests : std::vector<std::uint64_t>{}, *stats,
               begin);
   report.shared_in_place_bytes = relayed.in_place_bytes;

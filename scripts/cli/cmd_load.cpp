@@ -47,6 +47,7 @@ nlohmann::json report_json(const scheduler::LoadReport& r, const std::string& de
           {"peak_rss_bytes", rss},
           {"staging_budget_bytes", r.staging_budget_bytes},
           {"peak_staging_bytes", r.peak_staging_bytes},
+          {"unpinned_reason", r.unpinned_reason},
           {"stages", stages}};
 }
 

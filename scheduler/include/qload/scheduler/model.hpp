@@ -82,7 +82,9 @@ struct LoadReport {
   double gb_per_s = 0;  // tensor_bytes / seconds / 1e9 (stored bytes: what was read)
   std::uint64_t staging_budget_bytes = 0;
   std::uint64_t peak_staging_bytes = 0;  // most staging bytes leased at once during this load
-  std::vector<StageStats> stages;        // busy seconds per stage ("read", "verify", "place")
+  // Why host memory could not be pinned for GPU copies (they then ran synchronously), or empty.
+  std::string unpinned_reason;
+  std::vector<StageStats> stages;  // busy seconds per stage ("read", "verify", "place")
   std::vector<ResourceStats> resources;
   std::vector<TensorDigest> digests;  // per tensor in catalog order; empty if digests were off
   io::ReaderStats io;
