@@ -7,6 +7,7 @@
 #if defined(QLOAD_CUDA_SIM)
 
 #include <cstring>
+#include <thread>
 
 #include "qload/cudasim/control.hpp"
 #include "qload/scheduler/load.hpp"
@@ -89,3 +90,26 @@ TEST_CASE("gpu faults: a failed copy or a lost device ends the load naming the d
 }
 
 #endif  // QLOAD_CUDA_SIM
+
+#if defined(QLOAD_CUDA_SIM)
+TEST_CASE("gpu contexts: a load onto cuda:1 from a thread that never chose a device makes no context on GPU 0",
+          "[gpu]") {
+  CleanSimulator clean;
+  SyntheticCheckpoint ckpt;
+  make_synthetic(ckpt, 45, {.large_bytes = 1 << 20});
+  LoadOptions options = options_for({Device{.kind = Device::Kind::kCuda, .index = 1}});
+  options.plan.dtype = DType::kF32;  // conversion kernels too
+  bool loaded = false, on_one = false, on_zero = true;
+  std::thread fresh_thread([&] {  // Catch's assertions stay on the test's own thread
+    sim::forget_contexts();
+    loaded = load(ckpt.catalog, options).has_value();
+    on_one = sim::context_created(1);
+    on_zero = sim::context_created(0);
+  });
+  fresh_thread.join();
+  REQUIRE(loaded);
+  CHECK(on_one);
+  // A GPU 0 context costs hundreds of MiB there, in every process of a multi-GPU server.
+  CHECK_FALSE(on_zero);
+}
+#endif
