@@ -45,8 +45,22 @@ void touch(State& s, int device) {
   s.devices[static_cast<std::size_t>(device)].context = true;
 }
 
+// Under s.mutex: what every call working on `device` starts with. It makes a context there, as
+// the real runtime's calls do; `health`: the device's sticky error, if any, ends the call.
+cudaError_t on_device(State& s, int device, bool health = true) {
+  if (!valid_device(s, device)) return cudaErrorInvalidDevice;
+  touch(s, device);
+  return health ? device_health(s, device) : cudaSuccess;
+}
+
 std::shared_ptr<Engine> engine_of(State& s, cudaStream_t stream, int device) {
   return stream != nullptr ? stream->engine : s.legacy_stream(device)->engine;
+}
+
+// The engine `stream` runs on: its own, or (null) the current device's legacy stream.
+std::shared_ptr<Engine> engine_for(State& s, cudaStream_t stream) {
+  std::lock_guard lock(s.mutex);
+  return engine_of(s, stream, stream != nullptr ? stream->engine->device() : current_device());
 }
 
 std::string describe(const State& s, const void* p) {
@@ -128,9 +142,7 @@ cudaError_t copy(void* dst, std::size_t dpitch, const void* src, std::size_t spi
   {
     std::lock_guard lock(s.mutex);
     const int device = stream != nullptr ? stream->engine->device() : current_device();
-    if (!valid_device(s, device)) return result(cudaErrorInvalidDevice);
-    touch(s, device);
-    if (cudaError_t sticky = device_health(s, device); sticky != cudaSuccess) return result(sticky);
+    if (cudaError_t err = on_device(s, device); err != cudaSuccess) return result(err);
     plan = check_copy(s, dst, dst_bytes, src, src_bytes, kind, async, call);
     if (plan.error == cudaSuccess) {
       fail = s.fault_fires(Fault::kCopy, device);
@@ -218,15 +230,11 @@ cudaError_t cudaDriverGetVersion(int* version) {
 cudaError_t cudaDeviceSynchronize() {
   State& s = State::get();
   const int device = current_device();
-  std::vector<std::shared_ptr<Engine>> engines;
   {
     std::lock_guard lock(s.mutex);
-    if (!valid_device(s, device)) return result(cudaErrorInvalidDevice);
-    touch(s, device);
-    for (const auto& weak : s.engines)
-      if (auto e = weak.lock(); e && e->device() == device) engines.push_back(std::move(e));
+    if (cudaError_t err = on_device(s, device, false); err != cudaSuccess) return result(err);
   }
-  for (const auto& e : engines) e->drain();
+  s.drain(device);
   std::lock_guard lock(s.mutex);
   return result(s.devices[static_cast<std::size_t>(device)].sticky);
 }
@@ -289,9 +297,7 @@ cudaError_t cudaMalloc(void** ptr, std::size_t size) {
   State& s = State::get();
   const int device = current_device();
   std::lock_guard lock(s.mutex);
-  if (!valid_device(s, device)) return result(cudaErrorInvalidDevice);
-  touch(s, device);
-  if (cudaError_t sticky = device_health(s, device); sticky != cudaSuccess) return result(sticky);
+  if (cudaError_t err = on_device(s, device); err != cudaSuccess) return result(err);
   qload::cudasim::DeviceState& d = s.devices[static_cast<std::size_t>(device)];
   if (s.fault_fires(Fault::kMalloc, device) || size > s.config.memory_per_device - d.used)
     return result(cudaErrorMemoryAllocation);
@@ -315,26 +321,20 @@ cudaError_t release(void* ptr, MemoryKind kind, const char* call) {
   if (ptr == nullptr) return cudaSuccess;
   Range range;
   bool known = false;
-  std::vector<std::shared_ptr<Engine>> engines;
   {
     std::lock_guard lock(s.mutex);
     auto it = s.ranges.find(reinterpret_cast<std::uintptr_t>(ptr));
     known = it != s.ranges.end() && it->second.kind == kind;
-    if (known) {
-      range = it->second;
-      // Freeing waits for the device's work first (cudaFree synchronises), so no queued
-      // copy or kernel still uses the memory.
-      for (const auto& weak : s.engines)
-        if (auto e = weak.lock(); e && (kind != MemoryKind::kDevice || e->device() == range.device))
-          engines.push_back(std::move(e));
-    }
+    if (known) range = it->second;
   }
   if (!known) {
     s.report(fmt::format("{}({}): not a pointer {} returned, or already freed", call, ptr,
                          kind == MemoryKind::kDevice ? "cudaMalloc" : "cudaHostAlloc"));
     return result(cudaErrorInvalidValue);
   }
-  for (const auto& e : engines) e->drain();
+  // Freeing waits for the device's work first (cudaFree synchronises), so no queued copy or
+  // kernel still uses the memory.
+  s.drain(kind == MemoryKind::kDevice ? range.device : -1);
   bool intact = true;
   {
     std::lock_guard lock(s.mutex);
@@ -358,9 +358,7 @@ cudaError_t cudaMemGetInfo(std::size_t* free, std::size_t* total) {
   State& s = State::get();
   const int device = current_device();
   std::lock_guard lock(s.mutex);
-  if (!valid_device(s, device)) return result(cudaErrorInvalidDevice);
-  touch(s, device);
-  if (cudaError_t sticky = device_health(s, device); sticky != cudaSuccess) return result(sticky);
+  if (cudaError_t err = on_device(s, device); err != cudaSuccess) return result(err);
   *total = s.config.memory_per_device;
   *free = *total - s.devices[static_cast<std::size_t>(device)].used;
   return cudaSuccess;
@@ -370,8 +368,7 @@ cudaError_t cudaHostAlloc(void** ptr, std::size_t size, unsigned /*flags*/) {
   State& s = State::get();
   std::lock_guard lock(s.mutex);
   const int device = current_device();
-  if (!valid_device(s, device)) return result(cudaErrorInvalidDevice);
-  touch(s, device);
+  if (cudaError_t err = on_device(s, device, false); err != cudaSuccess) return result(err);
   if (s.fault_fires(Fault::kHostAlloc, device)) return result(cudaErrorMemoryAllocation);
   const Range r = s.memory.map(size, MemoryKind::kPinnedHost, -1);
   if (r.data == nullptr) return result(cudaErrorMemoryAllocation);
@@ -388,8 +385,7 @@ cudaError_t cudaHostRegister(void* ptr, std::size_t size, unsigned /*flags*/) {
   State& s = State::get();
   std::lock_guard lock(s.mutex);
   const int device = current_device();
-  if (!valid_device(s, device)) return result(cudaErrorInvalidDevice);
-  touch(s, device);
+  if (cudaError_t err = on_device(s, device, false); err != cudaSuccess) return result(err);
   if (ptr == nullptr || size == 0) return result(cudaErrorInvalidValue);
   if (s.fault_fires(Fault::kHostRegister, device)) return result(cudaErrorInvalidValue);
   const auto begin = reinterpret_cast<std::uintptr_t>(ptr);
@@ -408,16 +404,13 @@ cudaError_t cudaHostRegister(void* ptr, std::size_t size, unsigned /*flags*/) {
 
 cudaError_t cudaHostUnregister(void* ptr) {
   State& s = State::get();
-  std::vector<std::shared_ptr<Engine>> engines;
   {
     std::lock_guard lock(s.mutex);
     auto it = s.ranges.find(reinterpret_cast<std::uintptr_t>(ptr));
     if (it == s.ranges.end() || it->second.kind != MemoryKind::kRegisteredHost)
       return result(cudaErrorHostMemoryNotRegistered);
-    for (const auto& weak : s.engines)
-      if (auto e = weak.lock()) engines.push_back(std::move(e));
   }
-  for (const auto& e : engines) e->drain();
+  s.drain(-1);  // no queued copy still reads the range
   std::lock_guard lock(s.mutex);
   s.ranges.erase(reinterpret_cast<std::uintptr_t>(ptr));
   return cudaSuccess;
@@ -427,9 +420,7 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned /*flags*/) 
   State& s = State::get();
   const int device = current_device();
   std::lock_guard lock(s.mutex);
-  if (!valid_device(s, device)) return result(cudaErrorInvalidDevice);
-  touch(s, device);
-  if (cudaError_t sticky = device_health(s, device); sticky != cudaSuccess) return result(sticky);
+  if (cudaError_t err = on_device(s, device); err != cudaSuccess) return result(err);
   auto* st = new CUstream_st;
   st->engine = s.make_engine(device);
   *stream = st;
@@ -444,36 +435,22 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   State& s = State::get();
-  std::shared_ptr<Engine> engine;
-  {
-    std::lock_guard lock(s.mutex);
-    const int device = stream != nullptr ? stream->engine->device() : current_device();
-    if (!valid_device(s, device)) return result(cudaErrorInvalidDevice);
-    engine = engine_of(s, stream, device);
-  }
+  if (stream == nullptr && !valid_device(s, current_device())) return result(cudaErrorInvalidDevice);
+  const std::shared_ptr<Engine> engine = engine_for(s, stream);
   engine->drain();
   std::lock_guard lock(s.mutex);
   return result(s.devices[static_cast<std::size_t>(engine->device())].sticky);
 }
 
 cudaError_t cudaStreamQuery(cudaStream_t stream) {
-  State& s = State::get();
-  std::shared_ptr<Engine> engine;
-  {
-    std::lock_guard lock(s.mutex);
-    engine = engine_of(s, stream, stream != nullptr ? stream->engine->device() : current_device());
-  }
+  const std::shared_ptr<Engine> engine = engine_for(State::get(), stream);
   return engine->completed() >= engine->enqueued() ? cudaSuccess : cudaErrorNotReady;
 }
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned /*flags*/) {
   State& s = State::get();
   if (event == nullptr) return result(cudaErrorInvalidResourceHandle);
-  std::shared_ptr<Engine> engine;
-  {
-    std::lock_guard lock(s.mutex);
-    engine = engine_of(s, stream, stream != nullptr ? stream->engine->device() : current_device());
-  }
+  const std::shared_ptr<Engine> engine = engine_for(s, stream);
   std::shared_ptr<Engine> waited = event->engine;
   const std::uint64_t ticket = event->ticket;
   if (waited && waited != engine)
@@ -485,8 +462,7 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned /*flags*/) {
   State& s = State::get();
   const int device = current_device();
   std::lock_guard lock(s.mutex);
-  if (!valid_device(s, device)) return result(cudaErrorInvalidDevice);
-  touch(s, device);
+  if (cudaError_t err = on_device(s, device, false); err != cudaSuccess) return result(err);
   *event = new CUevent_st{.device = device, .engine = nullptr, .ticket = 0};
   return cudaSuccess;
 }
@@ -500,11 +476,7 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   State& s = State::get();
   if (event == nullptr) return result(cudaErrorInvalidResourceHandle);
-  std::shared_ptr<Engine> engine;
-  {
-    std::lock_guard lock(s.mutex);
-    engine = engine_of(s, stream, stream != nullptr ? stream->engine->device() : current_device());
-  }
+  std::shared_ptr<Engine> engine = engine_for(s, stream);
   if (engine->device() != event->device) return result(cudaErrorInvalidResourceHandle);
   event->ticket = engine->enqueue(Operation{.what = "cudaEventRecord", .run = [] {}});
   event->engine = std::move(engine);
@@ -550,9 +522,7 @@ cudaError_t launch(dim3 grid, dim3 block, cudaStream_t stream, std::function<voi
   {
     std::lock_guard lock(s.mutex);
     const int device = current_device();
-    if (!valid_device(s, device)) return result(cudaErrorInvalidDevice);
-    touch(s, device);
-    if (cudaError_t sticky = device_health(s, device); sticky != cudaSuccess) return result(sticky);
+    if (cudaError_t err = on_device(s, device); err != cudaSuccess) return result(err);
     // A kernel runs on the current device; a stream of another device is refused.
     if (stream != nullptr && stream->engine->device() != device) return result(cudaErrorInvalidResourceHandle);
     fail = s.fault_fires(Fault::kLaunch, device);

@@ -151,6 +151,9 @@ class State {
   // A misuse: recorded, printed, and (by default) the process aborts.
   void report(const std::string& what);
   CUstream_st* legacy_stream(int device);  // under `mutex`
+  // Waits until every stream of `device` (-1: of every device) has run what is queued; not
+  // under `mutex`.
+  void drain(int device);
   std::shared_ptr<Engine> make_engine(int device);
 
  private:

@@ -136,6 +136,16 @@ CUstream_st* State::legacy_stream(int device) {
   return d.legacy.get();
 }
 
+void State::drain(int device) {
+  std::vector<std::shared_ptr<Engine>> live;
+  {
+    std::lock_guard lock(mutex);
+    for (const auto& weak : engines)
+      if (auto e = weak.lock(); e && (device < 0 || e->device() == device)) live.push_back(std::move(e));
+  }
+  for (const auto& e : live) e->drain();
+}
+
 int& current_device() {
   thread_local int device = 0;
   return device;
@@ -152,13 +162,7 @@ void inject(Fault fault, int nth, int device) {
 
 void reset() {
   State& s = State::get();
-  std::vector<std::shared_ptr<Engine>> engines;
-  {
-    std::lock_guard lock(s.mutex);
-    for (const auto& weak : s.engines)
-      if (auto e = weak.lock()) engines.push_back(std::move(e));
-  }
-  for (const auto& e : engines) e->drain();
+  s.drain(-1);
   std::lock_guard lock(s.mutex);
   s.faults.clear();
   s.misuse.clear();

@@ -31,33 +31,36 @@ def _utils():
     return quant_utils, scalar_types
 
 
-def _projections(base_dir: str):
+def _quantized_checkpoint(base_dir: str, out_dir, quantize, quantization_config: dict) -> dict:
+    """Writes base_dir's model with every projection replaced by the parts `quantize(w)` gives
+    for its [K, N] f16 weight (a dict of part name -> tensor, and vLLM's reference [K, N]);
+    returns the references, [N, K] as the model holds them."""
     tensors = safetensors.torch.load_file(os.path.join(base_dir, "model.safetensors"))
-    return tensors, [n for n in tensors if n.endswith("proj.weight")]
-
-
-def _write(out_dir, tensors: dict, base_dir: str, quantization_config: dict) -> None:
+    out, reference = {}, {}
+    for name, t in tensors.items():
+        if not name.endswith("proj.weight"):
+            out[name] = t.to(torch.float16) if t.is_floating_point() else t
+            continue
+        parts, w_ref = quantize(t.t().contiguous().to(torch.float16))
+        prefix = name[: -len(".weight")]
+        out.update({f"{prefix}.{part}": value for part, value in parts.items()})
+        reference[name] = w_ref.t().contiguous()
     os.makedirs(out_dir)
-    safetensors.torch.save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+    safetensors.torch.save_file(out, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
     config = json.load(open(os.path.join(base_dir, "config.json")))
     config["quantization_config"] = quantization_config
     config["torch_dtype"] = "float16"
     json.dump(config, open(os.path.join(out_dir, "config.json"), "w"))
+    return reference
 
 
 def gptq_checkpoint(base_dir: str, out_dir, bits: int, group: int, act_order: bool) -> dict:
-    """GPTQ v1 (symmetric, uint<bits>b<2^(bits-1)>) as GPTQModel / AutoGPTQ write it; returns
-    vLLM's reference weights, [N, K] as the model holds them."""
+    """GPTQ v1 (symmetric, uint<bits>b<2^(bits-1)>) as GPTQModel / AutoGPTQ write it."""
     qu, st = _utils()
     quant_type = {4: st.uint4b8, 8: st.uint8b128}[bits]
-    tensors, names = _projections(base_dir)
-    out, reference = {}, {}
     torch.manual_seed(7)
-    for name, t in tensors.items():
-        if name not in names:
-            out[name] = t.to(torch.float16) if t.is_floating_point() else t
-            continue
-        w = t.t().contiguous().to(torch.float16)  # [K, N]
+
+    def quantize(w):
         k, n = w.shape
         perm = torch.randperm(k) if act_order else torch.arange(k)
         w_ref_p, w_q_p, w_s = qu.gptq_quantize_weights(w[perm], quant_type, group)
@@ -65,39 +68,28 @@ def gptq_checkpoint(base_dir: str, out_dir, bits: int, group: int, act_order: bo
         w_ref[perm], w_q[perm] = w_ref_p, w_q_p
         g_idx = torch.empty(k, dtype=torch.int32)
         g_idx[perm] = (torch.arange(k) // group).to(torch.int32)
-        prefix = name[: -len(".weight")]
-        out[prefix + ".qweight"] = qu.gptq_pack(w_q, bits, k, n)
-        out[prefix + ".scales"] = w_s.to(torch.float16).contiguous()
         # Symmetric: every zero point is the type's bias; GPTQ v1 stores it minus one.
         zeros = torch.full((k // group, n), quant_type.bias - 1, dtype=torch.int32)
-        out[prefix + ".qzeros"] = qu.pack_cols(zeros, bits, k // group, n)
-        out[prefix + ".g_idx"] = g_idx
-        reference[name] = w_ref.t().contiguous()
-    _write(out_dir, out, base_dir, {"quant_method": "gptq", "bits": bits, "group_size": group,
-                                    "desc_act": act_order, "sym": True, "checkpoint_format": "gptq"})
-    return reference
+        return {"qweight": qu.gptq_pack(w_q, bits, k, n), "scales": w_s.to(torch.float16).contiguous(),
+                "qzeros": qu.pack_cols(zeros, bits, k // group, n), "g_idx": g_idx}, w_ref
+
+    return _quantized_checkpoint(base_dir, out_dir, quantize, {
+        "quant_method": "gptq", "bits": bits, "group_size": group, "desc_act": act_order, "sym": True,
+        "checkpoint_format": "gptq"})
 
 
 def awq_checkpoint(base_dir: str, out_dir, group: int) -> dict:
-    """AWQ GEMM (uint4 with zero points) as AutoAWQ writes it; returns vLLM's reference weights."""
+    """AWQ GEMM (uint4 with zero points) as AutoAWQ writes it."""
     qu, st = _utils()
-    tensors, names = _projections(base_dir)
-    out, reference = {}, {}
-    for name, t in tensors.items():
-        if name not in names:
-            out[name] = t.to(torch.float16) if t.is_floating_point() else t
-            continue
-        w = t.t().contiguous().to(torch.float16)  # [K, N]
+
+    def quantize(w):
         k, n = w.shape
         w_ref, w_q, w_s, w_zp = qu.quantize_weights(w, st.uint4, group, zero_points=True)
-        prefix = name[: -len(".weight")]
-        out[prefix + ".qweight"] = qu.awq_pack(w_q, 4, k, n)
-        out[prefix + ".qzeros"] = qu.awq_pack(w_zp, 4, k // group, n)
-        out[prefix + ".scales"] = w_s.to(torch.float16).contiguous()
-        reference[name] = w_ref.t().contiguous()
-    _write(out_dir, out, base_dir, {"quant_method": "awq", "bits": 4, "group_size": group,
-                                    "zero_point": True, "version": "gemm"})
-    return reference
+        return {"qweight": qu.awq_pack(w_q, 4, k, n), "qzeros": qu.awq_pack(w_zp, 4, k // group, n),
+                "scales": w_s.to(torch.float16).contiguous()}, w_ref
+
+    return _quantized_checkpoint(base_dir, out_dir, quantize, {
+        "quant_method": "awq", "bits": 4, "group_size": group, "zero_point": True, "version": "gemm"})
 
 
 @pytest.fixture(scope="module")
