@@ -76,11 +76,9 @@ constexpr std::size_t kOptionsSize = sizeof(qload_options);
 // caller's struct_size includes them.
 constexpr std::size_t kFirstOptionsSize = offsetof(qload_options, internal) + sizeof(void*);
 
-template <typename Field>
-bool caller_knows(const qload_options* o, const Field qload_options::*field) {
-  const auto* base = reinterpret_cast<const unsigned char*>(o);
-  const auto* at = reinterpret_cast<const unsigned char*>(&(o->*field));
-  return static_cast<std::size_t>(at - base) + sizeof(Field) <= o->struct_size;
+// Whether the caller's struct (struct_size bytes) reaches past the field at `offset` of `size`.
+bool caller_knows(const qload_options* o, std::size_t offset, std::size_t size) {
+  return offset + size <= o->struct_size;
 }
 
 struct OptionSettings {
@@ -115,7 +113,7 @@ Result<session::LoadSpec> spec_of(const char* source, const qload_options* o) {
   spec.dequantize = text(o->dequantize);
   spec.quantize = text(o->quantize);
   spec.lock = text(o->lock);
-  if (caller_knows(o, &qload_options::recipe)) spec.recipe = text(o->recipe);
+  if (caller_knows(o, offsetof(qload_options, recipe), sizeof o->recipe)) spec.recipe = text(o->recipe);
   spec.repack = o->repack != 0;
   spec.tensor_parallel = o->tensor_parallel;
   spec.pipeline_parallel = o->pipeline_parallel;
