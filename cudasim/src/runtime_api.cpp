@@ -174,6 +174,10 @@ cudaError_t copy(void* dst, std::size_t dpitch, const void* src, std::size_t spi
                     std::memcpy(static_cast<std::byte*>(dst) + i * dpitch,
                                 static_cast<const std::byte*>(src) + i * spitch, width);
                 }});
+  {
+    std::lock_guard lock(s.mutex);
+    s.note_host_copy(plan.host_source ? src : dst, engine, ticket);  // its host side, if pinned
+  }
   if (async) return cudaSuccess;
   engine->wait_for(ticket);
   std::lock_guard lock(s.mutex);
@@ -333,8 +337,11 @@ cudaError_t release(void* ptr, MemoryKind kind, const char* call) {
     return result(cudaErrorInvalidValue);
   }
   // Freeing waits for the device's work first (cudaFree synchronises), so no queued copy or
-  // kernel still uses the memory.
-  s.drain(kind == MemoryKind::kDevice ? range.device : -1);
+  // kernel still uses the memory; pinned memory, for the copies that use it.
+  if (kind == MemoryKind::kDevice)
+    s.drain(range.device);
+  else
+    s.wait_for_host_copies(ptr);
   bool intact = true;
   {
     std::lock_guard lock(s.mutex);
@@ -410,7 +417,7 @@ cudaError_t cudaHostUnregister(void* ptr) {
     if (it == s.ranges.end() || it->second.kind != MemoryKind::kRegisteredHost)
       return result(cudaErrorHostMemoryNotRegistered);
   }
-  s.drain(-1);  // no queued copy still reads the range
+  s.wait_for_host_copies(ptr);  // no queued copy still reads the range
   std::lock_guard lock(s.mutex);
   s.ranges.erase(reinterpret_cast<std::uintptr_t>(ptr));
   return cudaSuccess;

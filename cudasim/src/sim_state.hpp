@@ -47,6 +47,11 @@ struct Range {
   // The mapping (kDevice, kPinnedHost); null for registered host memory (not ours).
   std::byte* mapping = nullptr;
   std::size_t mapping_size = 0;
+  // Host ranges: per stream engine, the last queued copy from or to it (engine, ticket).
+  // Freeing or unregistering the range waits for those, and only those: one process's threads
+  // standing in for ranks must not wait for each other's streams (an NCCL collective on one
+  // would wait for the other rank forever).
+  std::vector<std::pair<std::weak_ptr<class Engine>, std::uint64_t>> copies;
 };
 
 class GuardedMemory {
@@ -154,6 +159,11 @@ class State {
   // Waits until every stream of `device` (-1: of every device) has run what is queued; not
   // under `mutex`.
   void drain(int device);
+  // Under `mutex`: notes that `engine` will reach `ticket` after a copy touching the host
+  // range holding `p`, if `p` is in one.
+  void note_host_copy(const void* p, const std::shared_ptr<Engine>& engine, std::uint64_t ticket);
+  // Not under `mutex`: waits for every copy noted on the host range starting at `p`.
+  void wait_for_host_copies(const void* p);
   std::shared_ptr<Engine> make_engine(int device);
 
  private:

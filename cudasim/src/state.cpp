@@ -34,7 +34,8 @@ long parse_long(const char* text, long fallback) {
 bool parse_fault(std::string_view name, Fault& out) {
   static constexpr std::pair<std::string_view, Fault> kNames[] = {
       {"malloc", Fault::kMalloc}, {"host_alloc", Fault::kHostAlloc}, {"host_register", Fault::kHostRegister},
-      {"copy", Fault::kCopy},     {"launch", Fault::kLaunch},        {"device_lost", Fault::kDeviceLost}};
+      {"copy", Fault::kCopy},     {"launch", Fault::kLaunch},        {"device_lost", Fault::kDeviceLost},
+      {"nccl_init", Fault::kNcclInit}, {"nccl_error", Fault::kNcclError}, {"nccl_hang", Fault::kNcclHang}};
   for (const auto& [n, f] : kNames)
     if (n == name) {
       out = f;
@@ -144,6 +145,25 @@ void State::drain(int device) {
       if (auto e = weak.lock(); e && (device < 0 || e->device() == device)) live.push_back(std::move(e));
   }
   for (const auto& e : live) e->drain();
+}
+
+void State::note_host_copy(const void* p, const std::shared_ptr<Engine>& engine, std::uint64_t ticket) {
+  auto it = ranges.upper_bound(reinterpret_cast<std::uintptr_t>(p));
+  if (it == ranges.begin()) return;
+  Range& r = std::prev(it)->second;
+  if (r.kind == MemoryKind::kDevice || static_cast<const std::byte*>(p) >= r.data + r.size) return;
+  std::erase_if(r.copies, [&](const auto& c) { return c.first.expired() || c.first.lock() == engine; });
+  r.copies.emplace_back(engine, ticket);
+}
+
+void State::wait_for_host_copies(const void* p) {
+  std::vector<std::pair<std::weak_ptr<Engine>, std::uint64_t>> copies;
+  {
+    std::lock_guard lock(mutex);
+    if (auto it = ranges.find(reinterpret_cast<std::uintptr_t>(p)); it != ranges.end()) copies = it->second.copies;
+  }
+  for (const auto& [weak, ticket] : copies)
+    if (auto engine = weak.lock()) engine->wait_for(ticket);
 }
 
 int& current_device() {

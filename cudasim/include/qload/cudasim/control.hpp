@@ -7,7 +7,8 @@
 //   QLOAD_CUDASIM_SEED      seed of the engine delays (default 1): a failing order replays
 //   QLOAD_CUDASIM_DELAY_US  longest random delay before each queued operation (default 50)
 //   QLOAD_CUDASIM_FAULTS    e.g. "malloc:3,device_lost:40": the 3rd cudaMalloc fails, the
-//                           40th operation loses the device (kinds below, counted from 1)
+//                           40th operation loses the device (kinds below, counted from 1;
+//                           also nccl_init, nccl_error, nccl_hang)
 //   QLOAD_CUDASIM_ON_ERROR  "abort" (default): a misuse (unpinned async copy, source changed
 //                           before its copy ran, device memory overrun, bad free) prints a
 //                           report and aborts, as a sanitizer does; "continue": report only
@@ -27,6 +28,10 @@ enum class Fault {
   kCopy,          // a copy (sync or async) fails: cudaErrorLaunchFailure, sticky on that device
   kLaunch,        // a kernel launch fails: cudaErrorLaunchFailure, sticky on that device
   kDeviceLost,    // the device is gone: every later call on it returns cudaErrorDevicesUnavailable
+  // The simulated NCCL (libnccl.so.2), counted per communicator's device:
+  kNcclInit,   // creating a communicator fails (ncclSystemError); its peers wait for it forever
+  kNcclError,  // a collective fails as it runs (ncclSystemError here, ncclRemoteError at the peers)
+  kNcclHang,   // a collective never completes and reports nothing, until the communicator is aborted
 };
 
 // The `nth` call of that kind from now on (1: the next one) fails; device -1: any device.
