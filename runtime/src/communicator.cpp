@@ -16,10 +16,11 @@ constexpr std::size_t kTcpPiece = std::size_t{32} << 20;
 
 }  // namespace
 
-Result<Communicator> Communicator::create(Rendezvous& rendezvous, std::span<const int> gpu_slots) {
+Result<Communicator> Communicator::create(Rendezvous& rendezvous, std::span<const int> gpu_slots,
+                                          std::chrono::milliseconds nccl_timeout) {
   std::unique_ptr<detail::NcclGroup, detail::NcclGroupDeleter> nccl;
   if (std::ranges::any_of(gpu_slots, [](int device) { return device >= 0; })) {
-    QLOAD_ASSIGN_OR_RETURN(nccl, detail::make_nccl_group(rendezvous, gpu_slots));
+    QLOAD_ASSIGN_OR_RETURN(nccl, detail::make_nccl_group(rendezvous, gpu_slots, nccl_timeout));
   }
   return Communicator(rendezvous, std::move(nccl));
 }

@@ -3,12 +3,21 @@
 // starts on a machine without it. One communicator per device slot: slot k of every process
 // forms one NCCL clique, created together (ncclGroupStart/End) from unique ids that rank 0
 // makes and hands out over the rendezvous.
+//
+// NCCL never gives up by itself: a peer that died or hung leaves a collective spinning on its
+// stream forever, and the failure shows only in ncclCommGetAsyncError. So communicators are
+// created non-blocking, and every wait (for the creation, for a broadcast) polls both the
+// stream and the communicators' asynchronous errors against the nccl_timeout setting. An
+// error or a timeout aborts every communicator of the group (which ends the peers' waits with
+// errors of their own) and names this rank and the operation.
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 #include <nccl.h>
 
+#include <chrono>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -23,8 +32,11 @@ namespace {
 struct NcclApi {
   void* library = nullptr;
   decltype(&ncclGetUniqueId) get_unique_id = nullptr;
-  decltype(&ncclCommInitRank) comm_init_rank = nullptr;
+  decltype(&ncclCommInitRankConfig) comm_init_rank_config = nullptr;
   decltype(&ncclCommDestroy) comm_destroy = nullptr;
+  decltype(&ncclCommAbort) comm_abort = nullptr;
+  decltype(&ncclCommGetAsyncError) get_async_error = nullptr;
+  decltype(&ncclGetLastError) last_error = nullptr;
   decltype(&ncclBroadcast) broadcast = nullptr;
   decltype(&ncclGroupStart) group_start = nullptr;
   decltype(&ncclGroupEnd) group_end = nullptr;
@@ -47,15 +59,19 @@ Result<NcclApi> open_nccl() {
                 fmt::format("broadcasting GPU memory needs NCCL: {}", why ? why : "no libnccl.so.2"));
   }
   const bool all = resolve(api.library, "ncclGetUniqueId", api.get_unique_id) &&
-                   resolve(api.library, "ncclCommInitRank", api.comm_init_rank) &&
+                   resolve(api.library, "ncclCommInitRankConfig", api.comm_init_rank_config) &&
                    resolve(api.library, "ncclCommDestroy", api.comm_destroy) &&
+                   resolve(api.library, "ncclCommAbort", api.comm_abort) &&
+                   resolve(api.library, "ncclCommGetAsyncError", api.get_async_error) &&
+                   resolve(api.library, "ncclGetLastError", api.last_error) &&
                    resolve(api.library, "ncclBroadcast", api.broadcast) &&
                    resolve(api.library, "ncclGroupStart", api.group_start) &&
                    resolve(api.library, "ncclGroupEnd", api.group_end) &&
                    resolve(api.library, "ncclGetErrorString", api.error_string);
   if (!all) {
     ::dlclose(api.library);
-    return fail(Errc::kUnsupported, "libnccl.so.2 lacks a function qload needs");
+    return fail(Errc::kUnsupported,
+                "libnccl.so.2 lacks a function qload needs (non-blocking communicators need NCCL 2.14 or newer)");
   }
   return api;
 }
@@ -64,13 +80,70 @@ Result<NcclApi> open_nccl() {
 
 struct NcclGroup {
   NcclApi api;
+  std::uint32_t rank = 0;
+  std::chrono::milliseconds timeout{0};
   std::vector<int> devices;       // per slot: CUDA device, -1 for a host slot
-  std::vector<ncclComm_t> comms;  // per slot: null for a host slot
+  std::vector<ncclComm_t> comms;  // per slot: null for a host slot (and after an abort)
   std::vector<cuda::Stream> streams;
+  std::string aborted;  // why the communicators were aborted; empty while they work
 
-  Status check(ncclResult_t result, const std::string& what) const {
-    if (result == ncclSuccess) return {};
-    return fail(Errc::kDevice, fmt::format("{}: {}", what, api.error_string(result)));
+  // A call's immediate result: in progress is fine (non-blocking communicators), the rest fails.
+  Status check(ncclResult_t result, const std::string& what, ncclComm_t comm = nullptr) {
+    if (result == ncclSuccess || result == ncclInProgress) return {};
+    return failed(result, what, comm);
+  }
+
+  Status failed(ncclResult_t result, const std::string& what, ncclComm_t comm) {
+    const char* detail = api.last_error(comm);
+    std::string why = fmt::format("rank {}: {}: {}", rank, what, api.error_string(result));
+    if (detail != nullptr && *detail != '\0') why += fmt::format(" ({})", detail);
+    return abort_all(std::move(why));
+  }
+
+  // Aborts every communicator (each peer's wait then ends with an error of its own) and keeps
+  // the reason: the group is unusable from here on.
+  Status abort_all(std::string why) {
+    for (ncclComm_t& comm : comms)
+      if (comm != nullptr) (void)api.comm_abort(std::exchange(comm, nullptr));
+    aborted = why;
+    return fail(Errc::kDevice, fmt::format("{}; the NCCL communicators were aborted", why));
+  }
+
+  // Waits until the communicators of `slots` are past ncclInProgress and, with `streams_too`,
+  // their streams have run what was issued; an asynchronous error, a stream error or the
+  // timeout aborts them all.
+  Status wait(std::span<const std::uint32_t> slots, bool streams_too, const std::string& what) {
+    const auto start = std::chrono::steady_clock::now();
+    auto pause = std::chrono::microseconds(20);
+    for (;;) {
+      bool pending = false;
+      for (const std::uint32_t k : slots) {
+        ncclResult_t async = ncclSuccess;
+        if (const ncclResult_t r = api.get_async_error(comms[k], &async); r != ncclSuccess)
+          return failed(r, fmt::format("{} on slot {} (cuda:{}): ncclCommGetAsyncError", what, k, devices[k]), comms[k]);
+        if (async == ncclInProgress) {
+          pending = true;
+          continue;
+        }
+        if (async != ncclSuccess) return failed(async, fmt::format("{} on slot {} (cuda:{})", what, k, devices[k]), comms[k]);
+        if (!streams_too) continue;
+        const cudaError_t q = cudaStreamQuery(static_cast<cudaStream_t>(streams[k].handle()));
+        if (q == cudaErrorNotReady) {
+          pending = true;
+        } else if (q != cudaSuccess) {
+          return abort_all(fmt::format("rank {}: {} on slot {} (cuda:{}): the stream failed: {}", rank, what, k,
+                                       devices[k], cudaGetErrorString(q)));
+        }
+      }
+      if (!pending) return {};
+      const auto waited = std::chrono::steady_clock::now() - start;
+      if (waited >= timeout)
+        return abort_all(fmt::format("rank {}: {}: not done after {} ms (the nccl_timeout setting): a peer is gone, "
+                                     "hung, or still far behind",
+                                     rank, what, timeout.count()));
+      std::this_thread::sleep_for(pause);
+      pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(2));
+    }
   }
 
   ~NcclGroup() {
@@ -86,7 +159,8 @@ void NcclGroupDeleter::operator()(NcclGroup* group) const noexcept {
 }
 
 Result<std::unique_ptr<NcclGroup, NcclGroupDeleter>> make_nccl_group(Rendezvous& rendezvous,
-                                                                     std::span<const int> gpu_slots) {
+                                                                     std::span<const int> gpu_slots,
+                                                                     std::chrono::milliseconds timeout) {
   const CudaInfo cuda = probe_cuda();
   for (std::size_t k = 0; k < gpu_slots.size(); ++k)
     if (gpu_slots[k] >= 0 && static_cast<std::size_t>(gpu_slots[k]) >= cuda.devices.size())
@@ -96,6 +170,8 @@ Result<std::unique_ptr<NcclGroup, NcclGroupDeleter>> make_nccl_group(Rendezvous&
   std::unique_ptr<NcclGroup, NcclGroupDeleter> group(new NcclGroup);
   QLOAD_ASSIGN_OR_RETURN(group->api, open_nccl());
   const World& world = rendezvous.world();
+  group->rank = world.rank;
+  group->timeout = timeout;
   group->devices.assign(gpu_slots.begin(), gpu_slots.end());
   group->comms.assign(gpu_slots.size(), nullptr);
   // Rank 0 makes one unique id per slot; every rank learns them.
@@ -113,24 +189,7 @@ Result<std::unique_ptr<NcclGroup, NcclGroupDeleter>> make_nccl_group(Rendezvous&
     return fail(Errc::kInvalidArgument,
                 fmt::format("rank 0 has {} device slots, rank {} has {}", all[0].size() / sizeof(ncclUniqueId),
                             world.rank, gpu_slots.size()));
-  QLOAD_TRY(group->check(group->api.group_start(), "ncclGroupStart"));
-  Status made;
-  for (std::size_t k = 0; k < gpu_slots.size() && made; ++k) {
-    if (gpu_slots[k] < 0) continue;
-    if (cudaSetDevice(gpu_slots[k]) != cudaSuccess) {
-      made = fail(Errc::kDevice, fmt::format("cudaSetDevice({}) for NCCL slot {}", gpu_slots[k], k));
-      break;
-    }
-    ncclUniqueId id;
-    std::memcpy(&id, all[0].data() + k * sizeof id, sizeof id);
-    made = group->check(
-        group->api.comm_init_rank(&group->comms[k], static_cast<int>(world.size), id, static_cast<int>(world.rank)),
-        fmt::format("ncclCommInitRank for slot {} (cuda:{})", k, gpu_slots[k]));
-  }
-  Status ended = group->check(group->api.group_end(), "ncclGroupEnd (creating communicators)");
-  QLOAD_TRY(made);
-  QLOAD_TRY(ended);
-  for (const int device : gpu_slots) {
+  for (int device : gpu_slots) {
     if (device < 0) {
       group->streams.emplace_back();
       continue;
@@ -138,13 +197,46 @@ Result<std::unique_ptr<NcclGroup, NcclGroupDeleter>> make_nccl_group(Rendezvous&
     QLOAD_ASSIGN_OR_RETURN(cuda::Stream stream, cuda::Stream::create(device));
     group->streams.push_back(std::move(stream));
   }
+  std::vector<std::uint32_t> gpu_slot_indices;
+  QLOAD_TRY(group->check(group->api.group_start(), "ncclGroupStart"));
+  Status made;
+  for (std::size_t k = 0; k < gpu_slots.size() && made; ++k) {
+    if (gpu_slots[k] < 0) continue;
+    gpu_slot_indices.push_back(static_cast<std::uint32_t>(k));
+    if (cudaSetDevice(gpu_slots[k]) != cudaSuccess) {
+      made = fail(Errc::kDevice, fmt::format("cudaSetDevice({}) for NCCL slot {}", gpu_slots[k], k));
+      break;
+    }
+    ncclUniqueId id;
+    std::memcpy(&id, all[0].data() + k * sizeof id, sizeof id);
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;  // waited for below, against the timeout
+    made = group->check(group->api.comm_init_rank_config(&group->comms[k], static_cast<int>(world.size), id,
+                                                         static_cast<int>(world.rank), &config),
+                        fmt::format("ncclCommInitRankConfig for slot {} (cuda:{})", k, gpu_slots[k]), group->comms[k]);
+  }
+  Status ended = group->check(group->api.group_end(), "ncclGroupEnd (creating communicators)");
+  if (!made) {
+    if (group->aborted.empty()) (void)group->abort_all("creating the NCCL communicators failed");
+    return fail(std::move(made.error()));
+  }
+  QLOAD_TRY(ended);
+  QLOAD_TRY(group->wait(gpu_slot_indices, false, fmt::format("creating the NCCL communicators of {} ranks", world.size)));
   return group;
 }
 
 Status nccl_broadcast(NcclGroup& group, std::span<const BroadcastBuffer> buffers, std::uint32_t root) {
-  for (const BroadcastBuffer& b : buffers)
+  if (!group.aborted.empty())
+    return fail(Errc::kDevice, fmt::format("NCCL communicators aborted earlier ({})", group.aborted));
+  std::vector<std::uint32_t> slots;
+  std::size_t bytes = 0;
+  for (const BroadcastBuffer& b : buffers) {
     if (b.slot >= group.comms.size() || group.comms[b.slot] == nullptr)
       return fail(Errc::kInvalidArgument, fmt::format("broadcast on slot {}, which has no GPU communicator", b.slot));
+    slots.push_back(b.slot);
+    bytes += b.bytes.size();
+  }
+  const std::string what = fmt::format("ncclBroadcast of {} bytes from rank {}", bytes, root);
   // One group: a thread driving several communicators must issue their calls together.
   QLOAD_TRY(group.check(group.api.group_start(), "ncclGroupStart"));
   Status issued;
@@ -152,14 +244,13 @@ Status nccl_broadcast(NcclGroup& group, std::span<const BroadcastBuffer> buffers
     issued = group.check(
         group.api.broadcast(b.bytes.data(), b.bytes.data(), b.bytes.size(), ncclUint8, static_cast<int>(root),
                             group.comms[b.slot], static_cast<cudaStream_t>(group.streams[b.slot].handle())),
-        fmt::format("ncclBroadcast of {} bytes on slot {}", b.bytes.size(), b.slot));
+        fmt::format("{} on slot {}", what, b.slot), group.comms[b.slot]);
     if (!issued) break;
   }
-  Status ended = group.check(group.api.group_end(), "ncclGroupEnd (broadcast)");
+  Status ended = group.check(group.api.group_end(), fmt::format("ncclGroupEnd ({})", what));
   QLOAD_TRY(issued);
   QLOAD_TRY(ended);
-  for (const BroadcastBuffer& b : buffers) QLOAD_TRY(group.streams[b.slot].synchronize());
-  return {};
+  return group.wait(slots, true, what);
 }
 
 }  // namespace qload::detail

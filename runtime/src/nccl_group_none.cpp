@@ -9,7 +9,8 @@ void NcclGroupDeleter::operator()(NcclGroup* group) const noexcept {
   delete group;
 }
 
-Result<std::unique_ptr<NcclGroup, NcclGroupDeleter>> make_nccl_group(Rendezvous&, std::span<const int>) {
+Result<std::unique_ptr<NcclGroup, NcclGroupDeleter>> make_nccl_group(Rendezvous&, std::span<const int>,
+                                                                     std::chrono::milliseconds) {
   return fail(Errc::kUnsupported, "broadcasting GPU memory needs NCCL, and this build of qload has no NCCL support");
 }
 

@@ -61,6 +61,9 @@ constexpr std::array<SettingSpec, kSettingCount> kTable{{
     {.name = "rendezvous_timeout", .env = "QLOAD_RENDEZVOUS_TIMEOUT", .recipe_key = "",
      .kind = SettingKind::kDuration, .field = &S::rendezvous_timeout, .min = 1, .max = 86'400'000,
      .doc = "how long the ranks of a multi-process load wait for each other (a bare number is seconds)"},
+    {.name = "nccl_timeout", .env = "QLOAD_NCCL_TIMEOUT", .recipe_key = "",
+     .kind = SettingKind::kDuration, .field = &S::nccl_timeout, .min = 1, .max = 86'400'000,
+     .doc = "how long creating NCCL communicators, or one broadcast, may take before every rank aborts them"},
 }};
 // clang-format on
 

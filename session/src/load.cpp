@@ -40,7 +40,8 @@ Result<LoadOutcome> load(Result<LoadRequest> request, const LoadHooks& hooks) {
   if (rendezvous && req.options.plan.parallel.share_reads) {
     std::vector<int> gpu_slots;
     for (const Device& d : req.options.plan.devices) gpu_slots.push_back(d.is_cuda() ? d.index : -1);
-    QLOAD_ASSIGN_OR_RETURN(communicator, Communicator::create(*rendezvous, gpu_slots));
+    QLOAD_ASSIGN_OR_RETURN(communicator,
+                           Communicator::create(*rendezvous, gpu_slots, req.settings.values().nccl_timeout));
     req.options.communicator = &*communicator;
   }
   Result<scheduler::Model> model = scheduler::load(planned->catalog, planned->plan, req.options);

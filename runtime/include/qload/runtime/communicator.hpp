@@ -5,12 +5,14 @@
 // of every process). NCCL is opened at run time; without it, GPU buffers are refused.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <span>
 
 #include "qload/runtime/error.hpp"
 #include "qload/runtime/rendezvous.hpp"
+#include "qload/runtime/settings.hpp"
 
 namespace qload {
 
@@ -32,8 +34,11 @@ class Communicator {
   // Over `rendezvous` (borrowed: it must outlive the communicator). `gpu_slots[k]` is the CUDA
   // device of this process's slot k, or -1 for a host slot; with any GPU slot, NCCL
   // communicators are made for them, which every rank must do alike. kUnsupported when NCCL
-  // is missing; kDevice naming the slot when NCCL fails.
-  static Result<Communicator> create(Rendezvous& rendezvous, std::span<const int> gpu_slots);
+  // is missing; kDevice naming the slot when NCCL fails. `nccl_timeout` bounds the creation
+  // and each broadcast of GPU memory: past it (or on an NCCL error) every communicator is
+  // aborted and the call fails naming this rank and the operation.
+  static Result<Communicator> create(Rendezvous& rendezvous, std::span<const int> gpu_slots,
+                                     std::chrono::milliseconds nccl_timeout = Settings{}.nccl_timeout);
 
   Communicator(Communicator&&) noexcept = default;
   Communicator& operator=(Communicator&&) noexcept = default;
@@ -70,7 +75,8 @@ class Communicator {
 namespace detail {
 // nccl_group.cpp (NCCL builds) or nccl_group_none.cpp.
 Result<std::unique_ptr<NcclGroup, NcclGroupDeleter>> make_nccl_group(Rendezvous& rendezvous,
-                                                                     std::span<const int> gpu_slots);
+                                                                     std::span<const int> gpu_slots,
+                                                                     std::chrono::milliseconds timeout);
 Status nccl_broadcast(NcclGroup& group, std::span<const BroadcastBuffer> buffers, std::uint32_t root);
 }  // namespace detail
 

@@ -36,6 +36,7 @@ struct Settings {
   std::uint64_t max_gap_bytes = std::uint64_t{64} << 10;
   bool map_peer_memory = true;
   std::chrono::milliseconds rendezvous_timeout{300'000};
+  std::chrono::milliseconds nccl_timeout{300'000};
 };
 
 enum class SettingKind : std::uint8_t { kBytes, kCount, kDuration, kBool, kChoice };
@@ -61,7 +62,7 @@ struct SettingSpec {
   std::string_view doc;
 };
 
-inline constexpr std::size_t kSettingCount = 14;  // setting_table().size(), checked where it is defined
+inline constexpr std::size_t kSettingCount = 15;  // setting_table().size(), checked where it is defined
 
 // Every setting, in the order `qload config` and docs/settings.md list them.
 std::span<const SettingSpec> setting_table() noexcept;
