@@ -176,7 +176,9 @@ const SettingSpec* find_setting(std::string_view name) noexcept {
 }
 
 bool known_non_setting_variable(std::string_view name) noexcept {
-  return name.starts_with("QLOAD_TEST_") || std::ranges::find(kNonSettings, name) != kNonSettings.end();
+  // QLOAD_CUDASIM_*: the simulated CUDA runtime's own (cudasim/include/qload/cudasim/control.hpp).
+  return name.starts_with("QLOAD_TEST_") || name.starts_with("QLOAD_CUDASIM_") ||
+         std::ranges::find(kNonSettings, name) != kNonSettings.end();
 }
 
 Environment process_environment() {

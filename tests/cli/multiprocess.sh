@@ -12,7 +12,11 @@
 #     it once between them.
 #  5. tp 4 x pp 2 over 4 processes sharing reads: the dumps rebuild the checkpoint, read once
 #     between the ranks. `qload lock` refuses to run as one rank.
-# Usage: multiprocess.sh QLOAD
+# With `cuda` (a simulator build: each process its own simulated GPU), instead: 4 onto the
+# GPUs, the shared tensors broadcast over the simulated NCCL between the processes; then an
+# NCCL failure, and a hang, in one process end both with errors naming the rank and the
+# broadcast (the hang at QLOAD_NCCL_TIMEOUT).
+# Usage: multiprocess.sh QLOAD [cpu|cuda]
 set -euo pipefail
 qload=$1
 dir=$(mktemp -d)
@@ -53,6 +57,41 @@ expect_rc() {  # TAG RANK CODE: the rank exited with CODE (or any failure for "f
 expect_err() {  # TAG RANK TEXT: the rank's stderr says TEXT
   grep -qF -- "$3" "$dir/$1.$2.err" || { echo "$1 rank $2 does not say: $3"; cat "$dir/$1.$2.err"; exit 1; }
 }
+
+if [[ ${2:-cpu} == cuda ]]; then
+  gpu_rank() { "$qload" load "$dir/m" --dp 2 --share-reads --devices cuda:0 --json --dump "$dir/gpu"; }
+  run_world 2 gpu gpu_rank
+  for r in 0 1; do expect_rc gpu $r 0; done
+  python3 - "$dir" "$(dirname "$0")" <<'PY'
+import json, sys
+d = sys.argv[1]
+sys.path.insert(0, sys.argv[2])
+from shards import read_checkpoint, read_safetensors
+source = read_checkpoint(f"{d}/m")
+for r in range(2):
+    dumped = read_safetensors(f"{d}/gpu/rank{r}.cuda:0.safetensors")
+    assert sorted(dumped) == sorted(source), r
+    for name, (_, _, full) in source.items():
+        assert dumped[name][2] == full, f"rank {r}: {name} differs"
+    report = json.load(open(f"{d}/gpu.{r}.out"))
+    assert report["shared_received_bytes"] > 0, (r, report)
+print("shared reads onto GPUs: 2 processes, each GPU holds the whole checkpoint, half of it broadcast over NCCL")
+PY
+  # Rank 1's broadcast fails (the simulator's injected fault), or hangs.
+  failing_rank() { if [[ $1 == 1 ]]; then QLOAD_CUDASIM_FAULTS=nccl_error:1 gpu_rank; else gpu_rank; fi; }
+  hanging_rank() { if [[ $1 == 1 ]]; then QLOAD_CUDASIM_FAULTS=nccl_hang:1 gpu_rank; else gpu_rank; fi; }
+  run_world 2 nccl_error failing_rank
+  export QLOAD_NCCL_TIMEOUT=2
+  run_world 2 nccl_hang hanging_rank
+  unset QLOAD_NCCL_TIMEOUT
+  for tag in nccl_error nccl_hang; do
+    for r in 0 1; do expect_rc $tag $r fail; expect_err $tag $r "rank $r: ncclBroadcast of"; done
+  done
+  expect_err nccl_error 1 "injected failure"
+  expect_err nccl_hang 1 "not done after 2000 ms (the nccl_timeout setting)"
+  echo "NCCL failures: a failed and a hung broadcast each end both processes with errors"
+  exit 0
+fi
 
 # 1. The dumps of 4 ranks rebuild the checkpoint.
 plan_rank() { "$qload" plan "$dir/m" --devices cpu:0,cpu:1 --tp 4 --pp 2 --json; }

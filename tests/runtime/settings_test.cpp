@@ -138,6 +138,7 @@ TEST_CASE("settings: the environment applies, and unknown QLOAD_ names get a did
                                {"QLOAD_IO", ""},  // empty: unset
                                {"QLOAD_WERROR", "ON"},
                                {"QLOAD_TEST_NO_URING", "1"},
+                               {"QLOAD_CUDASIM_FAULTS", "nccl_hang:1"},  // the simulator's
                                {"QLOADX", "1"},
                                {"PATH", "/usr/bin"}},
                               warnings));
