@@ -18,7 +18,14 @@
 # gpu_load_bench alone (synthesizing ~12 GB, rounds of cold and warm loads and peers) takes
 # several minutes; its knobs (RUNS, KEEP, PEERS, MIN_BYTES, LAYERS, ...) pass through the
 # environment, see bench/gpu_load_bench.sh.
+#
+# TINY=1 runs every step at toy sizes (a few test cases, megabyte-sized models and copies): CI
+# runs it so on the simulated GPU (a QLOAD_CUDA_SIM build, test bench.gpu_sh_on_simulator),
+# so that a script error cannot waste a real GPU's call. Its figures mean nothing.
 set -uo pipefail
+tiny=${TINY:-0}
+# tiny_or FULL TINY: the argument for this run's size.
+tiny_or() { if [ "$tiny" = 1 ]; then echo "$2"; else echo "$1"; fi; }
 build=${1:-build-gpu}
 out=${OUT:-/tmp/qload-gpu}
 logs=$(mktemp -d /tmp/qload-gpu-logs.XXXXXX)
@@ -71,10 +78,13 @@ EOF
   fi
 fi
 
-step device nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.max,pcie.link.width.max --format=csv
-step version "$build/qload" --version
-step gpu_tests "$build/tests/qload_gpu_tests" --reporter compact
-step quant_load_gpu "$here/../tests/gpu/quant_load_gpu.sh" "$build/qload"
+if command -v nvidia-smi >/dev/null || [ "$tiny" != 1 ]; then
+  step device nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.max,pcie.link.width.max --format=csv
+fi
+step version "$build/qload" version
+# Tiny: the cases tagged [cuda] only (the simulator build's ctest runs the whole suite).
+step gpu_tests "$build/tests/qload_gpu_tests" --reporter compact $(tiny_or "" "[cuda]")
+step quant_load_gpu env SCHEMES="$(tiny_or "${SCHEMES:-}" "gptq4 fp8-block")" "$here/../tests/gpu/quant_load_gpu.sh" "$build/qload"
 # compute-sanitizer over the GPU tests: out-of-bounds and misaligned accesses, shared-memory
 # races between threads, and illegal barriers. Each runs the suite under instrumentation.
 # API errors are not counted: the suite provokes them on purpose (allocating more than the GPU
@@ -87,19 +97,28 @@ if command -v compute-sanitizer >/dev/null; then
 fi
 # CPU-side suites run there too (different kernel and disks); the digest cases need xxhsum,
 # which that machine lacks, so they are left to CI.
-step io_tests "$build/tests/qload_io_tests" "~[digest]" --reporter compact
-step selftest "$build/qload" selftest --dir /tmp
-step h2d_bench "$build/bench/qload_h2d_bench" --json "$logs/h2d_bench.json"
+step io_tests "$build/tests/qload_io_tests" "$(tiny_or "~[digest]" "[uring]")" --reporter compact
+step selftest "$build/qload" selftest --dir /tmp $(tiny_or "" "--bytes 8000001")
+step h2d_bench "$build/bench/qload_h2d_bench" --json "$logs/h2d_bench.json" $(tiny_or "" "--size 8MiB --repeat 1")
 # Quantized formats (issue 5): the CUDA decoders against a device-to-device copy, then whole
 # quantized loads onto the GPU (kept packed, and dequantized there) against their bf16 twin.
-step quant_gpu_bench "$build/bench/qload_quant_bench" --gpu 0 --rows 8192 --cols 8192 --json "$logs/quant_gpu_bench.json"
-step quant_load_bench env DEVICE=cuda:0 SCHEMES="gptq4 awq fp8-block ct-pack4" "$here/quant_load_bench.sh" "$build" /tmp/qload-quant-load-bench
-step io_bench "$build/bench/qload_io_bench" --dir /tmp --json "$logs/io_bench.json"
+step quant_gpu_bench "$build/bench/qload_quant_bench" --gpu 0 $(tiny_or "--rows 8192 --cols 8192" "--rows 256 --cols 512 --repeat 1") \
+  --json "$logs/quant_gpu_bench.json"
+toy_model=(LAYERS=1 HIDDEN=256 INTERMEDIATE=512 VOCAB=512 HEADS=4 KV_HEADS=2 SHARDS=1 RUNS=1)
+step quant_load_bench env DEVICE=cuda:0 SCHEMES="$(tiny_or "gptq4 awq fp8-block ct-pack4" "gptq4 fp8-block")" \
+  $(tiny_or "" "${toy_model[*]}") "$here/quant_load_bench.sh" "$build" /tmp/qload-quant-load-bench
+step io_bench "$build/bench/qload_io_bench" --dir /tmp --json "$logs/io_bench.json" \
+  $(tiny_or "" "--quick --size 16MiB --depths 1,8 --drop fadvise")
 # OUT is unset for it so that it does not also write its table beside ours; its log holds it.
 # 16 layers (6.2 GB) and 2 rounds keep the whole script inside one 10-minute device call
 # (2026-11-25 on an H100: synthesis plus one round took 95 s); LAYERS/RUNS/MIN_BYTES override.
-step gpu_load_bench env -u OUT LAYERS="${LAYERS:-16}" RUNS="${RUNS:-2}" MIN_BYTES="${MIN_BYTES:-4000000000}" \
-  "$here/gpu_load_bench.sh" "$build" /tmp/qload-gpu-load-bench
+if [ "$tiny" = 1 ]; then
+  step gpu_load_bench env -u OUT "${toy_model[@]}" MIN_BYTES=0 H2D_SIZE=8MiB PEERS= COLD=0 \
+    "$here/gpu_load_bench.sh" "$build" /tmp/qload-gpu-load-bench
+else
+  step gpu_load_bench env -u OUT LAYERS="${LAYERS:-16}" RUNS="${RUNS:-2}" MIN_BYTES="${MIN_BYTES:-4000000000}" \
+    "$here/gpu_load_bench.sh" "$build" /tmp/qload-gpu-load-bench
+fi
 
 rm -rf "$logs"
 echo "== summary ($summary)"

@@ -529,7 +529,9 @@ Result<DeviceParts> upload(const Weight& w, const qload::cuda::Stream& stream) {
   for (const OwnedPart& p : w.parts) {
     QLOAD_ASSIGN_OR_RETURN(qload::cuda::DeviceBuffer b,
                            qload::cuda::DeviceBuffer::allocate(stream.device(), p.bytes.size()));
-    QLOAD_TRY(qload::cuda::copy_to_device_async(b.data(), p.bytes.data(), p.bytes.size(), stream));
+    // Untimed set-up from pageable vectors: a synchronous copy (an async one would be staged
+    // synchronously by the driver anyway, and the simulator reports it).
+    QLOAD_TRY(qload::cuda::copy_to_device(b.data(), p.bytes.data(), p.bytes.size(), stream.device()));
     d.pointers.push_back(b.data());
     d.buffers.push_back(std::move(b));
   }

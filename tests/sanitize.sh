@@ -3,7 +3,8 @@
 # (clang 16, into build-asan/), then every libFuzzer target for FUZZ_SECONDS (default 30) each.
 # Any sanitizer report fails the test that hit it; a fuzz crash prints its reproducer.
 # The GPU paths run here on the simulated CUDA runtime (QLOAD_CUDA_SIM, cudasim/): the whole
-# suite on 2 simulated GPUs, then the GPU tests again on 4. No GPU figure comes from this.
+# suite on 2 simulated GPUs (with bench/gpu.sh end to end at toy sizes: bench.gpu_sh_on_simulator),
+# then the GPU tests again on 4. No GPU figure comes from this.
 # ccache keeps rebuilds cheap.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +15,7 @@ command -v ccache >/dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DC
 export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
 CC=clang-16 CXX=clang++-16 cmake -S . -B "$build" -G Ninja "${launcher[@]}" \
   -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG="-g -O1" -DCMAKE_CXX_FLAGS_DEBUG="-g -O1" \
-  -DQLOAD_CUDA_SIM=ON -DQLOAD_BUILD_BENCH=OFF -DQLOAD_PYTHON=OFF -DQLOAD_SANITIZE=address,undefined -DQLOAD_FUZZ=ON >/dev/null
+  -DQLOAD_CUDA_SIM=ON -DQLOAD_BUILD_BENCH=ON -DQLOAD_PYTHON=OFF -DQLOAD_SANITIZE=address,undefined -DQLOAD_FUZZ=ON >/dev/null
 cmake --build "$build" --parallel "${JOBS:-$(nproc)}"
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:detect_stack_use_after_return=1:strict_string_checks=1:check_initialization_order=1}
