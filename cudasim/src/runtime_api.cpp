@@ -347,6 +347,7 @@ cudaError_t release(void* ptr, MemoryKind kind, const char* call) {
     std::lock_guard lock(s.mutex);
     s.ranges.erase(reinterpret_cast<std::uintptr_t>(ptr));
     if (kind == MemoryKind::kDevice) s.devices[static_cast<std::size_t>(range.device)].used -= range.size;
+    if (kind == MemoryKind::kPinnedHost) s.pinned_bytes -= range.size;
     intact = s.memory.unmap(range);
   }
   if (!intact)
@@ -380,6 +381,7 @@ cudaError_t cudaHostAlloc(void** ptr, std::size_t size, unsigned /*flags*/) {
   const Range r = s.memory.map(size, MemoryKind::kPinnedHost, -1);
   if (r.data == nullptr) return result(cudaErrorMemoryAllocation);
   s.ranges.emplace(reinterpret_cast<std::uintptr_t>(r.data), r);
+  s.add_pinned(size);
   *ptr = r.data;
   return cudaSuccess;
 }
@@ -406,6 +408,7 @@ cudaError_t cudaHostRegister(void* ptr, std::size_t size, unsigned /*flags*/) {
                                 .device = -1,
                                 .mapping = nullptr,
                                 .mapping_size = 0});
+  s.add_pinned(size);
   return cudaSuccess;
 }
 
@@ -419,7 +422,10 @@ cudaError_t cudaHostUnregister(void* ptr) {
   }
   s.wait_for_host_copies(ptr);  // no queued copy still reads the range
   std::lock_guard lock(s.mutex);
-  s.ranges.erase(reinterpret_cast<std::uintptr_t>(ptr));
+  if (auto it = s.ranges.find(reinterpret_cast<std::uintptr_t>(ptr)); it != s.ranges.end()) {
+    s.pinned_bytes -= it->second.size;
+    s.ranges.erase(it);
+  }
   return cudaSuccess;
 }
 

@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
@@ -148,6 +149,13 @@ class State {
   std::vector<std::weak_ptr<Engine>> engines;
   std::vector<FaultPlan> faults;
   std::vector<std::string> misuse;
+  unsigned max_delay_us;         // of streams made from now on (config, or set_max_delay_us)
+  std::size_t pinned_bytes = 0;  // cudaHostAlloc'd and registered, now
+  std::size_t peak_pinned_bytes = 0;
+  void add_pinned(std::size_t bytes) {
+    pinned_bytes += bytes;
+    peak_pinned_bytes = std::max(peak_pinned_bytes, pinned_bytes);
+  }
 
   // The range holding [p, p + size) (under `mutex`), or null.
   const Range* find(const void* p, std::size_t size) const;

@@ -80,7 +80,11 @@ Config config_from_environment() {
   return c;
 }
 
-State::State(Config c) : config(c), devices(static_cast<std::size_t>(c.devices)), faults(faults_from_environment()) {}
+State::State(Config c)
+    : config(c),
+      devices(static_cast<std::size_t>(c.devices)),
+      faults(faults_from_environment()),
+      max_delay_us(c.max_delay_us) {}
 
 State& State::get() {
   // Never destroyed: engine threads and late destructors may still call in during exit.
@@ -121,7 +125,7 @@ void State::report(const std::string& what) {
 
 std::shared_ptr<Engine> State::make_engine(int device) {
   static std::atomic<std::uint64_t> counter{0};
-  auto engine = std::make_shared<Engine>(device, config.seed * 1'000'003u + counter++, config.max_delay_us);
+  auto engine = std::make_shared<Engine>(device, config.seed * 1'000'003u + counter++, max_delay_us);
   engines.push_back(engine);
   std::erase_if(engines, [](const std::weak_ptr<Engine>& e) { return e.expired(); });
   return engine;
@@ -186,6 +190,8 @@ void reset() {
   std::lock_guard lock(s.mutex);
   s.faults.clear();
   s.misuse.clear();
+  s.peak_pinned_bytes = s.pinned_bytes;
+  s.max_delay_us = s.config.max_delay_us;
   for (DeviceState& d : s.devices) d.sticky = cudaSuccess;
 }
 
@@ -223,6 +229,18 @@ std::size_t pinned_ranges() {
   std::size_t n = 0;
   for (const auto& [_, r] : s.ranges) n += r.kind != MemoryKind::kDevice ? 1 : 0;
   return n;
+}
+
+void set_max_delay_us(unsigned us) {
+  State& s = State::get();
+  std::lock_guard lock(s.mutex);
+  s.max_delay_us = us;
+}
+
+std::size_t peak_pinned_bytes() {
+  State& s = State::get();
+  std::lock_guard lock(s.mutex);
+  return s.peak_pinned_bytes;
 }
 
 std::vector<std::string> reports() {

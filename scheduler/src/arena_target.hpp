@@ -74,9 +74,12 @@ Result<std::unique_ptr<ArenaTarget>> make_host_target(const ArenaPlan& plan);
 
 // A GPU arena of plan.bytes on plan.device, with `lanes` copy lanes (a stream and an event
 // each, plus a scratch buffer of `scratch_bytes` when conversions or decodes run there: the
-// stored bytes of one delivery, or the packed parts of one weight, land there first). kUnsupported
-// when CUDA or the device is missing, kOutOfMemory naming the device and bytes.
+// stored bytes of one delivery, or the packed parts of one weight, land there first). With
+// `pageable_sources` (weights decoded onto it: their packed parts, quantize and repack outputs
+// come from pageable memory), each lane also gets a pair of pinned bounce buffers, so those
+// copies overlap the CPU's work; without, such copies are synchronous. kUnsupported when CUDA
+// or the device is missing, kOutOfMemory naming the device and bytes.
 Result<std::unique_ptr<ArenaTarget>> make_cuda_target(const ArenaPlan& plan, std::uint32_t lanes,
-                                                      std::uint64_t scratch_bytes);
+                                                      std::uint64_t scratch_bytes, bool pageable_sources);
 
 }  // namespace qload::scheduler::detail

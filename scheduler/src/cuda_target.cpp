@@ -3,6 +3,8 @@
 //
 // Compiled in every build: the CUDA wrappers below it return kUnsupported without CUDA, so
 // make_cuda_target fails cleanly and nothing here needs an #ifdef.
+#include <array>
+#include <cstring>
 #include <mutex>
 #include <optional>
 
@@ -21,10 +23,19 @@ namespace {
 // space on this boundary.
 constexpr std::uint64_t kScratchAlignment = 16;
 
+// Bytes from pageable host memory (the packed parts of weights dequantized here, quantize and
+// repack outputs, relayed shards) go through two pinned halves per lane: the CPU copies into
+// one while the copy engine reads the other. Bounded (2 x this per lane), unlike pinning the
+// memory they come from.
+constexpr std::size_t kBounceHalfBytes = std::size_t{4} << 20;
+
 struct Lane {
   cuda::Stream stream;
   cuda::Event event;  // recorded after a delivery's last copy or kernel
   cuda::DeviceBuffer scratch;
+  cuda::PinnedHostBuffer bounce;       // 2 x kBounceHalfBytes; empty: pageable bytes are copied synchronously
+  std::array<cuda::Event, 2> drained;  // per half: recorded after the copy that reads it
+  unsigned next_half = 0;
 };
 
 class CudaTarget final : public ArenaTarget {
@@ -53,10 +64,7 @@ class CudaTarget final : public ArenaTarget {
           return fail(Error(Errc::kInternal, fmt::format("{}: decode scratch of {} bytes is too small",
                                                          device_.to_string(), lane.scratch.size()))
                           .with_tensor(tensor.name));
-        QLOAD_TRY(
-            synchronous_
-                ? cuda::copy_to_device(lane.scratch.data() + at, p.bytes.data(), p.bytes.size(), device_.index)
-                : cuda::copy_to_device_async(lane.scratch.data() + at, p.bytes.data(), p.bytes.size(), lane.stream));
+        QLOAD_TRY(copy_pageable(lane, lane.scratch.data() + at, p.bytes.data(), p.bytes.size()));
         device_parts.push_back(lane.scratch.data() + at);
         used = at + p.bytes.size();
       }
@@ -80,7 +88,13 @@ class CudaTarget final : public ArenaTarget {
       const std::uint64_t stored_bytes = d.stored.size() * d.rows;  // contiguous once copied
       // Rows land next to each other: in the arena, or in scratch for a conversion after.
       const auto copy = [&](std::byte* dst) -> Status {
-        if (d.pageable || synchronous_) {  // the copy engines cannot read it: the driver stages it, synchronously
+        if (d.pageable) {  // the copy engines cannot read it: through the lane's pinned halves
+          for (std::uint64_t i = 0; i < d.rows; ++i)
+            QLOAD_TRY(copy_pageable(lane, dst + i * d.stored.size(), d.stored.data() + i * d.stored_pitch,
+                                    d.stored.size()));
+          return {};
+        }
+        if (synchronous_) {  // nothing is pinned: the driver stages every copy, synchronously
           for (std::uint64_t i = 0; i < d.rows; ++i)
             QLOAD_TRY(cuda::copy_to_device(dst + i * d.stored.size(), d.stored.data() + i * d.stored_pitch,
                                            d.stored.size(), device_.index));
@@ -103,6 +117,24 @@ class CudaTarget final : public ArenaTarget {
       const std::uint64_t count = stored_bytes / dtype_info(d.from).block_bytes;
       QLOAD_TRY(formats::convert_on_device(staged, d.from, out, d.to, count, lane.stream));
       scratch_used = at + stored_bytes;
+    }
+    return {};
+  }
+
+  // `bytes` from pageable host memory to `dst`, in pieces through the lane's pinned halves:
+  // each half is refilled only once the copy that read it has run.
+  Status copy_pageable(Lane& lane, std::byte* dst, const std::byte* src, std::size_t bytes) {
+    if (synchronous_ || lane.bounce.size() == 0) return cuda::copy_to_device(dst, src, bytes, device_.index);
+    for (std::size_t done = 0; done < bytes;) {
+      const unsigned half = lane.next_half;
+      lane.next_half ^= 1;
+      QLOAD_TRY(lane.drained[half].synchronize());
+      std::byte* pinned = lane.bounce.data() + half * kBounceHalfBytes;
+      const std::size_t n = std::min(kBounceHalfBytes, bytes - done);
+      std::memcpy(pinned, src + done, n);
+      QLOAD_TRY(cuda::copy_to_device_async(dst + done, pinned, n, lane.stream));
+      QLOAD_TRY(lane.drained[half].record(lane.stream));
+      done += n;
     }
     return {};
   }
@@ -159,7 +191,7 @@ Status check_device(const Device& device) {
 }  // namespace
 
 Result<std::unique_ptr<ArenaTarget>> make_cuda_target(const ArenaPlan& plan, std::uint32_t lanes,
-                                                      std::uint64_t scratch_bytes) {
+                                                      std::uint64_t scratch_bytes, bool pageable_sources) {
   QLOAD_TRY(check_device(plan.device));
   const int device = plan.device.index;
   QLOAD_ASSIGN_OR_RETURN(cuda::DeviceBuffer arena,
@@ -170,6 +202,14 @@ Result<std::unique_ptr<ArenaTarget>> make_cuda_target(const ArenaPlan& plan, std
     QLOAD_ASSIGN_OR_RETURN(lane.stream, cuda::Stream::create(device));
     QLOAD_ASSIGN_OR_RETURN(lane.event, cuda::Event::create(device));
     QLOAD_ASSIGN_OR_RETURN(lane.scratch, cuda::DeviceBuffer::allocate(device, static_cast<std::size_t>(scratch_bytes)));
+    if (pageable_sources) {
+      // Where pinned memory is scarce, the copies are synchronous instead (copy_pageable).
+      if (Result<cuda::PinnedHostBuffer> bounce = cuda::PinnedHostBuffer::allocate(2 * kBounceHalfBytes))
+        lane.bounce = std::move(*bounce);
+      for (cuda::Event& e : lane.drained) {
+        QLOAD_ASSIGN_OR_RETURN(e, cuda::Event::create(device));
+      }
+    }
     made.push_back(std::move(lane));
   }
   return std::unique_ptr<ArenaTarget>(std::make_unique<CudaTarget>(plan.device, std::move(arena), std::move(made)));

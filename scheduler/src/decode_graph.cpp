@@ -40,8 +40,7 @@ Status produce(ReadLoadState& s, const DecodeOutput& out, std::uint64_t offset, 
   if (target.on_host()) return fill(std::span(target.base() + out.offset + offset, static_cast<std::size_t>(bytes)));
   std::vector<std::byte> host(static_cast<std::size_t>(bytes));
   QLOAD_TRY(fill(std::span(host)));
-  // Pageable memory: copied synchronously (found by the simulated runtime; staging these
-  // through pinned slots would let the copy overlap the next weight's CPU work).
+  // Pageable memory: the GPU target copies it through its lanes' pinned bounce buffers.
   const Delivery d{
       .stored = host, .arena_offset = out.offset + offset, .from = out.dtype, .to = out.dtype, .pageable = true};
   return target.deliver(std::span(&d, 1));

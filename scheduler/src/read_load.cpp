@@ -91,10 +91,11 @@ std::vector<std::uint64_t> device_scratch(const formats::Catalog& catalog, const
   return most;
 }
 
-// Whether some weight is dequantized on a GPU (its packed parts are copied from the scratch arena).
-bool decodes_on_gpu(const Plan& plan) {
+// Whether some weight is decoded into arena `region` (its packed parts, or its quantize or
+// repack outputs, then come from pageable host memory).
+bool decodes_into(const Plan& plan, std::size_t region) {
   return std::ranges::any_of(plan.decodes, [&](const DecodeJob& job) {
-    return job.kind == DecodeJob::Kind::kDequantize && plan.arenas[job.outputs.front().region].device.is_cuda();
+    return std::ranges::any_of(job.outputs, [&](const DecodeOutput& o) { return o.region == region; });
   });
 }
 
@@ -109,7 +110,8 @@ Result<std::vector<std::unique_ptr<ArenaTarget>>> make_targets(const formats::Ca
       QLOAD_ASSIGN_OR_RETURN(auto target, make_host_target(arena));
       targets.push_back(std::move(target));
     } else {
-      QLOAD_ASSIGN_OR_RETURN(auto target, make_cuda_target(arena, options.copy_lanes, scratch[r]));
+      QLOAD_ASSIGN_OR_RETURN(auto target,
+                             make_cuda_target(arena, options.copy_lanes, scratch[r], decodes_into(plan, r)));
       targets.push_back(std::move(target));
     }
   }
@@ -143,18 +145,8 @@ Result<Model> load_read(const formats::Catalog& catalog, const Plan& plan, const
   std::string unpinned;
   if (has_gpu(plan))
     if (Status pinned = pool->pin(); !pinned) unpinned = pinned.error().to_string();
-  // And the packed parts of weights decoded on a GPU, from the scratch arena. Declared after
-  // the arenas: unregistered before the memory goes.
-  cuda::HostRegistration pinned_scratch;
-  if (decodes_on_gpu(plan) && unpinned.empty()) {
-    ArenaTarget& scratch = *targets[plan.scratch_region];
-    Result<cuda::HostRegistration> registered = cuda::HostRegistration::register_memory(
-        std::span(scratch.base(), static_cast<std::size_t>(plan.arenas[plan.scratch_region].bytes)));
-    if (registered)
-      pinned_scratch = std::move(*registered);
-    else
-      unpinned = registered.error().to_string();
-  }
+  // The scratch arena (packed parts of weights decoded on a GPU) is not pinned: those bytes
+  // pass through each GPU lane's bounded pinned bounce buffers (cuda_target.cpp).
   if (!unpinned.empty())
     for (const auto& t : targets) t->copy_synchronously();
   // Declared after the pool and the arenas: destroyed first, so no read outlives its memory.

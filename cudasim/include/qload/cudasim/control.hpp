@@ -37,9 +37,15 @@ enum class Fault {
 // The `nth` call of that kind from now on (1: the next one) fails; device -1: any device.
 void inject(Fault fault, int nth, int device = -1);
 
-// Clears injected faults, sticky errors and recorded misuse; waits for every stream to drain.
+// Clears injected faults, sticky errors, recorded misuse, the pinned peak and a delay set by
+// set_max_delay_us; waits for every stream to drain.
 // Allocations stay (a leak is the test's to find through live_allocations).
 void reset();
+
+// The longest random delay before each operation of streams created from now on (until
+// reset(), which restores QLOAD_CUDASIM_DELAY_US): a test widens the window in which work
+// nothing waited for has not happened yet.
+void set_max_delay_us(unsigned us);
 
 // Whether the code created a context on `device` (cudaSetDevice, an allocation, a stream...).
 // Reading properties and counting devices does not.
@@ -51,6 +57,8 @@ std::size_t live_allocations(int device);
 std::size_t live_bytes(int device);
 // Pinned host ranges alive (cudaHostAlloc and cudaHostRegister).
 std::size_t pinned_ranges();
+// The most host bytes pinned at once (cudaHostAlloc and cudaHostRegister) since the last reset.
+std::size_t peak_pinned_bytes();
 
 // Misuse reported so far (with QLOAD_CUDASIM_ON_ERROR=continue), oldest first.
 std::vector<std::string> reports();
