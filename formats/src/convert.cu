@@ -95,17 +95,13 @@ cudaError_t enqueue(ConvertPair pair, const void* in, void* out, std::uint64_t c
 
 int launch_convert(ConvertPair pair, const void* in, void* out, std::uint64_t count, std::size_t element_bytes,
                    int device, void* stream, char* message, std::size_t message_size) {
-  // A launch goes to the current device, and a stream only accepts work from its own
-  // device; the caller's current device is put back so this call has no side effect.
-  int previous = 0;
-  cudaError_t err = cudaGetDevice(&previous);
-  if (err != cudaSuccess) return report(err, "cudaGetDevice", message, message_size);
-  if (previous != device) {
-    err = cudaSetDevice(device);
-    if (err != cudaSuccess) return report(err, "cudaSetDevice", message, message_size);
-  }
+  // A launch goes to the current device, and a stream only accepts work from its own device.
+  // The thread stays on `device` afterwards, as after every CUDA wrapper of qload's: putting
+  // "back" a thread that never chose a device would make a context on GPU 0 (cudaGetDevice
+  // says 0 there), hundreds of MiB in every process of a multi-GPU server.
+  cudaError_t err = cudaSetDevice(device);
+  if (err != cudaSuccess) return report(err, "cudaSetDevice", message, message_size);
   err = enqueue(pair, in, out, count, element_bytes, device, static_cast<cudaStream_t>(stream));
-  if (previous != device) (void)cudaSetDevice(previous);
   if (err != cudaSuccess)
     return report(err, pair == ConvertPair::kIdentity ? "cudaMemcpyAsync" : "conversion kernel launch", message,
                   message_size);

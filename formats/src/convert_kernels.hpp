@@ -19,8 +19,8 @@ enum class ConvertPair : int {
 
 // Enqueues the conversion of `count` elements on `stream` (a cudaStream_t of `device`);
 // `element_bytes` is the input element size (used by kIdentity). The caller has checked
-// pointers, alignment and sizes. Makes `device` current for the launch and restores the
-// caller's current device. Returns 0 once enqueued, otherwise non-zero with a message.
+// pointers, alignment and sizes. Makes `device` current for the launch and leaves it so.
+// Returns 0 once enqueued, otherwise non-zero with a message.
 int launch_convert(ConvertPair pair, const void* in, void* out, std::uint64_t count, std::size_t element_bytes,
                    int device, void* stream, char* message, std::size_t message_size);
 

@@ -10,6 +10,8 @@
 #include <thread>
 
 #include "qload/cudasim/control.hpp"
+#include "qload/formats/convert_cuda.hpp"
+#include "qload/runtime/cuda_memory.hpp"
 #include "qload/scheduler/load.hpp"
 #include "scheduler/scheduler_test_support.hpp"
 
@@ -110,6 +112,30 @@ TEST_CASE("gpu contexts: a load onto cuda:1 from a thread that never chose a dev
   REQUIRE(loaded);
   CHECK(on_one);
   // A GPU 0 context costs hundreds of MiB there, in every process of a multi-GPU server.
+  CHECK_FALSE(on_zero);
+}
+
+TEST_CASE("gpu contexts: a conversion launched on cuda:1 from a thread that never chose a device makes no context "
+          "on GPU 0",
+          "[gpu]") {
+  CleanSimulator clean;
+  bool converted = false, on_zero = true;
+  std::thread fresh_thread([&] {
+    auto stream = cuda::Stream::create(1);
+    auto in = cuda::DeviceBuffer::allocate(1, 1024);
+    auto out = cuda::DeviceBuffer::allocate(1, 2048);
+    sim::forget_contexts();  // only what the launch itself does counts
+    std::thread launcher([&] {  // never chose a device: cudaGetDevice says 0
+      converted = stream && in && out &&
+                  formats::convert_on_device(in->data(), DType::kBF16, out->data(), DType::kF32, 512, *stream) &&
+                  stream->synchronize();
+      on_zero = sim::context_created(0);
+    });
+    launcher.join();
+  });
+  fresh_thread.join();
+  CHECK(converted);
+  // The launch used to put the thread "back" on device 0, which made a context there.
   CHECK_FALSE(on_zero);
 }
 #endif

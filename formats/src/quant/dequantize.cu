@@ -65,11 +65,9 @@ cudaError_t enqueue(const DequantArgs& a, int device, cudaStream_t stream) {
 
 int launch_dequantize(const DequantArgs& args, int device, void* stream, char* message, std::size_t message_size) {
   if (args.row_begin >= args.row_end || args.cols == 0) return 0;
-  int previous = 0;
-  cudaError_t err = cudaGetDevice(&previous);
-  if (err == cudaSuccess && previous != device) err = cudaSetDevice(device);
+  // The thread stays on `device` afterwards (see launch_convert).
+  cudaError_t err = cudaSetDevice(device);
   if (err == cudaSuccess) err = enqueue(args, device, static_cast<cudaStream_t>(stream));
-  if (previous != device) (void)cudaSetDevice(previous);
   if (err != cudaSuccess) {
     std::snprintf(message, message_size, "dequantize kernel launch: %s (%s)", cudaGetErrorString(err),
                   cudaGetErrorName(err));

@@ -54,8 +54,7 @@ struct DequantArgs {
 };
 
 // Enqueues the dequantization on `stream` (a cudaStream_t of `device`), making `device`
-// current for the launch and restoring the caller's. 0 once enqueued, else non-zero with a
-// message.
+// current for the launch (and leaving it so). 0 once enqueued, else non-zero with a message.
 int launch_dequantize(const DequantArgs& args, int device, void* stream, char* message, std::size_t message_size);
 
 }  // namespace qload::formats::detail
