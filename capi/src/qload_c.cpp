@@ -221,7 +221,8 @@ qload_tensor_info info_of(const scheduler::DeviceTensor& t, const std::vector<st
 
 // The tensor callback as the session layer calls it.
 scheduler::LoadOptions::TensorCallback stream_to(qload_tensor_callback callback, void* user_data) {
-  return [callback, user_data](std::uint32_t index, const scheduler::DeviceTensor& t) -> Status {
+  return [callback, user_data](std::uint32_t index, const scheduler::DeviceTensor& t,
+                               const std::shared_ptr<const void>&) -> Status {
     std::vector<std::int64_t> shape = shape_of(t);
     const qload_tensor_info info = info_of(t, shape);
     const Result<DLTensor> tensor = dl_tensor_of(t, shape);

@@ -173,9 +173,9 @@ def stream(source: PathLike, *, device: str = "cpu", framework: str = "pt", reci
            lock: Optional[PathLike] = None, settings: Optional[Mapping[str, object]] = None) -> Iterator[tuple]:
     """Yields (name, tensor) as each tensor's bytes are read and verified, while the rest load.
 
-    The iterable vLLM's and SGLang's `load_weights` take. Each tensor is a copy in memory of its
-    own (the load's memory cannot be handed out before the load succeeds). If the load fails,
-    the iterator raises the error after the tensors that completed.
+    The iterable vLLM's and SGLang's `load_weights` take. Each tensor points into the load's
+    memory (no copy) and keeps it alive, also if the load later fails. If the load fails, the
+    iterator raises the error after the tensors that completed.
     """
     fw = _framework(framework)
     args = _args(source, recipe, device, dtype, dequantize, quantize, lock, settings)

@@ -320,15 +320,18 @@ Model load(const LoadArgs& args, nb::object progress) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Streaming: the load runs on a thread of its own; each tensor, once verified, is copied into
-// memory of its own (the load's arenas are not safe to hand out before the load succeeds)
-// and queued; the Python iterator takes them in completion order.
+// Streaming: the load runs on a thread of its own; each tensor, once verified, is queued and
+// the Python iterator takes them in completion order. Zero-copy: a tensor points into the
+// load's arena and holds it (the scheduler's keep_alive), so it stays valid if the load later
+// fails or the stream is dropped. Where the load has no such owner (mmap mode, shared reads:
+// handed over at the end), the tensor is copied into memory of its own instead.
 
 struct StreamedTensor {
   std::string name;
   DType dtype = DType::kU8;
-  scheduler::DeviceTensor view;        // shape/strides/dtype; data points into `bytes`
-  std::unique_ptr<std::byte[]> bytes;  // not zeroed first: every byte is copied over
+  scheduler::DeviceTensor view;              // shape/strides/dtype; data in the arena, or in `bytes`
+  std::shared_ptr<const void> arena;         // zero-copy: keeps `view.data` alive
+  std::unique_ptr<std::byte[]> bytes;        // a copy: not zeroed first, every byte is copied over
 };
 
 class Stream {
@@ -375,16 +378,21 @@ class Stream {
  private:
   void run() {
     session::LoadHooks hooks;
-    hooks.on_tensor = [this](std::uint32_t, const scheduler::DeviceTensor& t) -> Status {
+    hooks.on_tensor = [this](std::uint32_t, const scheduler::DeviceTensor& t,
+                             const std::shared_ptr<const void>& keep_alive) -> Status {
+      if (!t.host) return fail(Errc::kUnsupported, "qload.stream hands out host memory; stream to cpu devices");
       auto copy = std::make_unique<StreamedTensor>();
       copy->name = t.name;
       copy->dtype = t.dtype;
       copy->view = t;
-      if (!t.host) return fail(Errc::kUnsupported, "qload.stream copies tensors to host memory; stream to cpu devices");
-      copy->bytes = std::make_unique_for_overwrite<std::byte[]>(static_cast<std::size_t>(t.nbytes));
-      if (t.nbytes > 0) std::memcpy(copy->bytes.get(), t.data, static_cast<std::size_t>(t.nbytes));
-      copy->view.data = copy->bytes.get();
-      copy->view.writable = true;
+      if (keep_alive) {
+        copy->arena = keep_alive;
+      } else {
+        copy->bytes = std::make_unique_for_overwrite<std::byte[]>(static_cast<std::size_t>(t.nbytes));
+        if (t.nbytes > 0) std::memcpy(copy->bytes.get(), t.data, static_cast<std::size_t>(t.nbytes));
+        copy->view.data = copy->bytes.get();
+        copy->view.writable = true;
+      }
       std::unique_lock lock(mutex_);
       // Bounded: at most a few tensors wait for the consumer.
       changed_.wait(lock, [&] { return queue_.size() < kMaxQueued || cancelled_; });

@@ -63,7 +63,11 @@ class ArenaTarget {
   // Where other processes of this machine can map the arena (a shared host arena), if they can.
   virtual std::optional<PeerAddress> peer_address() const { return std::nullopt; }
   // Moves the arena's memory out (into the Model) once the load has succeeded.
-  virtual void release_into(std::vector<HostBuffer>& host, std::vector<cuda::DeviceBuffer>& device) = 0;
+  virtual void release_into(std::vector<std::shared_ptr<HostBuffer>>& host,
+                            std::vector<cuda::DeviceBuffer>& device) = 0;
+  // The owner of a host arena's memory (LoadOptions::TensorCallback's keep_alive); null for a
+  // GPU arena.
+  virtual std::shared_ptr<const void> host_owner() const { return nullptr; }
 };
 
 // Puts `deliveries` in host memory at `base` (memcpy, or a CPU conversion), as a host arena does.

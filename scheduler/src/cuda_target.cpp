@@ -75,7 +75,7 @@ class CudaTarget final : public ArenaTarget {
 
   void copy_synchronously() override { synchronous_ = true; }
 
-  void release_into(std::vector<HostBuffer>&, std::vector<cuda::DeviceBuffer>& device) override {
+  void release_into(std::vector<std::shared_ptr<HostBuffer>>&, std::vector<cuda::DeviceBuffer>& device) override {
     lanes_.clear();
     device.push_back(std::move(arena_));
   }

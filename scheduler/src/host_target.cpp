@@ -12,31 +12,34 @@ constexpr std::uint64_t kHugePage = std::uint64_t{2} << 20;
 
 class HostTarget final : public ArenaTarget {
  public:
-  explicit HostTarget(HostBuffer arena) : arena_(std::move(arena)) {}
-  std::byte* base() const noexcept override { return arena_.data(); }
+  explicit HostTarget(HostBuffer arena) : arena_(std::make_shared<HostBuffer>(std::move(arena))) {}
+  std::byte* base() const noexcept override { return arena_->data(); }
   bool on_host() const noexcept override { return true; }
 
-  Status deliver(std::span<const Delivery> deliveries) override { return deliver_on_host(arena_.data(), deliveries); }
+  Status deliver(std::span<const Delivery> deliveries) override { return deliver_on_host(arena_->data(), deliveries); }
 
   Status dequantize(const formats::LogicalTensor& tensor, std::span<const formats::PartBytes> parts,
                     std::uint64_t row_begin, std::uint64_t row_end, std::uint64_t arena_offset, DType dtype) override {
     const std::uint64_t bytes = (row_end - row_begin) * tensor.cols * dtype_info(dtype).block_bytes;
     return formats::dequantize_rows(tensor, parts, row_begin, row_end, dtype,
-                                    std::span(arena_.data() + arena_offset, static_cast<std::size_t>(bytes)));
+                                    std::span(arena_->data() + arena_offset, static_cast<std::size_t>(bytes)));
   }
 
   std::optional<PeerAddress> peer_address() const override {
-    if (arena_.shared_fd() < 0) return std::nullopt;
-    auto address = address_of(arena_);
+    if (arena_->shared_fd() < 0) return std::nullopt;
+    auto address = address_of(*arena_);
     return address ? std::optional<PeerAddress>(std::move(*address)) : std::nullopt;
   }
 
-  void release_into(std::vector<HostBuffer>& host, std::vector<cuda::DeviceBuffer>&) override {
+  void release_into(std::vector<std::shared_ptr<HostBuffer>>& host, std::vector<cuda::DeviceBuffer>&) override {
     host.push_back(std::move(arena_));
   }
 
+  std::shared_ptr<const void> host_owner() const override { return arena_; }
+
  private:
-  HostBuffer arena_;
+  // Shared: a tensor streamed out of it keeps it (LoadOptions::TensorCallback's keep_alive).
+  std::shared_ptr<HostBuffer> arena_;
 };
 
 }  // namespace

@@ -148,7 +148,7 @@ std::vector<DeviceTensor> describe_tensors(const formats::Catalog& catalog, cons
 
 Status hand_over_all(const Model& model, const LoadOptions& options) {
   if (!options.on_tensor) return {};
-  for (std::uint32_t i = 0; i < model.size(); ++i) QLOAD_TRY(options.on_tensor(i, model.tensors()[i]));
+  for (std::uint32_t i = 0; i < model.size(); ++i) QLOAD_TRY(options.on_tensor(i, model.tensors()[i], nullptr));
   return {};
 }
 

@@ -160,8 +160,22 @@ Result<Model> load_read(const formats::Catalog& catalog, const Plan& plan, const
   std::vector<TensorOrigin> origins;
   std::vector<DeviceTensor> tensors = describe_tensors(catalog, plan, bases, /*writable=*/true, &origins);
   std::optional<TensorStream> stream;
-  if (options.on_tensor && barrier == nullptr)
-    stream.emplace(TensorStream{.tensors = tensors, .origins = origins, .callback = options.on_tensor});
+  std::vector<std::shared_ptr<const void>> owners;
+  if (options.on_tensor && barrier == nullptr) {
+    for (const DeviceTensor& t : tensors) {
+      const auto at = reinterpret_cast<std::uintptr_t>(t.data);
+      const auto holds = [&](std::size_t r) {
+        const auto base = reinterpret_cast<std::uintptr_t>(bases[r]);
+        return t.host && t.data != nullptr && at >= base && at - base < plan.arenas[r].bytes;
+      };
+      std::shared_ptr<const void> owner;
+      for (std::size_t r = 0; r < targets.size() && !owner; ++r)
+        if (holds(r)) owner = targets[r]->host_owner();
+      owners.push_back(std::move(owner));
+    }
+    stream.emplace(
+        TensorStream{.tensors = tensors, .origins = origins, .owners = owners, .callback = options.on_tensor});
+  }
 
   ReadLoadState state{.catalog = catalog, .plan = plan, .pool = *pool, .targets = targets, .expected = expected};
   const std::uint32_t workers = cpu_workers(options);

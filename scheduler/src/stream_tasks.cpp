@@ -16,7 +16,7 @@ void add_stream_tasks(TaskGraph& g, const Plan& plan, const TensorStream& stream
                                .priority = -1,  // as soon as it is complete: the caller is waiting for it
                                .bytes = tensor.nbytes,
                                .work = CpuWork{[&stream, i]() -> Status {
-                                 Status handed = stream.callback(i, stream.tensors[i]);
+                                 Status handed = stream.callback(i, stream.tensors[i], stream.owners[i]);
                                  if (!handed)
                                    return fail(std::move(handed.error()).with_tensor(stream.tensors[i].name));
                                  return {};

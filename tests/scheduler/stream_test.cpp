@@ -43,7 +43,7 @@ struct Recorder {
       read_so_far = done;
       read_total = total;
     };
-    options.on_tensor = [this](std::uint32_t index, const DeviceTensor& t) -> Status {
+    options.on_tensor = [this](std::uint32_t index, const DeviceTensor& t, const std::shared_ptr<const void>&) -> Status {
       {
         std::lock_guard lock(mutex);
         concurrent = concurrent || in_call;
@@ -187,8 +187,13 @@ TEST_CASE("stream: an error from the callback stops the load, and everything is 
       options.staging_pool = &*pool;
       options.plan.chunk_bytes = 16384;
       std::atomic<int> calls = 0;
-      options.on_tensor = [&](std::uint32_t, const DeviceTensor&) -> Status {
-        if (++calls < 3) return {};
+      // What the first two calls were handed, kept past the failed load by their keep_alive.
+      std::vector<std::pair<DeviceTensor, std::shared_ptr<const void>>> kept;
+      options.on_tensor = [&](std::uint32_t, const DeviceTensor& t, const std::shared_ptr<const void>& keep_alive) -> Status {
+        if (++calls < 3) {
+          kept.emplace_back(t, keep_alive);
+          return {};
+        }
         return fail(Errc::kCancelled, "the server has what it needs");
       };
       const int fds_before = open_fd_count();
@@ -200,6 +205,17 @@ TEST_CASE("stream: an error from the callback stops the load, and everything is 
       CHECK(calls == 3);                          // not called again after it said stop
       CHECK(open_fd_count() == fds_before);
       CHECK(pool->leased_bytes() == 0);
+      // The tensors handed over before the failure are still the file's bytes: their arena
+      // lives as long as someone holds it (zero-copy streaming: qload.stream).
+      REQUIRE(kept.size() == 2);
+      for (const auto& [t, keep_alive] : kept) {
+        INFO(t.name);
+        REQUIRE(keep_alive != nullptr);
+        const auto index = static_cast<std::size_t>(
+            std::ranges::find(ckpt.catalog.tensors, t.name, &formats::TensorEntry::name) - ckpt.catalog.tensors.begin());
+        REQUIRE(index < ckpt.catalog.tensors.size());
+        CHECK(std::ranges::equal(t.bytes(), ckpt.tensor_bytes(index)));
+      }
     }
   }
 }

@@ -96,7 +96,7 @@ struct LoadReport {
 class Model {
  public:
   struct Parts {
-    std::vector<HostBuffer> arenas;
+    std::vector<std::shared_ptr<HostBuffer>> arenas;  // shared with tensors streamed from them
     std::vector<cuda::DeviceBuffer> device_arenas;
     std::vector<MappedRegion> mappings;
     std::vector<DeviceTensor> tensors;  // catalog order, then tensors produced by decoding
