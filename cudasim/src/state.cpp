@@ -33,8 +33,8 @@ long parse_long(const char* text, long fallback) {
 
 bool parse_fault(std::string_view name, Fault& out) {
   static constexpr std::pair<std::string_view, Fault> kNames[] = {
-      {"malloc", Fault::kMalloc}, {"host_alloc", Fault::kHostAlloc}, {"host_register", Fault::kHostRegister},
-      {"copy", Fault::kCopy},     {"launch", Fault::kLaunch},        {"device_lost", Fault::kDeviceLost},
+      {"malloc", Fault::kMalloc},      {"host_alloc", Fault::kHostAlloc}, {"host_register", Fault::kHostRegister},
+      {"copy", Fault::kCopy},          {"launch", Fault::kLaunch},        {"device_lost", Fault::kDeviceLost},
       {"nccl_init", Fault::kNcclInit}, {"nccl_error", Fault::kNcclError}, {"nccl_hang", Fault::kNcclHang}};
   for (const auto& [n, f] : kNames)
     if (n == name) {

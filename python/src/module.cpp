@@ -329,9 +329,9 @@ Model load(const LoadArgs& args, nb::object progress) {
 struct StreamedTensor {
   std::string name;
   DType dtype = DType::kU8;
-  scheduler::DeviceTensor view;              // shape/strides/dtype; data in the arena, or in `bytes`
-  std::shared_ptr<const void> arena;         // zero-copy: keeps `view.data` alive
-  std::unique_ptr<std::byte[]> bytes;        // a copy: not zeroed first, every byte is copied over
+  scheduler::DeviceTensor view;        // shape/strides/dtype; data in the arena, or in `bytes`
+  std::shared_ptr<const void> arena;   // zero-copy: keeps `view.data` alive
+  std::unique_ptr<std::byte[]> bytes;  // a copy: not zeroed first, every byte is copied over
 };
 
 class Stream {

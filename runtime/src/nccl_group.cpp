@@ -120,12 +120,14 @@ struct NcclGroup {
       for (const std::uint32_t k : slots) {
         ncclResult_t async = ncclSuccess;
         if (const ncclResult_t r = api.get_async_error(comms[k], &async); r != ncclSuccess)
-          return failed(r, fmt::format("{} on slot {} (cuda:{}): ncclCommGetAsyncError", what, k, devices[k]), comms[k]);
+          return failed(r, fmt::format("{} on slot {} (cuda:{}): ncclCommGetAsyncError", what, k, devices[k]),
+                        comms[k]);
         if (async == ncclInProgress) {
           pending = true;
           continue;
         }
-        if (async != ncclSuccess) return failed(async, fmt::format("{} on slot {} (cuda:{})", what, k, devices[k]), comms[k]);
+        if (async != ncclSuccess)
+          return failed(async, fmt::format("{} on slot {} (cuda:{})", what, k, devices[k]), comms[k]);
         if (!streams_too) continue;
         const cudaError_t q = cudaStreamQuery(static_cast<cudaStream_t>(streams[k].handle()));
         if (q == cudaErrorNotReady) {
@@ -138,9 +140,10 @@ struct NcclGroup {
       if (!pending) return {};
       const auto waited = std::chrono::steady_clock::now() - start;
       if (waited >= timeout)
-        return abort_all(fmt::format("rank {}: {}: not done after {} ms (the nccl_timeout setting): a peer is gone, "
-                                     "hung, or still far behind",
-                                     rank, what, timeout.count()));
+        return abort_all(
+            fmt::format("rank {}: {}: not done after {} ms (the nccl_timeout setting): a peer is gone, "
+                        "hung, or still far behind",
+                        rank, what, timeout.count()));
       std::this_thread::sleep_for(pause);
       pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(2));
     }
@@ -221,7 +224,8 @@ Result<std::unique_ptr<NcclGroup, NcclGroupDeleter>> make_nccl_group(Rendezvous&
     return fail(std::move(made.error()));
   }
   QLOAD_TRY(ended);
-  QLOAD_TRY(group->wait(gpu_slot_indices, false, fmt::format("creating the NCCL communicators of {} ranks", world.size)));
+  QLOAD_TRY(
+      group->wait(gpu_slot_indices, false, fmt::format("creating the NCCL communicators of {} ranks", world.size)));
   return group;
 }
 

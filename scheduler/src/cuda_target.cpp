@@ -90,8 +90,8 @@ class CudaTarget final : public ArenaTarget {
       const auto copy = [&](std::byte* dst) -> Status {
         if (d.pageable) {  // the copy engines cannot read it: through the lane's pinned halves
           for (std::uint64_t i = 0; i < d.rows; ++i)
-            QLOAD_TRY(copy_pageable(lane, dst + i * d.stored.size(), d.stored.data() + i * d.stored_pitch,
-                                    d.stored.size()));
+            QLOAD_TRY(
+                copy_pageable(lane, dst + i * d.stored.size(), d.stored.data() + i * d.stored_pitch, d.stored.size()));
           return {};
         }
         if (synchronous_) {  // nothing is pinned: the driver stages every copy, synchronously

@@ -13,8 +13,8 @@
 namespace qload::scheduler::detail {
 
 struct TensorStream {
-  std::span<const DeviceTensor> tensors;  // the model's tensors as they will be (describe_tensors)
-  std::span<const TensorOrigin> origins;  // of each of them
+  std::span<const DeviceTensor> tensors;                // the model's tensors as they will be (describe_tensors)
+  std::span<const TensorOrigin> origins;                // of each of them
   std::span<const std::shared_ptr<const void>> owners;  // of each one's memory (keep_alive), or null
   const LoadOptions::TensorCallback& callback;
 };

@@ -115,16 +115,17 @@ TEST_CASE("gpu contexts: a load onto cuda:1 from a thread that never chose a dev
   CHECK_FALSE(on_zero);
 }
 
-TEST_CASE("gpu contexts: a conversion launched on cuda:1 from a thread that never chose a device makes no context "
-          "on GPU 0",
-          "[gpu]") {
+TEST_CASE(
+    "gpu contexts: a conversion launched on cuda:1 from a thread that never chose a device makes no context "
+    "on GPU 0",
+    "[gpu]") {
   CleanSimulator clean;
   bool converted = false, on_zero = true;
   std::thread fresh_thread([&] {
     auto stream = cuda::Stream::create(1);
     auto in = cuda::DeviceBuffer::allocate(1, 1024);
     auto out = cuda::DeviceBuffer::allocate(1, 2048);
-    sim::forget_contexts();  // only what the launch itself does counts
+    sim::forget_contexts();     // only what the launch itself does counts
     std::thread launcher([&] {  // never chose a device: cudaGetDevice says 0
       converted = stream && in && out &&
                   formats::convert_on_device(in->data(), DType::kBF16, out->data(), DType::kF32, 512, *stream) &&

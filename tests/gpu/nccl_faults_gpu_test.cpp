@@ -108,9 +108,10 @@ TEST_CASE("nccl faults: a collective that hangs on one rank ends both ranks with
   REQUIRE(again.rank1);
 }
 
-TEST_CASE("nccl faults: a collective that fails on one rank ends both ranks with errors, without waiting for the "
-          "timeout",
-          "[gpu][nccl]") {
+TEST_CASE(
+    "nccl faults: a collective that fails on one rank ends both ranks with errors, without waiting for the "
+    "timeout",
+    "[gpu][nccl]") {
   if (sim::device_count() < 2) return require_skippable();
   CleanSimulator clean;
   sim::inject(sim::Fault::kNcclError, 1, 1);
@@ -122,8 +123,7 @@ TEST_CASE("nccl faults: a collective that fails on one rank ends both ranks with
   CHECK(o.took < 30s);  // the error travelled; nobody waited for the 60 s timeout
 }
 
-TEST_CASE("nccl faults: a communicator that cannot be created on one rank ends both ranks with errors",
-          "[gpu][nccl]") {
+TEST_CASE("nccl faults: a communicator that cannot be created on one rank ends both ranks with errors", "[gpu][nccl]") {
   if (sim::device_count() < 2) return require_skippable();
   CleanSimulator clean;
   sim::inject(sim::Fault::kNcclInit, 1, 1);

@@ -43,7 +43,8 @@ struct Recorder {
       read_so_far = done;
       read_total = total;
     };
-    options.on_tensor = [this](std::uint32_t index, const DeviceTensor& t, const std::shared_ptr<const void>&) -> Status {
+    options.on_tensor = [this](std::uint32_t index, const DeviceTensor& t,
+                               const std::shared_ptr<const void>&) -> Status {
       {
         std::lock_guard lock(mutex);
         concurrent = concurrent || in_call;
@@ -189,7 +190,8 @@ TEST_CASE("stream: an error from the callback stops the load, and everything is 
       std::atomic<int> calls = 0;
       // What the first two calls were handed, kept past the failed load by their keep_alive.
       std::vector<std::pair<DeviceTensor, std::shared_ptr<const void>>> kept;
-      options.on_tensor = [&](std::uint32_t, const DeviceTensor& t, const std::shared_ptr<const void>& keep_alive) -> Status {
+      options.on_tensor = [&](std::uint32_t, const DeviceTensor& t,
+                              const std::shared_ptr<const void>& keep_alive) -> Status {
         if (++calls < 3) {
           kept.emplace_back(t, keep_alive);
           return {};
@@ -211,8 +213,9 @@ TEST_CASE("stream: an error from the callback stops the load, and everything is 
       for (const auto& [t, keep_alive] : kept) {
         INFO(t.name);
         REQUIRE(keep_alive != nullptr);
-        const auto index = static_cast<std::size_t>(
-            std::ranges::find(ckpt.catalog.tensors, t.name, &formats::TensorEntry::name) - ckpt.catalog.tensors.begin());
+        const auto index =
+            static_cast<std::size_t>(std::ranges::find(ckpt.catalog.tensors, t.name, &formats::TensorEntry::name) -
+                                     ckpt.catalog.tensors.begin());
         REQUIRE(index < ckpt.catalog.tensors.size());
         CHECK(std::ranges::equal(t.bytes(), ckpt.tensor_bytes(index)));
       }

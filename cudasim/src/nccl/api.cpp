@@ -39,10 +39,18 @@ namespace {
 
 std::size_t type_size(ncclDataType_t type) {
   switch (type) {
-    case ncclInt8: case ncclUint8: case ncclFloat8e4m3: case ncclFloat8e5m2: return 1;
-    case ncclFloat16: case ncclBfloat16: return 2;
-    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
-    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
+    case ncclInt8:
+    case ncclUint8:
+    case ncclFloat8e4m3:
+    case ncclFloat8e5m2: return 1;
+    case ncclFloat16:
+    case ncclBfloat16: return 2;
+    case ncclInt32:
+    case ncclUint32:
+    case ncclFloat32: return 4;
+    case ncclInt64:
+    case ncclUint64:
+    case ncclFloat64: return 8;
     default: return 0;
   }
 }
@@ -145,8 +153,8 @@ struct Broadcast {
     if (c.is_aborted()) return;
     if (inject_hang) return c.wait_for_abort();
     if (inject_error) {
-      c.fail(ncclSystemError, fmt::format("ncclBroadcast {} on cuda:{}: injected failure (QLOAD_CUDASIM_FAULTS)",
-                                          seq, c.device));
+      c.fail(ncclSystemError,
+             fmt::format("ncclBroadcast {} on cuda:{}: injected failure (QLOAD_CUDASIM_FAULTS)", seq, c.device));
       return c.wait_for_abort();
     }
     if (c.status() != ncclSuccess) return c.wait_for_abort();

@@ -70,8 +70,8 @@ class Hub {
       for (std::size_t i = 1; i < fds.size(); ++i)
         if (fds[i].revents != 0) {  // a joined rank said something or left before the others came
           members_[i - 1].gone = true;
-          fail_all(ncclRemoteError, fmt::format("rank {} left before the communicator was complete",
-                                                members_[i - 1].hello.rank));
+          fail_all(ncclRemoteError,
+                   fmt::format("rank {} left before the communicator was complete", members_[i - 1].hello.rank));
           return false;
         }
       if ((fds[0].revents & POLLIN) == 0) continue;
