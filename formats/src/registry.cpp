@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "gguf/gguf_driver.hpp"
 #include "located_error.hpp"
 #include "qload/formats/driver.hpp"
 #include "safetensors_driver.hpp"
@@ -14,7 +15,7 @@
 namespace qload::formats {
 
 std::span<const FormatDriver* const> drivers() {
-  static const std::array<const FormatDriver*, 1> all{&safetensors_driver()};
+  static const std::array<const FormatDriver*, 2> all{&safetensors_driver(), &gguf_driver()};
   return all;
 }
 

@@ -12,6 +12,7 @@
 #include <map>
 
 #include "formats_test_support.hpp"
+#include "gguf_bytes.hpp"
 
 using namespace qload;
 using namespace qload::testing;
@@ -32,6 +33,17 @@ const std::map<std::string, Sample>& samples() {
        Sample{"sample.safetensors",
               [](const std::string& path) {
                 write_shard(path, {{"embed", DType::kBF16, Shape{4, 3}}, {"bias", DType::kF32, Shape{3}}});
+              },
+              {{"embed", DType::kBF16, Shape{4, 3}}, {"bias", DType::kF32, Shape{3}}}}},
+      {"gguf",
+       Sample{"sample.gguf",
+              [](const std::string& path) {
+                // ggml stores dims innermost first: [3, 4] is numpy's (4, 3). BF16 then F32.
+                GgufBytes g;
+                g.header(2, 1).kv_str("general.architecture", "llama");
+                g.tensor("embed", {3, 4}, 30, 0).tensor("bias", {3}, 0, 32);
+                g.pad_to(32).data(random_bytes(24, sample_seed(0))).pad_to(32).data(random_bytes(12, sample_seed(1)));
+                write_file(path, g.bytes);
               },
               {{"embed", DType::kBF16, Shape{4, 3}}, {"bias", DType::kF32, Shape{3}}}}},
   };

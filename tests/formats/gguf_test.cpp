@@ -1,0 +1,211 @@
+// The GGUF header parser and driver: a valid file's metadata and tensors (ggml dims reversed
+// into numpy order, absolute offsets), a header read in growing pieces, and every rule of
+// llama.cpp's gguf.cpp broken on purpose, each refused with the file, tensor and offset.
+#include <catch2/catch.hpp>
+
+#include "formats_test_support.hpp"
+#include "gguf_bytes.hpp"
+#include "qload/formats/driver.hpp"
+#include "qload/formats/gguf.hpp"
+
+using namespace qload;
+using namespace qload::testing;
+
+namespace {
+
+constexpr std::uint32_t kF32 = 0, kF16 = 1, kQ4_0 = 2, kBF16 = 30;
+
+// A valid file: two key-values, an F16 [2, 3] (ne {3, 2}) and an F32 [5] tensor.
+GgufBytes valid() {
+  GgufBytes g;
+  g.header(2, 2).kv_str("general.architecture", "llama").kv_u32("llama.context_length", 4096);
+  g.tensor("a", {3, 2}, kF16, 0).tensor("b", {5}, kF32, 32);
+  g.pad_to(32).data(random_bytes(12, 1)).pad_to(32).data(random_bytes(20, 2));
+  return g;
+}
+
+Result<formats::GgufHeader> parse(const GgufBytes& g) {
+  return formats::parse_gguf_bytes(g.bytes, g.bytes.size(), "t.gguf");
+}
+
+// The parse fails with `code`, saying `text`.
+void refused(const GgufBytes& g, Errc code, const std::string& text) {
+  const auto h = parse(g);
+  REQUIRE_FALSE(h);
+  INFO(h.error().to_string());
+  CHECK(h.error().code() == code);
+  CHECK_THAT(h.error().to_string(), Catch::Contains(text));
+  CHECK(h.error().file() == "t.gguf");
+}
+
+}  // namespace
+
+TEST_CASE("gguf: a valid file's metadata, dims, types and offsets", "[formats][gguf]") {
+  const auto h = parse(valid());
+  REQUIRE(h);
+  CHECK(h->version == 3);
+  CHECK(h->alignment == 32);
+  REQUIRE(h->metadata.size() == 2);
+  CHECK(h->metadata[0].key == "general.architecture");
+  CHECK(h->metadata[0].value == "llama");
+  CHECK(h->metadata[1].type == "u32");
+  CHECK(h->metadata[1].value == "4096");
+  REQUIRE(h->tensors.size() == 2);
+  CHECK(h->tensors[0].ne == std::vector<std::uint64_t>{3, 2});
+  CHECK(h->tensors[0].nbytes == 12);
+  CHECK(h->tensors[1].offset == 32);
+  CHECK(h->data_offset % 32 == 0);
+
+  ScratchDir dir;
+  write_file(dir.file("m.gguf"), valid().bytes);
+  const auto catalog = formats::open_catalog(dir.path().string());  // a directory with one .gguf
+  REQUIRE(catalog);
+  CHECK(catalog->format == "gguf");
+  const formats::TensorEntry* a = catalog->find("a");
+  REQUIRE(a != nullptr);
+  CHECK(a->dtype == DType::kF16);
+  CHECK(a->shape == Shape{2, 3});  // numpy order: ggml's innermost dim last
+  CHECK(a->offset == h->data_offset);
+  CHECK(read_file_range(dir.file("m.gguf"), catalog->find("b")->offset, 20) == random_bytes(20, 2));
+  CHECK(catalog->files[0].metadata.at("llama.context_length") == "4096");
+}
+
+TEST_CASE("gguf: arrays are shown in full up to 16 elements, summarised beyond", "[formats][gguf]") {
+  GgufBytes g;
+  g.header(0, 3);
+  g.str("short").u32(9).u32(4).u64(3).u32(1).u32(2).u32(3);
+  g.str("words").u32(9).u32(8).u64(2).str("a").str("b");
+  g.str("vocab").u32(9).u32(8).u64(40);
+  for (int i = 0; i < 40; ++i) g.str("tok");
+  const auto h = parse(g);
+  if (!h) FAIL(h.error().to_string());
+  CHECK(h->metadata[0].value == "[1, 2, 3]");
+  CHECK(h->metadata[0].type == "array[u32]");
+  CHECK(h->metadata[1].value == "[\"a\", \"b\"]");
+  CHECK(h->metadata[2].value == "[40 x string]");
+}
+
+TEST_CASE("gguf: a header larger than the first read is read in more pieces", "[formats][gguf]") {
+  GgufBytes g;
+  g.header(1, 1).kv_str("tokenizer.chat_template", std::string(3 << 20, 'x'));  // 3 MiB
+  g.tensor("w", {4}, kF32, 0).pad_to(32).data(random_bytes(16, 3));
+  std::uint64_t wanted = 0;
+  const auto partial = formats::parse_gguf_bytes(std::span(g.bytes).first(1 << 20), g.bytes.size(), "t.gguf", &wanted);
+  REQUIRE_FALSE(partial);
+  CHECK(wanted > (1u << 20));
+  ScratchDir dir;
+  write_file(dir.file("big.gguf"), g.bytes);
+  const auto h = formats::read_gguf_header(dir.file("big.gguf"));
+  REQUIRE(h);
+  CHECK(h->tensors.at(0).name == "w");
+}
+
+TEST_CASE("gguf: every broken rule is refused, naming the file, tensor and offset", "[formats][gguf]") {
+  SECTION("not GGUF, or a version qload does not read") {
+    GgufBytes g = valid();
+    g.bytes[0] = std::byte{'X'};
+    refused(g, Errc::kCorrupt, "not a GGUF file");
+    GgufBytes v1;
+    v1.header(0, 0, 1);
+    refused(v1, Errc::kUnsupported, "version 1");
+    GgufBytes v4;
+    v4.header(0, 0, 4);
+    refused(v4, Errc::kUnsupported, "GGUF version 4");
+  }
+  SECTION("counts the file cannot hold") {
+    GgufBytes g;
+    g.header(0, std::uint64_t{1} << 60);
+    refused(g, Errc::kCorrupt, "key-values cannot fit");
+    GgufBytes t;
+    t.header(std::uint64_t{1} << 60, 0);
+    refused(t, Errc::kCorrupt, "tensors cannot fit");
+  }
+  SECTION("a string longer than the file") {
+    GgufBytes g;
+    g.header(0, 1).u64(std::uint64_t{1} << 62).data(zeros(16));
+    refused(g, Errc::kTruncated, "the file has");
+  }
+  SECTION("arrays of arrays, huge arrays, unknown value types, bad bools") {
+    GgufBytes nested;
+    nested.header(0, 1).str("k").u32(9).u32(9).u64(1);
+    refused(nested, Errc::kCorrupt, "arrays of arrays");
+    GgufBytes huge;
+    huge.header(0, 1).str("k").u32(9).u32(10).u64(std::uint64_t{1} << 61);
+    refused(huge, Errc::kCorrupt, "elements cannot fit");
+    GgufBytes unknown;
+    unknown.header(0, 1).str("k").u32(13);
+    refused(unknown, Errc::kCorrupt, "unknown value type 13");
+    GgufBytes boolean;
+    boolean.header(0, 1).str("k").u32(7).raw("\x02", 1);
+    refused(boolean, Errc::kCorrupt, "a bool of value 2");
+  }
+  SECTION("duplicate keys and tensor names") {
+    GgufBytes keys;
+    keys.header(0, 2).kv_u32("k", 1).kv_u32("k", 2);
+    refused(keys, Errc::kCorrupt, "duplicate key 'k'");
+    GgufBytes names;
+    names.header(2, 0).tensor("w", {4}, kF32, 0).tensor("w", {4}, kF32, 32).pad_to(32).data(zeros(64));
+    refused(names, Errc::kCorrupt, "duplicate tensor name");
+  }
+  SECTION("an alignment that is not a u32 power of two") {
+    GgufBytes g;
+    g.header(0, 1).kv_u32("general.alignment", 24);
+    refused(g, Errc::kCorrupt, "general.alignment must be a u32 power of two");
+    GgufBytes s;
+    s.header(0, 1).kv_str("general.alignment", "32");
+    refused(s, Errc::kCorrupt, "general.alignment must be a u32 power of two");
+  }
+  SECTION("dims: more than 4, an element count that overflows") {
+    GgufBytes g;
+    g.header(1, 0).tensor("w", {1, 1, 1, 1, 1}, kF32, 0);
+    refused(g, Errc::kCorrupt, "5 dimensions");
+    GgufBytes o;
+    o.header(1, 0).tensor("w", {std::uint64_t{1} << 40, std::uint64_t{1} << 40}, kF32, 0);
+    refused(o, Errc::kOverflow, "overflows");
+  }
+  SECTION("an unknown type, rows that are not whole blocks") {
+    GgufBytes g;
+    g.header(1, 0).tensor("w", {4}, 4, 0);  // 4: Q4_2, removed from ggml
+    refused(g, Errc::kCorrupt, "unknown ggml type 4");
+    GgufBytes b;
+    b.header(1, 0).tensor("w", {48, 2}, kQ4_0, 0);
+    refused(b, Errc::kCorrupt, "rows of 48 elements are not whole Q4_0 blocks of 32");
+  }
+  SECTION("tensors out of order, overlapping, or past the end of the file") {
+    GgufBytes gap;
+    gap.header(2, 0).tensor("a", {4}, kF32, 0).tensor("b", {4}, kF32, 64).pad_to(32).data(zeros(96));
+    refused(gap, Errc::kCorrupt, "data offset 64 where the tensors before end at 32");
+    GgufBytes overlap;
+    overlap.header(2, 0).tensor("a", {16}, kF32, 0).tensor("b", {4}, kF32, 32).pad_to(32).data(zeros(96));
+    refused(overlap, Errc::kCorrupt, "data offset 32 where the tensors before end at 64");
+    GgufBytes past;
+    past.header(1, 0).tensor("w", {1024}, kBF16, 0).pad_to(32).data(zeros(100));
+    refused(past, Errc::kTruncated, "run past the end of the file");
+    const auto h = parse(past);
+    REQUIRE_FALSE(h);
+    CHECK(h.error().tensor() == "w");
+    CHECK(h.error().offset().has_value());
+  }
+  SECTION("every truncation of a valid file") {
+    const GgufBytes g = valid();
+    for (std::size_t n = 0; n + 1 < g.bytes.size(); ++n) {
+      INFO("first " << n << " bytes");
+      const auto h = formats::parse_gguf_bytes(std::span(g.bytes).first(n), n, "t.gguf");
+      REQUIRE_FALSE(h);
+      // Short reads, or counts that the bytes left cannot hold.
+      CHECK((h.error().code() == Errc::kTruncated || h.error().code() == Errc::kCorrupt));
+    }
+  }
+}
+
+TEST_CASE("gguf: block-quantized tensors are refused by the driver for now, by name", "[formats][gguf]") {
+  GgufBytes g;
+  g.header(1, 0).tensor("blk.0.attn_q.weight", {32, 2}, kQ4_0, 0).pad_to(32).data(zeros(36));
+  ScratchDir dir;
+  write_file(dir.file("q.gguf"), g.bytes);
+  const auto catalog = formats::open_catalog(dir.file("q.gguf"));
+  REQUIRE_FALSE(catalog);
+  CHECK(catalog.error().code() == Errc::kUnsupported);
+  CHECK(catalog.error().tensor() == "blk.0.attn_q.weight");
+  CHECK_THAT(catalog.error().to_string(), Catch::Contains("ggml type Q4_0"));
+}
