@@ -24,11 +24,15 @@ json quant_json(const formats::QuantizedCatalog& q, const formats::Catalog& c) {
   for (const formats::LogicalTensor& lt : q.logical) {
     json parts = json::object();
     for (const auto& [role, index] : lt.parts) parts[role] = c.tensors[index].name;
+    const formats::QuantLayoutText layout = formats::describe_layout(lt, c);
     logical.push_back({{"name", lt.name},
                        {"scheme", std::string(formats::quant_scheme_name(lt.params.scheme))},
                        {"bits", lt.params.bits},
                        {"group_size", lt.params.group_size},
                        {"sym", lt.params.sym},
+                       {"scales", layout.scales},
+                       {"scale_dtype", layout.scale_dtype},
+                       {"zero_points", layout.zero_points},
                        {"shape", {lt.rows, lt.cols}},
                        {"parts", parts}});
   }
@@ -79,10 +83,12 @@ void print_text(const formats::Catalog& c, const formats::QuantizedCatalog& q) {
              c.quantization_config.empty() ? "none declared" : escape_for_terminal(c.quantization_config));
   if (q.method.empty()) return;
   fmt::print("quantized weights: {} ({}, from {})\n", q.logical.size(), q.method, q.config_source);
-  for (const formats::LogicalTensor& lt : q.logical)
-    fmt::print("  {:<48} {:<10} {}-bit group {} {} [{}, {}] in {} parts\n", escape_for_terminal(lt.name),
-               formats::quant_scheme_name(lt.params.scheme), lt.params.bits, lt.params.group_size,
-               lt.params.sym ? "sym" : "asym", lt.rows, lt.cols, lt.parts.size());
+  for (const formats::LogicalTensor& lt : q.logical) {
+    const formats::QuantLayoutText layout = formats::describe_layout(lt, c);
+    fmt::print("  {:<48} {:<10} {}-bit [{}, {}] in {} parts; scales {} {}; zero points {}\n",
+               escape_for_terminal(lt.name), formats::quant_scheme_name(lt.params.scheme), lt.params.bits, lt.rows,
+               lt.cols, lt.parts.size(), layout.scale_dtype, layout.scales, layout.zero_points);
+  }
 }
 
 }  // namespace

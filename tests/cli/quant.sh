@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Quantized checkpoints end to end through the CLI: every `synth --quant` scheme is detected by
-# `inspect`, loads packed (keep) and dequantized, and `convert --dequantize` writes the same
+# `inspect` (with its scale and zero-point layout), loads packed (keep) and dequantized, and `convert --dequantize` writes the same
 # tensors `load --dequantize --dump` produces. Quantize on load round trip: bf16 -> convert
 # --quantize (each target) -> load --dequantize f32 stays within the scheme's error bound of
 # the bf16 original (checked in Python from the raw safetensors bytes, no numpy needed).
@@ -22,6 +22,20 @@ assert q is not None, "no quantization detected"
 names = {t["scheme"] for t in q["logical_tensors"]}
 assert len(q["logical_tensors"]) == 7, len(q["logical_tensors"])
 assert names == {expected}, names
+# The scale and zero-point layout, as synth writes each scheme (group 128, GPTQ v1 zeros).
+gptq_zeros = "per-group 128, {}-bit packed along N in I32, stored as z-1 (GPTQ v1); symmetric, all 2^(bits-1)"
+layout = {"gptq4": ("F16", "per-group 128 (with g_idx)", gptq_zeros.format(4)),
+          "gptq3": ("F16", "per-group 128 (with g_idx)", gptq_zeros.format(3)),
+          "gptq8": ("F16", "per-group 128 (with g_idx)", gptq_zeros.format(8)),
+          "awq": ("F16", "per-group 128", "per-group 128, 4-bit packed along N in I32, AWQ's interleaved order"),
+          "fp8-block": ("F32", "block 128x128", "none (symmetric)"),
+          "fp8-channel": ("F32", "per-channel", "none (symmetric)"),
+          "fp8-tensor": ("F32", "per-tensor", "none (symmetric)"),
+          "ct-pack4": ("BF16", "per-group 128", "none (symmetric)"),
+          "ct-pack4-asym": ("BF16", "per-group 128", "per-group 128, 4-bit packed along N in I32"),
+          "ct-fp8": ("BF16", "per-channel", "none (symmetric)")}[scheme]
+for t in q["logical_tensors"]:
+    assert (t["scale_dtype"], t["scales"], t["zero_points"]) == layout, (t["name"], t["scale_dtype"], t["scales"], t["zero_points"])
 PY
   "$qload" load "$dir/$scheme" --json > "$dir/$scheme.keep.json"
   "$qload" load "$dir/$scheme" --repack --json > "$dir/$scheme.repack.json"

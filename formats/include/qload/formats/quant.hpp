@@ -86,6 +86,17 @@ struct LogicalTensor {
   std::optional<std::uint32_t> part(std::string_view role) const;
 };
 
+// How a quantized weight's scales and zero points are laid out, in words (`qload inspect`):
+// scales "per-tensor", "per-channel", "per-group 128", "per-group 128 (with g_idx)" or
+// "block 128x128", with their dtype; zero points "none (symmetric)", or where they are and how
+// they are stored ("per-group, 4-bit packed along N in I32, stored as z-1 (GPTQ v1)").
+struct QuantLayoutText {
+  std::string scales;       // layout
+  std::string scale_dtype;  // of the stored scales ("F16")
+  std::string zero_points;
+};
+QuantLayoutText describe_layout(const LogicalTensor& weight, const Catalog& catalog);
+
 struct QuantizedCatalog {
   std::string method;         // "gptq", "awq", "fp8", "fbgemm_fp8", "modelopt", "compressed-tensors"; empty: none
   std::string config_source;  // the file the scheme came from ("config.json", "quantize_config.json", ...)
