@@ -824,3 +824,39 @@ TEST_CASE("awq gemm takes N from the scales when it is not a multiple of 8", "[q
                .message_has = "expected F16, BF16 or F32 [2, 64], found F16 [2, 56]",
                .tensor = "l.scales"});
 }
+
+TEST_CASE("describe_layout: scales and zero points in words, for the layouts synth does not write", "[quant][detect]") {
+  formats::Catalog c;
+  const auto add = [&](DType dtype) {
+    c.tensors.push_back({.name = "t" + std::to_string(c.tensors.size()), .dtype = dtype});
+    return static_cast<std::uint32_t>(c.tensors.size() - 1);
+  };
+  formats::LogicalTensor gptq{.name = "w", .rows = 64, .cols = 256};
+  gptq.params = {.scheme = formats::QuantScheme::kGptq, .bits = 4, .group_size = 256, .sym = false, .gptq_version = 2};
+  gptq.parts = {{"qweight", add(DType::kI32)}, {"qzeros", add(DType::kI32)}, {"scales", add(DType::kBF16)}};
+  auto l = formats::describe_layout(gptq, c);
+  CHECK(l.scales == "per-channel");  // a group as wide as the row
+  CHECK(l.scale_dtype == "BF16");
+  CHECK(l.zero_points == "per-channel, 4-bit packed along N in I32, stored as z (GPTQ v2)");
+
+  formats::LogicalTensor ct_int{.name = "w", .rows = 64, .cols = 256};
+  ct_int.params = {.scheme = formats::QuantScheme::kCtInt, .bits = 8, .group_size = 64, .sym = false};
+  ct_int.parts = {{"weight", add(DType::kI8)},
+                  {"weight_scale", add(DType::kF32)},
+                  {"weight_zero_point", add(DType::kI8)},
+                  {"weight_g_idx", add(DType::kI32)}};
+  l = formats::describe_layout(ct_int, c);
+  CHECK(l.scales == "per-group 64 (with g_idx)");
+  CHECK(l.zero_points == "per-group 64, I8");
+
+  formats::LogicalTensor fp8{.name = "w", .rows = 64, .cols = 256};
+  fp8.params = {.scheme = formats::QuantScheme::kFp8,
+                .bits = 8,
+                .scale_layout = formats::ScaleLayout::kBlock,
+                .block_rows = 64,
+                .block_cols = 128};
+  fp8.parts = {{"weight", add(DType::kF8_E4M3)}, {"weight_scale_inv", add(DType::kF32)}};
+  l = formats::describe_layout(fp8, c);
+  CHECK(l.scales == "block 64x128");
+  CHECK(l.zero_points == "none (symmetric)");
+}
