@@ -3,6 +3,10 @@
 // llama.cpp's gguf.cpp broken on purpose, each refused with the file, tensor and offset.
 #include <catch2/catch.hpp>
 
+#include <filesystem>
+
+#include <fmt/format.h>
+
 #include "formats_test_support.hpp"
 #include "gguf_bytes.hpp"
 #include "qload/formats/driver.hpp"
@@ -208,4 +212,65 @@ TEST_CASE("gguf: block-quantized tensors are refused by the driver for now, by n
   CHECK(catalog.error().code() == Errc::kUnsupported);
   CHECK(catalog.error().tensor() == "blk.0.attn_q.weight");
   CHECK_THAT(catalog.error().to_string(), Catch::Contains("ggml type Q4_0"));
+}
+
+namespace {
+
+// Split `index` (1-based) of `count`, as gguf-split writes them: split.no (0-based, u16),
+// split.count (u16), and in the first the total tensor count (i32); one F32 [4] tensor each.
+GgufBytes split(unsigned index, unsigned count, std::string_view tensor, unsigned no_key) {
+  GgufBytes g;
+  const std::uint16_t no = static_cast<std::uint16_t>(no_key), n = static_cast<std::uint16_t>(count);
+  const bool first = index == 1;
+  g.header(1, first ? 4 : 2);
+  if (first) g.kv_str("general.architecture", "llama");
+  g.str("split.no").u32(2).raw(&no, 2);
+  g.str("split.count").u32(2).raw(&n, 2);
+  if (first) g.kv_u32("split.tensors.count", count);
+  g.tensor(tensor, {4}, kF32, 0).pad_to(32).data(random_bytes(16, index));
+  return g;
+}
+
+}  // namespace
+
+TEST_CASE("gguf: a split GGUF opens from any of its files or its directory, and must be whole", "[formats][gguf]") {
+  ScratchDir dir;
+  const auto path = [&](unsigned i) { return dir.file(fmt::format("m-{:05}-of-00003.gguf", i)); };
+  for (unsigned i = 1; i <= 3; ++i) write_file(path(i), split(i, 3, fmt::format("t{}", i), i - 1).bytes);
+  for (const std::string& source : {dir.path().string(), path(2)}) {
+    INFO(source);
+    const auto catalog = formats::open_catalog(source);
+    if (!catalog) FAIL(catalog.error().to_string());
+    REQUIRE(catalog->files.size() == 3);
+    REQUIRE(catalog->tensors.size() == 3);
+    for (unsigned i = 1; i <= 3; ++i) {
+      const formats::TensorEntry* t = catalog->find(fmt::format("t{}", i));
+      REQUIRE(t != nullptr);
+      CHECK(t->file == i - 1);
+      CHECK(read_file_range(path(i), t->offset, 16) == random_bytes(16, i));
+    }
+    CHECK(catalog->files[0].metadata.at("general.architecture") == "llama");
+  }
+  SECTION("a split whose split.no disagrees with its name") {
+    write_file(path(2), split(2, 3, "t2", 5).bytes);
+    const auto catalog = formats::open_catalog(path(1));
+    REQUIRE_FALSE(catalog);
+    CHECK(catalog.error().file() == path(2));
+    CHECK_THAT(catalog.error().to_string(), Catch::Contains("split.no is 5 but the file is named as split 2 of 3"));
+  }
+  SECTION("a tensor in two splits") {
+    write_file(path(3), split(3, 3, "t1", 2).bytes);
+    const auto catalog = formats::open_catalog(path(1));
+    REQUIRE_FALSE(catalog);
+    CHECK(catalog.error().tensor() == "t1");
+    CHECK_THAT(catalog.error().to_string(), Catch::Contains("in two files"));
+  }
+  SECTION("a missing split") {
+    std::filesystem::remove(path(3));
+    const auto catalog = formats::open_catalog(path(1));
+    REQUIRE_FALSE(catalog);
+    CHECK(catalog.error().code() == Errc::kNotFound);
+    CHECK(catalog.error().file() == path(3));
+    CHECK_FALSE(formats::find_driver("gguf")->recognizes(dir.path().string()));  // two of three
+  }
 }

@@ -1,7 +1,10 @@
 #include "gguf_driver.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <filesystem>
+#include <optional>
+#include <set>
 #include <system_error>
 
 #include <fmt/format.h>
@@ -28,37 +31,114 @@ std::vector<std::string> gguf_files(const std::string& dir) {
   return out;
 }
 
-// The catalog of one GGUF file: plain-typed tensors as they are (numpy's dims order: ggml's
-// reversed); GGML's block-quantized types are refused for now, naming the tensor.
-Result<Catalog> catalog_of(const std::string& path, const std::string& source) {
-  QLOAD_ASSIGN_OR_RETURN(GgufHeader header, read_gguf_header(path));
-  std::error_code ec;
-  const std::uint64_t size = fs::file_size(path, ec);
-  if (ec) return fail(Error::from_errno(ec.value(), "stat").with_file(path));
+// "<prefix>-00002-of-00005.gguf": gguf-split's naming (five digits each, as llama.cpp writes).
+struct SplitName {
+  std::string prefix;
+  unsigned index = 0;  // 1-based
+  unsigned count = 0;
+};
+
+std::optional<SplitName> split_name(const std::string& path) {
+  constexpr std::string_view kTail = "-00000-of-00000.gguf";
+  if (path.size() < kTail.size() || !path.ends_with(kSuffix)) return std::nullopt;
+  const std::string_view tail = std::string_view(path).substr(path.size() - kTail.size());
+  if (tail[0] != '-' || tail.substr(6, 4) != "-of-") return std::nullopt;
+  SplitName s{.prefix = path.substr(0, path.size() - kTail.size())};
+  const auto number = [](std::string_view digits, unsigned& out) {
+    return std::ranges::all_of(digits, [](char c) { return c >= '0' && c <= '9'; }) &&
+           std::from_chars(digits.data(), digits.data() + digits.size(), out).ec == std::errc{};
+  };
+  if (!number(tail.substr(1, 5), s.index) || !number(tail.substr(10, 5), s.count)) return std::nullopt;
+  if (s.index == 0 || s.count == 0 || s.index > s.count) return std::nullopt;
+  return s;
+}
+
+std::string split_path(const SplitName& s, unsigned index) {
+  return fmt::format("{}-{:05}-of-{:05}.gguf", s.prefix, index, s.count);
+}
+
+// A split's own record of where it belongs ("split.no" is 0-based), checked against its name.
+Status check_split_keys(const GgufHeader& h, const std::string& path, unsigned index, unsigned count) {
+  for (const GgufKeyValue& kv : h.metadata) {
+    const bool no = kv.key == "split.no", total = kv.key == "split.count";
+    if (!no && !total) continue;
+    const unsigned want = no ? index - 1 : count;
+    if (kv.value != std::to_string(want))
+      return fail(located(
+          Errc::kCorrupt,
+          fmt::format("{} is {} but the file is named as split {} of {}", kv.key, kv.value, index, count), path));
+  }
+  return {};
+}
+
+// One catalog over `paths` (one file, or a split GGUF's files in order): plain-typed tensors as
+// they are (numpy's dims order: ggml's reversed); ggml's block-quantized types are refused for
+// now, naming the tensor. The metadata is the first file's.
+Result<Catalog> catalog_of(const std::vector<std::string>& paths, const std::string& source, bool split) {
   Catalog catalog;
   catalog.format = "gguf";
   catalog.source = source;
-  CatalogFile file{.path = path, .size = size, .data_offset = header.data_offset, .metadata = {}};
-  for (GgufKeyValue& kv : header.metadata) file.metadata[std::move(kv.key)] = std::move(kv.value);
-  catalog.files.push_back(std::move(file));
-  for (const GgufTensorInfo& t : header.tensors) {
-    const gguf::GgmlType& type = *gguf::find_ggml_type(t.ggml_type);  // the parser checked it
-    if (!type.dtype)
-      return fail(located(Errc::kUnsupported,
-                          fmt::format("ggml type {}: GGML block-quantized tensors are not loaded yet (only F32, F16, "
-                                      "BF16, F64 and integer tensors)",
-                                      type.name),
-                          path, t.name, header.data_offset + t.offset));
-    std::vector<std::uint64_t> dims(t.ne.rbegin(), t.ne.rend());
-    catalog.tensors.push_back(TensorEntry{.name = t.name,
-                                          .file = 0,
-                                          .offset = header.data_offset + t.offset,
-                                          .nbytes = t.nbytes,
-                                          .dtype = *type.dtype,
-                                          .shape = Shape(std::move(dims))});
+  std::set<std::string, std::less<>> names;
+  for (std::size_t f = 0; f < paths.size(); ++f) {
+    const std::string& path = paths[f];
+    QLOAD_ASSIGN_OR_RETURN(GgufHeader header, read_gguf_header(path));
+    if (split)
+      QLOAD_TRY(check_split_keys(header, path, static_cast<unsigned>(f + 1), static_cast<unsigned>(paths.size())));
+    std::error_code ec;
+    const std::uint64_t size = fs::file_size(path, ec);
+    if (ec) return fail(Error::from_errno(ec.value(), "stat").with_file(path));
+    CatalogFile file{.path = path, .size = size, .data_offset = header.data_offset, .metadata = {}};
+    for (GgufKeyValue& kv : header.metadata) file.metadata[std::move(kv.key)] = std::move(kv.value);
+    catalog.files.push_back(std::move(file));
+    for (const GgufTensorInfo& t : header.tensors) {
+      const gguf::GgmlType& type = *gguf::find_ggml_type(t.ggml_type);  // the parser checked it
+      const std::uint64_t offset = header.data_offset + t.offset;
+      if (!type.dtype)
+        return fail(located(Errc::kUnsupported,
+                            fmt::format("ggml type {}: GGML block-quantized tensors are not loaded yet (only F32, "
+                                        "F16, BF16, F64 and integer tensors)",
+                                        type.name),
+                            path, t.name, offset));
+      if (!names.insert(t.name).second)
+        return fail(located(Errc::kCorrupt, "the tensor is in two files of this split GGUF", path, t.name, offset));
+      std::vector<std::uint64_t> dims(t.ne.rbegin(), t.ne.rend());
+      catalog.tensors.push_back(TensorEntry{.name = t.name,
+                                            .file = static_cast<std::uint32_t>(f),
+                                            .offset = offset,
+                                            .nbytes = t.nbytes,
+                                            .dtype = *type.dtype,
+                                            .shape = Shape(std::move(dims))});
+    }
   }
   catalog.index_names();
   return catalog;
+}
+
+// The files a `.gguf` path stands for: itself, or all the splits its name belongs to.
+Result<Catalog> open_file(const std::string& path, const std::string& source) {
+  const std::optional<SplitName> split = split_name(path);
+  if (!split) return catalog_of({path}, source, false);
+  std::vector<std::string> paths;
+  for (unsigned i = 1; i <= split->count; ++i) {
+    paths.push_back(split_path(*split, i));
+    std::error_code ec;
+    if (!fs::is_regular_file(paths.back(), ec))
+      return fail(located(Errc::kNotFound,
+                          fmt::format("split {} of {} is missing (a split GGUF needs all its files)", i, split->count),
+                          paths.back()));
+  }
+  return catalog_of(paths, source, true);
+}
+
+// A directory's GGUF: its one .gguf file, or the one split GGUF its files make up.
+std::optional<std::string> directory_entry_point(const std::vector<std::string>& files) {
+  if (files.size() == 1) return files.front();
+  if (files.empty()) return std::nullopt;
+  const std::optional<SplitName> first = split_name(files.front());
+  if (!first || first->index != 1 || first->count != files.size()) return std::nullopt;
+  for (unsigned i = 1; i <= first->count; ++i)
+    if (files[i - 1] != split_path(*first, i)) return std::nullopt;
+  return files.front();
 }
 
 class GgufDriver final : public FormatDriver {
@@ -70,23 +150,22 @@ class GgufDriver final : public FormatDriver {
     const fs::file_status status = fs::status(source, ec);
     if (ec) return false;
     if (fs::is_regular_file(status)) return source.ends_with(kSuffix);
-    return fs::is_directory(status) && gguf_files(source).size() == 1;
+    return fs::is_directory(status) && directory_entry_point(gguf_files(source)).has_value();
   }
 
   Result<Catalog> open(const std::string& source) const override {
     std::error_code ec;
     const fs::file_status status = fs::status(source, ec);
     if (ec) return fail(Error::from_errno(ec.value(), "stat").with_file(source));
-    if (!fs::is_directory(status)) return catalog_of(source, source);
+    if (!fs::is_directory(status)) return open_file(source, source);
     const std::vector<std::string> files = gguf_files(source);
-    if (files.size() != 1)
-      return fail(located(files.empty() ? Errc::kNotFound : Errc::kUnsupported,
-                          files.empty() ? "no .gguf file in this directory"
-                                        : fmt::format("{} .gguf files in this directory (name the one to load; split "
-                                                      "GGUFs are not read yet)",
-                                                      files.size()),
-                          source));
-    return catalog_of(files.front(), source);
+    if (const std::optional<std::string> entry = directory_entry_point(files)) return open_file(*entry, source);
+    return fail(located(files.empty() ? Errc::kNotFound : Errc::kUnsupported,
+                        files.empty() ? "no .gguf file in this directory"
+                                      : fmt::format("{} .gguf files in this directory that are not one split GGUF "
+                                                    "(name the one to load)",
+                                                    files.size()),
+                        source));
   }
 };
 
