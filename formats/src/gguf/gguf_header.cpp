@@ -121,52 +121,29 @@ class Cursor {
   std::string tensor_;
 };
 
+// A number's text, as written.
+template <typename T>
+Result<std::string> number_text(Cursor& c, std::string_view what) {
+  QLOAD_ASSIGN_OR_RETURN(const T v, c.read<T>(what));
+  return fmt::format("{}", v);
+}
+
 // One scalar's text.
 Result<std::string> scalar_text(Cursor& c, std::uint32_t type) {
   switch (type) {
-    case kU8: {
-      QLOAD_ASSIGN_OR_RETURN(auto v, c.read<std::uint8_t>("a u8"));
-      return fmt::format("{}", v);
-    }
-    case kI8: {
-      QLOAD_ASSIGN_OR_RETURN(auto v, c.read<std::int8_t>("an i8"));
-      return fmt::format("{}", v);
-    }
-    case kU16: {
-      QLOAD_ASSIGN_OR_RETURN(auto v, c.read<std::uint16_t>("a u16"));
-      return fmt::format("{}", v);
-    }
-    case kI16: {
-      QLOAD_ASSIGN_OR_RETURN(auto v, c.read<std::int16_t>("an i16"));
-      return fmt::format("{}", v);
-    }
-    case kU32: {
-      QLOAD_ASSIGN_OR_RETURN(auto v, c.read<std::uint32_t>("a u32"));
-      return fmt::format("{}", v);
-    }
-    case kI32: {
-      QLOAD_ASSIGN_OR_RETURN(auto v, c.read<std::int32_t>("an i32"));
-      return fmt::format("{}", v);
-    }
-    case kU64: {
-      QLOAD_ASSIGN_OR_RETURN(auto v, c.read<std::uint64_t>("a u64"));
-      return fmt::format("{}", v);
-    }
-    case kI64: {
-      QLOAD_ASSIGN_OR_RETURN(auto v, c.read<std::int64_t>("an i64"));
-      return fmt::format("{}", v);
-    }
-    case kF32: {
-      QLOAD_ASSIGN_OR_RETURN(auto v, c.read<float>("an f32"));
-      return fmt::format("{}", v);
-    }
-    case kF64: {
-      QLOAD_ASSIGN_OR_RETURN(auto v, c.read<double>("an f64"));
-      return fmt::format("{}", v);
-    }
+    case kU8: return number_text<std::uint8_t>(c, "a u8");
+    case kI8: return number_text<std::int8_t>(c, "an i8");
+    case kU16: return number_text<std::uint16_t>(c, "a u16");
+    case kI16: return number_text<std::int16_t>(c, "an i16");
+    case kU32: return number_text<std::uint32_t>(c, "a u32");
+    case kI32: return number_text<std::int32_t>(c, "an i32");
+    case kU64: return number_text<std::uint64_t>(c, "a u64");
+    case kI64: return number_text<std::int64_t>(c, "an i64");
+    case kF32: return number_text<float>(c, "an f32");
+    case kF64: return number_text<double>(c, "an f64");
     case kBool: {
       const std::uint64_t at = c.offset();
-      QLOAD_ASSIGN_OR_RETURN(auto v, c.read<std::uint8_t>("a bool"));
+      QLOAD_ASSIGN_OR_RETURN(const std::uint8_t v, c.read<std::uint8_t>("a bool"));
       if (v > 1) return fail(c.error(Errc::kCorrupt, fmt::format("a bool of value {}", v), at));
       return std::string(v != 0 ? "true" : "false");
     }

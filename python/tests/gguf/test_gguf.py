@@ -85,3 +85,12 @@ def test_block_sizes_equal_gguf_py(tmp_path, qload_cli):
         assert run.returncode != 0, qtype.name
         assert f"ggml type {qtype.name}: GGML block-quantized tensors are not loaded yet" in run.stderr, (
             qtype.name, run.stderr)
+
+
+def test_convert_to_safetensors_keeps_every_tensor(tmp_path, qload_cli):
+    path = write(tmp_path / "plain.gguf", plain_tensors())
+    subprocess.run([qload_cli, "convert", str(path), str(tmp_path / "out")], check=True, capture_output=True)
+    converted = qload.load(tmp_path / "out", framework="np")
+    for t in gguf.GGUFReader(str(path)).tensors:
+        assert converted[t.name].shape == tuple(int(n) for n in reversed(t.shape)), t.name
+        assert converted[t.name].tobytes() == np.asarray(t.data).tobytes(), t.name
