@@ -66,13 +66,10 @@ if [[ ${2:-cpu} == cuda ]]; then
 import json, sys
 d = sys.argv[1]
 sys.path.insert(0, sys.argv[2])
-from shards import read_checkpoint, read_safetensors
+from shards import assert_whole_copy, read_checkpoint
 source = read_checkpoint(f"{d}/m")
 for r in range(2):
-    dumped = read_safetensors(f"{d}/gpu/rank{r}.cuda:0.safetensors")
-    assert sorted(dumped) == sorted(source), r
-    for name, (_, _, full) in source.items():
-        assert dumped[name][2] == full, f"rank {r}: {name} differs"
+    assert_whole_copy(f"{d}/gpu/rank{r}.cuda:0.safetensors", source, f"rank {r}")
     report = json.load(open(f"{d}/gpu.{r}.out"))
     assert report["shared_received_bytes"] > 0, (r, report)
 print("shared reads onto GPUs: 2 processes, each GPU holds the whole checkpoint, half of it broadcast over NCCL")
@@ -196,15 +193,12 @@ python3 - "$dir" "$(dirname "$0")" <<'PY'
 import json, sys
 d = sys.argv[1]
 sys.path.insert(0, sys.argv[2])
-from shards import read_checkpoint, read_safetensors
+from shards import assert_whole_copy, read_checkpoint
 source = read_checkpoint(f"{d}/m")
 single = json.load(open(f"{d}/single.json"))
 total = 0
 for r in range(2):
-    dumped = read_safetensors(f"{d}/shared/rank{r}.cpu.safetensors")
-    assert sorted(dumped) == sorted(source), r
-    for name, (_, _, full) in source.items():
-        assert dumped[name][2] == full, f"rank {r}: {name} differs"
+    assert_whole_copy(f"{d}/shared/rank{r}.cpu.safetensors", source, f"rank {r}")
     report = json.load(open(f"{d}/shared.{r}.out"))
     assert 0 < report["bytes"] < single["bytes"], (r, report["bytes"])
     assert report["shared_received_bytes"] > 0 and report["shared_in_place_bytes"] == 0, (r, report)

@@ -18,6 +18,14 @@ def read_safetensors(path):
             for name, t in header.items()}
 
 
+def assert_whole_copy(dump_path, source, label):
+    """The dump at `dump_path` holds every tensor of `source` (read_checkpoint), byte for byte."""
+    dumped = read_safetensors(dump_path)
+    assert sorted(dumped) == sorted(source), label
+    for name, (_, _, full) in source.items():
+        assert dumped[name][2] == full, f"{label}: {name} differs"
+
+
 def read_checkpoint(directory):
     """Every tensor of every .safetensors file in `directory`."""
     tensors = {}
