@@ -255,7 +255,7 @@ qload_status load_session(const char* function, qload_session* s, const session:
     }
     handle->roles.push_back(std::move(roles));
     handle->parts.push_back(std::move(parts));
-    handle->schemes.emplace_back(formats::quant_scheme_name(w.params.scheme));
+    handle->schemes.push_back(formats::weight_scheme_name(w.params));
   }
   *out = handle.release();
   return QLOAD_OK;

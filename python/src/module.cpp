@@ -280,7 +280,7 @@ class Model {
     for (const scheduler::QuantizedWeight& q : model_.quantized()) {
       nb::dict d;
       d["name"] = q.name;
-      d["scheme"] = std::string(formats::quant_scheme_name(q.params.scheme));
+      d["scheme"] = formats::weight_scheme_name(q.params);
       d["bits"] = q.params.bits;
       d["group_size"] = q.params.group_size;
       d["symmetric"] = q.params.sym;

@@ -203,8 +203,13 @@ std::vector<std::vector<TaskId>> add_decode_tasks(TaskGraph& g, ReadLoadState& s
       add(fmt::format("quantize {}", out.name), out.bytes, [&s, &job] { return quantize_task(s, job); });
       continue;
     }
-    const std::uint64_t rows = out.shape[0];  // of the weight, or of the rank's shard
-    const std::uint64_t row_bytes = std::max<std::uint64_t>(1, out.shape[1] * dtype_info(out.dtype).block_bytes);
+    // Rows of the weight or of the rank's shard: all dims but the last (GGML weights may be
+    // [K] or [E, N, K]).
+    const std::size_t rank = out.shape.rank();
+    const std::uint64_t cols = rank == 0 ? 1 : out.shape[rank - 1];
+    std::uint64_t rows = 1;
+    for (std::size_t d = 0; d + 1 < rank; ++d) rows *= out.shape[d];
+    const std::uint64_t row_bytes = std::max<std::uint64_t>(1, cols * dtype_info(out.dtype).block_bytes);
     // A GPU decodes a whole weight in one kernel: splitting it would copy its parts once per piece.
     const bool on_gpu = !s.targets[out.region]->on_host();
     const std::uint64_t step =

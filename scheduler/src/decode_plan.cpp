@@ -128,7 +128,7 @@ Result<DecodeJob> dequantize_job(const formats::Catalog& catalog, const formats:
   auto bytes = elems ? checked_mul(*elems, dtype_info(dtype).block_bytes) : elems;
   if (!bytes) return fail(Error(Errc::kOverflow, "dequantized size exceeds 2^64").with_tensor(lt.name));
   job.outputs.push_back(
-      DecodeOutput{.name = lt.name, .dtype = dtype, .shape = Shape{lt.rows, lt.cols}, .bytes = *bytes});
+      DecodeOutput{.name = lt.name, .dtype = dtype, .shape = lt.dequantized_shape(), .bytes = *bytes});
   return job;
 }
 

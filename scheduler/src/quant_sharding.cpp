@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "qload/formats/gguf.hpp"
 #include "qload/formats/quant_pack.hpp"
 
 namespace qload::scheduler::detail {
@@ -76,6 +77,16 @@ Result<PartMap> part_map(const formats::LogicalTensor& lt, std::string_view role
       }
       if (role == "weight_g_idx") return PartMap{.k = {0, 1, 1}};
       if (role == "weight_shape") return PartMap{};  // whole, then rewritten per shard
+      break;
+    }
+    case formats::QuantScheme::kGgml: {
+      // Rows of whole blocks: N splits anywhere, K on block boundaries (bytes per element
+      // block_bytes / block_elems).
+      const formats::GgmlBlockSize size = formats::ggml_block_size(p.ggml_type);
+      if (lt.shape.rank() != 2 || size.elems == 0)
+        return fail(weight_error(
+            lt, fmt::format("tensor-parallel splits of {}-D GGML weights are not supported", lt.shape.rank())));
+      if (role == "blocks") return PartMap{.n = {0, 1, 1}, .k = {1, size.bytes, size.elems}};
       break;
     }
     case formats::QuantScheme::kAwqGemv:

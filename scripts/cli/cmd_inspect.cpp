@@ -26,14 +26,14 @@ json quant_json(const formats::QuantizedCatalog& q, const formats::Catalog& c) {
     for (const auto& [role, index] : lt.parts) parts[role] = c.tensors[index].name;
     const formats::QuantLayoutText layout = formats::describe_layout(lt, c);
     logical.push_back({{"name", lt.name},
-                       {"scheme", std::string(formats::quant_scheme_name(lt.params.scheme))},
+                       {"scheme", formats::weight_scheme_name(lt.params)},
                        {"bits", lt.params.bits},
                        {"group_size", lt.params.group_size},
                        {"sym", lt.params.sym},
                        {"scales", layout.scales},
                        {"scale_dtype", layout.scale_dtype},
                        {"zero_points", layout.zero_points},
-                       {"shape", {lt.rows, lt.cols}},
+                       {"shape", shape_json(lt.dequantized_shape())},
                        {"parts", parts}});
   }
   return {{"method", q.method}, {"config_source", q.config_source}, {"logical_tensors", logical}};
@@ -85,9 +85,9 @@ void print_text(const formats::Catalog& c, const formats::QuantizedCatalog& q) {
   fmt::print("quantized weights: {} ({}, from {})\n", q.logical.size(), q.method, q.config_source);
   for (const formats::LogicalTensor& lt : q.logical) {
     const formats::QuantLayoutText layout = formats::describe_layout(lt, c);
-    fmt::print("  {:<48} {:<10} {}-bit [{}, {}] in {} parts; scales {} {}; zero points {}\n",
-               escape_for_terminal(lt.name), formats::quant_scheme_name(lt.params.scheme), lt.params.bits, lt.rows,
-               lt.cols, lt.parts.size(), layout.scale_dtype, layout.scales, layout.zero_points);
+    fmt::print("  {:<48} {:<10} {}-bit {} in {} parts; scales {} {}; zero points {}\n", escape_for_terminal(lt.name),
+               formats::weight_scheme_name(lt.params), lt.params.bits, lt.dequantized_shape().to_string(),
+               lt.parts.size(), layout.scale_dtype, layout.scales, layout.zero_points);
   }
 }
 

@@ -27,7 +27,9 @@ LoadFingerprint load_fingerprint(const PlannedLoad& load) {
   for (const formats::TensorEntry& t : load.catalog.tensors) {
     json shape = json::array();
     for (std::size_t i = 0; i < t.shape.rank(); ++i) shape.push_back(t.shape[i]);
-    tensors.push_back({t.name, std::string(dtype_name(t.dtype)), shape, t.file, t.offset, t.nbytes});
+    json entry = {t.name, std::string(dtype_name(t.dtype)), shape, t.file, t.offset, t.nbytes};
+    if (t.ggml_type) entry.push_back(*t.ggml_type);  // Q4_0 and IQ4_NL blocks have the same size
+    tensors.push_back(std::move(entry));
   }
   const scheduler::PlanOptions& o = load.request.options.plan;
   const scheduler::ParallelLayout& par = o.parallel;

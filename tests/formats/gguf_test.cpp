@@ -11,6 +11,7 @@
 #include "gguf_bytes.hpp"
 #include "qload/formats/driver.hpp"
 #include "qload/formats/gguf.hpp"
+#include "qload/formats/quant.hpp"
 
 using namespace qload;
 using namespace qload::testing;
@@ -202,16 +203,38 @@ TEST_CASE("gguf: every broken rule is refused, naming the file, tensor and offse
   }
 }
 
-TEST_CASE("gguf: block-quantized tensors are refused by the driver for now, by name", "[formats][gguf]") {
+TEST_CASE("gguf: a block-quantized tensor is its raw blocks and a quantized weight of its type", "[formats][gguf]") {
   GgufBytes g;
-  g.header(1, 0).tensor("blk.0.attn_q.weight", {32, 2}, kQ4_0, 0).pad_to(32).data(zeros(36));
+  g.header(2, 0)
+      .tensor("blk.0.ffn_up_exps.weight", {64, 2, 3}, kQ4_0, 0)
+      .tensor("norm", {4}, kF32, 224);  // 216 bytes of blocks, padded to 32
+  g.pad_to(32).data(random_bytes(6 * 36, 3)).pad_to(32).data(random_bytes(16, 4));
   ScratchDir dir;
   write_file(dir.file("q.gguf"), g.bytes);
   const auto catalog = formats::open_catalog(dir.file("q.gguf"));
-  REQUIRE_FALSE(catalog);
-  CHECK(catalog.error().code() == Errc::kUnsupported);
-  CHECK(catalog.error().tensor() == "blk.0.attn_q.weight");
-  CHECK_THAT(catalog.error().to_string(), Catch::Contains("ggml type Q4_0"));
+  REQUIRE(catalog);
+  const formats::TensorEntry& blocks = catalog->tensors[0];
+  CHECK(blocks.dtype == DType::kU8);
+  CHECK(blocks.shape == Shape{3, 2, 36});  // numpy order, the last dim in bytes: 2 blocks of 18
+  CHECK(blocks.ggml_type == std::optional<std::uint32_t>(kQ4_0));
+  CHECK_FALSE(catalog->tensors[1].ggml_type);
+
+  const auto quant = formats::detect_quantization(*catalog);
+  REQUIRE(quant);
+  CHECK(quant->method == "gguf");
+  REQUIRE(quant->logical.size() == 1);
+  const formats::LogicalTensor& w = quant->logical[0];
+  CHECK(w.name == "blk.0.ffn_up_exps.weight");
+  CHECK(w.params.scheme == formats::QuantScheme::kGgml);
+  CHECK(formats::weight_scheme_name(w.params) == "ggml-Q4_0");
+  CHECK(w.params.bits == 4);
+  CHECK((w.rows == 6 && w.cols == 64));
+  CHECK(w.dequantized_shape() == Shape{3, 2, 64});
+  CHECK(w.part("blocks") == std::optional<std::uint32_t>(0));
+  CHECK(quant->plain == std::vector<std::uint32_t>{1});
+  const formats::QuantLayoutText layout = formats::describe_layout(w, *catalog);
+  CHECK(layout.scales == "per-block 32, in the Q4_0 blocks");
+  CHECK(layout.scale_dtype == "F16");
 }
 
 namespace {

@@ -133,7 +133,35 @@ inline void add_float_cases(std::vector<Case>& cases, Rng& rng) {
              fp8_weight(code, layout, scale, 200, 300, rng)});
 }
 
-// Every case; `large` adds two weights big enough that the GPU kernels' grid strides.
+// Every GGML block type qload decodes, as {ggml type, block elements, block bytes}.
+struct GgmlBlockType {
+  std::uint32_t id;
+  const char* name;
+  std::uint32_t elems;
+  std::uint32_t bytes;
+};
+inline constexpr GgmlBlockType kGgmlBlockTypes[] = {
+    {2, "Q4_0", 32, 18},    {3, "Q4_1", 32, 20},      {6, "Q5_0", 32, 22},    {7, "Q5_1", 32, 24},
+    {8, "Q8_0", 32, 34},    {9, "Q8_1", 32, 36},      {10, "Q2_K", 256, 84},  {11, "Q3_K", 256, 110},
+    {12, "Q4_K", 256, 144}, {13, "Q5_K", 256, 176},   {14, "Q6_K", 256, 210}, {15, "Q8_K", 256, 292},
+    {20, "IQ4_NL", 32, 18}, {23, "IQ4_XS", 256, 136}, {34, "TQ1_0", 256, 54}, {35, "TQ2_0", 256, 66},
+    {39, "MXFP4", 32, 17},  {40, "NVFP4", 64, 36},
+};
+
+// A GGML weight of random blocks (any bits are a valid block; NaN and Inf scales included).
+inline Weight ggml_weight(const GgmlBlockType& type, std::uint64_t n, std::uint64_t k, Rng& rng) {
+  Weight w;
+  w.t.name = fmt::format("{}.weight", type.name);
+  w.t.params.scheme = formats::QuantScheme::kGgml;
+  w.t.params.ggml_type = type.id;
+  w.t.rows = n;
+  w.t.cols = k;
+  const std::uint64_t row_bytes = k / type.elems * type.bytes;
+  w.add("blocks", DType::kU8, Shape{n, row_bytes}, random_bytes(n * row_bytes, rng));
+  return w;
+}
+
+// Every case; `large` adds weights big enough that the GPU kernels' grid strides.
 // A row-parallel GPTQ shard as qload's tensor-parallel plan makes it: the second half of K of
 // `whole` (qweight rows and g_idx sliced), its scales and zeros whole, so g_idx indexes all of
 // the weight's groups (QuantParams::groups). `whole` has a g_idx and K a multiple of 64.
@@ -195,7 +223,10 @@ inline std::vector<Case> device_cases(bool large) {
     cases.push_back({fmt::format("gptq {}-bit row-parallel shard", bits),
                      gptq_second_half_of_k(make_gptq({bits, 32, 2, false, true, DType::kF16}, 256, 40, rng))});
   cases.push_back({"ct int8 row-parallel shard", ct_int_second_half_of_k(rng).shard});
+  for (const GgmlBlockType& type : kGgmlBlockTypes)
+    cases.push_back({fmt::format("ggml {}", type.name), ggml_weight(type, 7, 3 * 256, rng)});
   if (!large) return cases;
+  cases.push_back({"ggml Q4_K large", ggml_weight(kGgmlBlockTypes[8], 2600, 4096, rng)});
   cases.push_back({"gptq 4-bit large act-order", make_gptq({4, 128, 2, false, true, DType::kF16}, 4128, 2600, rng)});
   cases.push_back({"fp8 block large", fp8_weight(DType::kF8_E4M3, ScaleLayout::kBlock, DType::kF32, 2600, 4128, rng)});
   return cases;

@@ -1,15 +1,17 @@
-// Dequantizing on load onto a GPU: the packed parts go from the (unpinned) scratch arena
+// Dequantizing on load onto a GPU (FP8 safetensors, GGUF blocks): the packed parts go from the (unpinned) scratch arena
 // through each copy lane's bounded pinned bounce buffers to the kernel, and the weights equal
 // the CPU's dequantization byte for byte. On the simulated runtime, also: the most host memory
 // pinned at once stays within the staging pool and the bounce buffers, however large the
 // packed weights (it used to pin the whole scratch arena).
 #include <catch2/catch.hpp>
 
+#include <cstring>
 #include <fstream>
 #include <random>
 
 #include <fmt/format.h>
 
+#include "formats/gguf_bytes.hpp"
 #include "qload/formats/safetensors_writer.hpp"
 #include "qload/runtime/cuda.hpp"
 #include "qload/scheduler/load.hpp"
@@ -111,4 +113,53 @@ TEST_CASE("gpu load: dequantizing onto a GPU equals the CPU, through bounded pin
   CHECK(cudasim::peak_pinned_bytes() <= bound);
   CHECK(cudasim::peak_pinned_bytes() > 0);
 #endif
+}
+
+TEST_CASE("gpu load: GGUF block weights (2-D and stacked experts) dequantize on a GPU as on the CPU", "[gpu]") {
+  const CudaInfo info = probe_cuda();
+  if (info.devices.empty()) {
+    WARN("SKIPPED [gpu]: no GPU visible: " << info.unavailable_reason);
+    return;
+  }
+  // Q4_K [2, 64, 512] (experts), Q6_K [96, 256] and an F32 norm, random blocks with f16 scales
+  // below 1/8 so every value is finite.
+  constexpr std::uint32_t kQ4K = 12, kQ6K = 14, kF32 = 0;
+  std::mt19937 rng(3);
+  const auto blocks = [&](std::uint64_t count, std::uint32_t bytes, std::initializer_list<std::size_t> f16_at) {
+    std::vector<std::byte> b(count * bytes);
+    for (auto& x : b) x = static_cast<std::byte>(rng());
+    for (std::uint64_t i = 0; i < count; ++i)
+      for (const std::size_t at : f16_at) {
+        const auto h = static_cast<std::uint16_t>(rng() % 0x3000);
+        std::memcpy(b.data() + i * bytes + at, &h, 2);
+      }
+    return b;
+  };
+  const std::vector<std::byte> experts = blocks(2 * 64 * 2, 144, {0, 2});
+  const std::vector<std::byte> down = blocks(96, 210, {208});
+  GgufBytes g;
+  g.header(3, 0)
+      .tensor("blk.0.ffn_up_exps.weight", {512, 64, 2}, kQ4K, 0)
+      .tensor("blk.0.ffn_down.weight", {256, 96}, kQ6K, experts.size())
+      .tensor("output_norm.weight", {64}, kF32, experts.size() + down.size());
+  g.pad_to(32).data(experts).data(down).data(std::vector<std::byte>(256, std::byte{0}));
+  ScratchDir dir;
+  write_file(dir.file("m.gguf"), g.bytes);
+
+  auto cpu = load_source(dir.file("m.gguf"), dequantizing_to(Device{}));
+  REQUIRE(cpu);
+  auto on_gpu = load_source(dir.file("m.gguf"), dequantizing_to(Device{.kind = Device::Kind::kCuda, .index = 0}));
+  REQUIRE(on_gpu);
+  REQUIRE(on_gpu->tensors().size() == 3);
+  CHECK(on_gpu->find("blk.0.ffn_up_exps.weight")->shape == Shape{2, 64, 512});
+  CHECK(on_gpu->find("blk.0.ffn_down.weight")->shape == Shape{96, 256});
+  for (const DeviceTensor& t : on_gpu->tensors()) {
+    INFO(t.name);
+    const DeviceTensor* reference = cpu->find(t.name);
+    REQUIRE(reference != nullptr);
+    REQUIRE(t.nbytes == reference->nbytes);
+    std::vector<std::byte> got(static_cast<std::size_t>(t.nbytes));
+    REQUIRE(on_gpu->copy_to_host(t, 0, got));
+    CHECK(std::ranges::equal(got, std::span(reference->data, static_cast<std::size_t>(reference->nbytes))));
+  }
 }

@@ -8,7 +8,8 @@ namespace {
 constexpr std::uint32_t kQK = 256;  // elements per K-quant super-block
 
 // From ggml.h / ggml-common.h; equal to gguf-py 0.19's GGML_QUANT_SIZES (checked by
-// python/tests/gguf/test_gguf.py).
+// python/tests/gguf/test_gguf.py) but for Q8_1: ggml's block_q8_1 holds d and s as f16 (36
+// bytes) since 2023, gguf-py still says two f32 (40). llama.cpp is the reader of record.
 constexpr std::array<GgmlType, 34> kTypes{{
     {0, "F32", 1, 4, DType::kF32},
     {1, "F16", 1, 2, DType::kF16},
@@ -17,7 +18,7 @@ constexpr std::array<GgmlType, 34> kTypes{{
     {6, "Q5_0", 32, 2 + 4 + 16, std::nullopt},
     {7, "Q5_1", 32, 2 + 2 + 4 + 16, std::nullopt},
     {8, "Q8_0", 32, 2 + 32, std::nullopt},
-    {9, "Q8_1", 32, 4 + 4 + 32, std::nullopt},
+    {9, "Q8_1", 32, 2 + 2 + 32, std::nullopt},
     {10, "Q2_K", kQK, 2 + 2 + kQK / 16 + kQK / 4, std::nullopt},
     {11, "Q3_K", kQK, 2 + kQK / 4 + kQK / 8 + 12, std::nullopt},
     {12, "Q4_K", kQK, 2 + 2 + kQK / 2 + 12, std::nullopt},

@@ -71,9 +71,9 @@ Status check_split_keys(const GgufHeader& h, const std::string& path, unsigned i
   return {};
 }
 
-// One catalog over `paths` (one file, or a split GGUF's files in order): plain-typed tensors as
-// they are (numpy's dims order: ggml's reversed); ggml's block-quantized types are refused for
-// now, naming the tensor. The metadata is the first file's.
+// One catalog over `paths` (one file, or a split GGUF's files in order): tensors in numpy's
+// dims order (ggml's reversed), plain types as they are, block-quantized ones as their bytes
+// (TensorEntry::ggml_type). The metadata is the first file's.
 Result<Catalog> catalog_of(const std::vector<std::string>& paths, const std::string& source, bool split) {
   Catalog catalog;
   catalog.format = "gguf";
@@ -93,21 +93,21 @@ Result<Catalog> catalog_of(const std::vector<std::string>& paths, const std::str
     for (const GgufTensorInfo& t : header.tensors) {
       const gguf::GgmlType& type = *gguf::find_ggml_type(t.ggml_type);  // the parser checked it
       const std::uint64_t offset = header.data_offset + t.offset;
-      if (!type.dtype)
-        return fail(located(Errc::kUnsupported,
-                            fmt::format("ggml type {}: GGML block-quantized tensors are not loaded yet (only F32, "
-                                        "F16, BF16, F64 and integer tensors)",
-                                        type.name),
-                            path, t.name, offset));
       if (!names.insert(t.name).second)
         return fail(located(Errc::kCorrupt, "the tensor is in two files of this split GGUF", path, t.name, offset));
       std::vector<std::uint64_t> dims(t.ne.rbegin(), t.ne.rend());
+      std::optional<std::uint32_t> block_type;
+      if (!type.dtype) {  // raw blocks: the last dim counts bytes (the parser checked whole blocks)
+        dims.back() = dims.back() / type.block_elems * type.block_bytes;
+        block_type = type.id;
+      }
       catalog.tensors.push_back(TensorEntry{.name = t.name,
                                             .file = static_cast<std::uint32_t>(f),
                                             .offset = offset,
                                             .nbytes = t.nbytes,
-                                            .dtype = *type.dtype,
-                                            .shape = Shape(std::move(dims))});
+                                            .dtype = type.dtype.value_or(DType::kU8),
+                                            .shape = Shape(std::move(dims)),
+                                            .ggml_type = block_type});
     }
   }
   catalog.index_names();

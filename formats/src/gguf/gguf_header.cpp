@@ -243,6 +243,11 @@ std::string ggml_type_name(std::uint32_t ggml_type) {
   return t != nullptr ? std::string(t->name) : fmt::format("type {}", ggml_type);
 }
 
+GgmlBlockSize ggml_block_size(std::uint32_t ggml_type) {
+  const gguf::GgmlType* type = gguf::find_ggml_type(ggml_type);
+  return type == nullptr ? GgmlBlockSize{} : GgmlBlockSize{.elems = type->block_elems, .bytes = type->block_bytes};
+}
+
 Result<GgufHeader> parse_gguf_bytes(std::span<const std::byte> prefix, std::uint64_t file_size, const std::string& path,
                                     std::uint64_t* wanted) {
   if (prefix.size() > file_size) prefix = prefix.first(static_cast<std::size_t>(file_size));

@@ -27,6 +27,14 @@ Status dequantize_ct_int(const LogicalTensor& t, std::span<const PartBytes> part
 Status dequantize_fp8(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t row_begin,
                       std::uint64_t row_end, std::span<float> out);
 
+// GGML blocks (GGUF): the decoder (ggml.cpp); whether a ggml type has one here; the logical
+// weight of catalog tensor `index` (one with a ggml_type).
+Status dequantize_ggml(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t row_begin,
+                       std::uint64_t row_end, std::span<float> out);
+bool ggml_decodable(std::uint32_t ggml_type);
+Result<LogicalTensor> ggml_weight(const Catalog& catalog, std::uint32_t index);
+QuantLayoutText ggml_layout(const LogicalTensor& t);  // describe_layout's words for a GGML type
+
 // How an FP8 scale tensor covers the [N, K] weight: weight row n, column k uses scale element
 // (n / rows_per_scale) * scale_cols + k / cols_per_scale.
 struct ScaleGrid {

@@ -186,6 +186,12 @@ QLOAD_DEQUANT_HD void store_element(const DequantArgs& a, std::uint64_t i, float
   }
 }
 
+}  // namespace qload::formats::detail::element
+
+#include "ggml_element.hpp"
+
+namespace qload::formats::detail::element {
+
 // The element by scheme (the kernels dispatch once per launch instead).
 inline float dequantize_element(const DequantArgs& a, std::uint64_t n, std::uint64_t k) {
   switch (a.scheme) {
@@ -195,6 +201,11 @@ inline float dequantize_element(const DequantArgs& a, std::uint64_t n, std::uint
     case DeviceScheme::kCtPacked: return CtPacked::value(a, n, k);
     case DeviceScheme::kCtInt: return CtInt::value(a, n, k);
     case DeviceScheme::kFp8: return Fp8::value(a, n, k);
+    case DeviceScheme::kGgml: {
+      float v = 0.0f;
+      ggml::with_block_type(a.ggml_type, [&](auto block) { v = ggml::Scheme<decltype(block)>::value(a, n, k); });
+      return v;
+    }
   }
   return 0.0f;
 }

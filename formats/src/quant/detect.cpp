@@ -9,8 +9,10 @@
 
 #include <fmt/format.h>
 
+#include "decoders.hpp"
 #include "detect.hpp"
 #include "located_error.hpp"
+#include "qload/formats/gguf.hpp"
 
 namespace qload::formats {
 
@@ -22,8 +24,14 @@ std::string_view quant_scheme_name(QuantScheme scheme) noexcept {
     case QuantScheme::kFp8: return "fp8";
     case QuantScheme::kCtPacked: return "ct-pack-quantized";
     case QuantScheme::kCtInt: return "ct-int-quantized";
+    case QuantScheme::kGgml: return "ggml";
   }
   return "unknown";
+}
+
+std::string weight_scheme_name(const QuantParams& params) {
+  if (params.scheme == QuantScheme::kGgml) return fmt::format("ggml-{}", ggml_type_name(params.ggml_type));
+  return std::string(quant_scheme_name(params.scheme));
 }
 
 std::optional<std::uint32_t> LogicalTensor::part(std::string_view role) const {
@@ -304,17 +312,10 @@ Status detect_from_names(const Catalog& catalog, const Modules& modules, Quantiz
 }  // namespace
 }  // namespace detail
 
-Result<QuantizedCatalog> detect_quantization(const Catalog& catalog) {
-  QLOAD_ASSIGN_OR_RETURN(const std::optional<detail::QuantConfig> config, detail::read_quant_config(catalog));
-  const detail::Modules modules = detail::group_modules(catalog);
-  QuantizedCatalog out;
-  if (config) {
-    out.method = config->method;
-    out.config_source = config->source;
-    QLOAD_TRY(detail::detect_with_config(catalog, *config, modules, out));
-  } else {
-    QLOAD_TRY(detail::detect_from_names(catalog, modules, out));
-  }
+namespace {
+
+// The weights, sorted by name, and every catalog tensor that is part of none.
+QuantizedCatalog with_plain_tensors(const Catalog& catalog, QuantizedCatalog out) {
   std::sort(out.logical.begin(), out.logical.end(),
             [](const LogicalTensor& a, const LogicalTensor& b) { return a.name < b.name; });
   std::vector<bool> used(catalog.tensors.size(), false);
@@ -323,6 +324,35 @@ Result<QuantizedCatalog> detect_quantization(const Catalog& catalog) {
   for (std::uint32_t i = 0; i < catalog.tensors.size(); ++i)
     if (!used[i]) out.plain.push_back(i);
   return out;
+}
+
+}  // namespace
+
+Result<QuantizedCatalog> detect_quantization(const Catalog& catalog) {
+  QuantizedCatalog out;
+  if (catalog.format == "gguf") {
+    // GGUF names each tensor's type itself: every block-typed tensor is a quantized weight.
+    for (std::uint32_t i = 0; i < catalog.tensors.size(); ++i) {
+      if (!catalog.tensors[i].ggml_type) continue;
+      QLOAD_ASSIGN_OR_RETURN(LogicalTensor logical, detail::ggml_weight(catalog, i));
+      out.logical.push_back(std::move(logical));
+    }
+    if (!out.logical.empty()) {
+      out.method = "gguf";
+      out.config_source = "GGUF tensor types";
+    }
+    return with_plain_tensors(catalog, std::move(out));
+  }
+  QLOAD_ASSIGN_OR_RETURN(const std::optional<detail::QuantConfig> config, detail::read_quant_config(catalog));
+  const detail::Modules modules = detail::group_modules(catalog);
+  if (config) {
+    out.method = config->method;
+    out.config_source = config->source;
+    QLOAD_TRY(detail::detect_with_config(catalog, *config, modules, out));
+  } else {
+    QLOAD_TRY(detail::detect_from_names(catalog, modules, out));
+  }
+  return with_plain_tensors(catalog, std::move(out));
 }
 
 }  // namespace qload::formats

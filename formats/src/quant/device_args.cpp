@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "../gguf/ggml_types.hpp"
 #include "decoders.hpp"
 #include "qload/formats/quant_pack.hpp"
 
@@ -136,7 +137,8 @@ Status describe_integer(const LogicalTensor& t, const DeviceParts& parts, Dequan
       set_groups(a, t.cols, p.scale_layout == ScaleLayout::kGroup ? p.group_size : 0, shapes.groups);
       return {};
     }
-    case QuantScheme::kFp8: break;
+    case QuantScheme::kFp8:
+    case QuantScheme::kGgml: break;
   }
   return fail(Errc::kInternal, "describe_integer: not an integer scheme");
 }
@@ -152,6 +154,16 @@ Status describe_fp8(const LogicalTensor& t, std::span<const PartBytes> host, con
   a.cols_per_scale = fp8.grid.cols_per_scale;
   a.scale_cols = fp8.grid.scale_cols;
   return {};
+}
+
+// GGML blocks: the checks (check_quantized_parts) made the rows whole blocks of a known type.
+Status describe_ggml(const LogicalTensor& t, const DeviceParts& parts, DequantArgs& a) {
+  const gguf::GgmlType* type = gguf::find_ggml_type(t.params.ggml_type);
+  if (type == nullptr) return fail(Errc::kInternal, "describe_ggml: unknown ggml type");
+  a.scheme = DeviceScheme::kGgml;
+  a.ggml_type = type->id;
+  a.row_bytes = t.cols / type->block_elems * type->block_bytes;
+  return bind(parts, "blocks", a.codes);
 }
 
 Status check_request(const LogicalTensor& t, std::span<const PartBytes> host_parts,
@@ -185,6 +197,8 @@ Result<DequantArgs> describe_dequantize(const LogicalTensor& tensor, std::span<c
   args.cols = tensor.cols;
   if (tensor.params.scheme == QuantScheme::kFp8) {
     QLOAD_TRY(describe_fp8(tensor, host_parts, parts, args));
+  } else if (tensor.params.scheme == QuantScheme::kGgml) {
+    QLOAD_TRY(describe_ggml(tensor, parts, args));
   } else {
     QLOAD_TRY(describe_integer(tensor, parts, args));
   }

@@ -1,6 +1,7 @@
 // describe_layout (quant.hpp): a quantized weight's scale and zero-point layout in words.
 #include <fmt/format.h>
 
+#include "decoders.hpp"
 #include "qload/formats/quant.hpp"
 
 namespace qload::formats {
@@ -24,6 +25,7 @@ std::string scale_text(const LogicalTensor& w) {
 }  // namespace
 
 QuantLayoutText describe_layout(const LogicalTensor& w, const Catalog& catalog) {
+  if (w.params.scheme == QuantScheme::kGgml) return detail::ggml_layout(w);
   QuantLayoutText out;
   out.scales = scale_text(w);
   for (const char* role : {"scales", "weight_scale_inv", "weight_scale"})

@@ -114,7 +114,8 @@ Result<PackedShapes> packed_shapes(const LogicalTensor& t) {
       s.has_zeros = !p.sym;
       if (s.has_zeros) s.zeros = s.scales;
       return s;
-    case QuantScheme::kFp8: break;
+    case QuantScheme::kFp8:
+    case QuantScheme::kGgml: break;
   }
   return unsupported(t, fmt::format("{} is not an integer packed scheme", static_cast<int>(p.scheme)));
 }

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -32,6 +33,10 @@ struct TensorEntry {
   std::uint64_t nbytes = 0;  // stored bytes (checked against dtype x shape)
   DType dtype = DType::kU8;  // storage dtype
   Shape shape;
+  // GGUF: a tensor in one of ggml's block-quantized types (Q4_K, MXFP4...) is stored as U8
+  // [..., bytes per row] (gguf-py's reader gives the same) and this names the type; its
+  // decoded shape has elements in the last dim. detect_quantization makes it a quantized weight.
+  std::optional<std::uint32_t> ggml_type;
 };
 
 struct Catalog {

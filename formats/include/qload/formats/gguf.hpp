@@ -60,4 +60,11 @@ Result<GgufHeader> read_gguf_header(const std::string& path);
 // The ggml type's name ("Q4_K"), or "type N" for an unknown one.
 std::string ggml_type_name(std::uint32_t ggml_type);
 
+// A ggml type's block: `elems` elements in `bytes` bytes ({0, 0} for an unknown type).
+struct GgmlBlockSize {
+  std::uint32_t elems = 0;
+  std::uint32_t bytes = 0;
+};
+GgmlBlockSize ggml_block_size(std::uint32_t ggml_type);
+
 }  // namespace qload::formats

@@ -46,6 +46,10 @@ enum class QuantScheme : std::uint8_t {
   // compressed-tensors int-quantized / naive-quantized: weight I8 [N, K], weight_scale
   // [N, groups] / [N, 1] / [1], weight_zero_point (asym, same shape), weight_g_idx optional.
   kCtInt,
+  // GGML blocks (GGUF's quantized tensor types): blocks U8 [..., K / block_elems * block_bytes],
+  // each row of K elements a run of self-contained blocks (scales inside); the type is
+  // QuantParams::ggml_type. Formulas per type: formats/src/quant/ggml_element.hpp.
+  kGgml,
 };
 std::string_view quant_scheme_name(QuantScheme scheme) noexcept;
 
@@ -70,7 +74,13 @@ struct QuantParams {
   // compressed-tensors packing of widths other than 1/2/4/8: a dense bitstream (true, newer
   // writers) or 32/b values per word with the high bits unused (false, before mid 2026).
   bool dense_bitstream = true;
+  std::uint32_t ggml_type = 0;  // kGgml: ggml's type id (12 = Q4_K)
 };
+
+// A weight's scheme as users name it: quant_scheme_name, and for GGML the block type too
+// ("ggml-Q4_K").
+struct QuantParams;
+std::string weight_scheme_name(const QuantParams& params);
 
 // One quantized weight and the stored tensors (parts) it is made of.
 struct LogicalTensor {
@@ -78,12 +88,16 @@ struct LogicalTensor {
   QuantParams params;
   std::uint64_t rows = 0;  // N, out features
   std::uint64_t cols = 0;  // K, in features
+  // The dequantized weight's shape when it is not [rows, cols] (GGML: [K] or [E, N, K], rows
+  // being the product of the outer dims); empty: [rows, cols].
+  Shape shape;
   // role -> index into Catalog::tensors. Roles: qweight, qzeros, scales, g_idx (GPTQ/AWQ);
   // weight, weight_scale, weight_scale_inv, input_scale (FP8); weight_packed, weight_scale,
-  // weight_zero_point, weight_shape, weight_g_idx (compressed-tensors); weight (kCtInt).
+  // weight_zero_point, weight_shape, weight_g_idx (compressed-tensors); weight (kCtInt); blocks (kGgml).
   std::vector<std::pair<std::string, std::uint32_t>> parts;
 
   std::optional<std::uint32_t> part(std::string_view role) const;
+  Shape dequantized_shape() const { return shape.rank() > 0 ? shape : Shape{rows, cols}; }
 };
 
 // How a quantized weight's scales and zero points are laid out, in words (`qload inspect`):
@@ -98,8 +112,8 @@ struct QuantLayoutText {
 QuantLayoutText describe_layout(const LogicalTensor& weight, const Catalog& catalog);
 
 struct QuantizedCatalog {
-  std::string method;         // "gptq", "awq", "fp8", "fbgemm_fp8", "modelopt", "compressed-tensors"; empty: none
-  std::string config_source;  // the file the scheme came from ("config.json", "quantize_config.json", ...)
+  std::string method;  // "gptq", "awq", "fp8", "fbgemm_fp8", "modelopt", "compressed-tensors", "gguf"; empty: none
+  std::string config_source;           // the file the scheme came from ("config.json", "quantize_config.json", ...)
   std::vector<LogicalTensor> logical;  // sorted by name
   // Catalog tensors that belong to no logical tensor (embeddings, norms, biases, ignored
   // modules): loaded as they are.
