@@ -64,6 +64,9 @@ constexpr std::array<SettingSpec, kSettingCount> kTable{{
     {.name = "nccl_timeout", .env = "QLOAD_NCCL_TIMEOUT", .recipe_key = "",
      .kind = SettingKind::kDuration, .field = &S::nccl_timeout, .min = 1, .max = 86'400'000,
      .doc = "how long creating NCCL communicators, or one broadcast, may take before every rank aborts them"},
+    {.name = "gptq_v1_zeros", .env = "QLOAD_GPTQ_V1_ZEROS", .recipe_key = "", .kind = SettingKind::kChoice,
+     .field = &S::gptq_v1_zeros, .choices = "auto|per-field|whole-word",
+     .doc = "how GPTQ v1 zero points (stored as z - 1) are read: as their writer did (auto: whole words for GPTQModel's files, else per field), per field like exllama and vLLM, or by whole words like GPTQModel"},
 }};
 // clang-format on
 

@@ -31,6 +31,13 @@ Status LoadOptions::apply(const Settings& s) {
   plan.tensor_alignment = s.tensor_alignment;
   plan.max_gap_bytes = s.max_gap_bytes;
   map_peer_memory = s.map_peer_memory;
+  if (s.gptq_v1_zeros == "auto")
+    plan.gptq_v1_whole_word.reset();
+  else if (s.gptq_v1_zeros == "per-field" || s.gptq_v1_zeros == "whole-word")
+    plan.gptq_v1_whole_word = s.gptq_v1_zeros == "whole-word";
+  else
+    return fail(Errc::kInvalidArgument,
+                fmt::format("gptq_v1_zeros '{}' is not auto, per-field or whole-word", s.gptq_v1_zeros));
   return {};
 }
 

@@ -441,6 +441,10 @@ Result<TensorRoles> plan_quantization(const formats::Catalog& catalog, const Pla
   TensorRoles roles{.to_scratch = std::vector<bool>(catalog.tensors.size(), false),
                     .quantized_part = std::vector<bool>(catalog.tensors.size(), false)};
   auto detected = formats::detect_quantization(catalog);
+  if (detected && options.gptq_v1_whole_word)  // the gptq_v1_zeros setting
+    for (formats::LogicalTensor& lt : detected->logical)
+      if (lt.params.scheme == formats::QuantScheme::kGptq && lt.params.gptq_version == 1)
+        lt.params.gptq_v1_whole_word = *options.gptq_v1_whole_word;
   if (!options.dtype && !options.dequantize && !options.quantize && !options.repack && !options.weight_policy) {
     // Nothing depends on it: a scheme qload cannot describe still loads as raw tensors.
     if (detected)

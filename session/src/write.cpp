@@ -1,9 +1,11 @@
 #include "qload/session/write.hpp"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "qload/formats/safetensors_writer.hpp"
@@ -93,6 +95,24 @@ Status create_directory(const std::string& dir) {
   return {};
 }
 
+// GGML blocks written to safetensors as bytes would be a checkpoint no reader understands.
+Status check_no_raw_ggml_blocks(const scheduler::Plan& plan) {
+  if (!plan.quant) return {};
+  for (std::uint32_t l = 0; l < plan.quant->logical.size(); ++l) {
+    const formats::LogicalTensor& lt = plan.quant->logical[l];
+    if (lt.params.scheme != formats::QuantScheme::kGgml) continue;
+    const bool decoded = std::ranges::any_of(plan.decodes, [&](const scheduler::DecodeJob& job) {
+      return job.kind == scheduler::DecodeJob::Kind::kDequantize && job.logical == l;
+    });
+    if (!decoded)
+      return fail(Error(Errc::kUnsupported,
+                        fmt::format("{} blocks have no safetensors form: convert with --dequantize bf16 (or f16, f32)",
+                                    formats::weight_scheme_name(lt.params)))
+                      .with_tensor(lt.name));
+  }
+  return {};
+}
+
 }  // namespace
 
 Status dump(const scheduler::Model& model, const std::string& dir, const std::string& prefix) {
@@ -116,6 +136,7 @@ Status dump(const scheduler::Model& model, const std::string& dir, const std::st
 Result<Converted> convert(const LoadSpec& spec, const std::string& out, const Logger& log) {
   QLOAD_ASSIGN_OR_RETURN(LoadRequest request, build_request(spec, log));
   QLOAD_ASSIGN_OR_RETURN(const PlannedLoad planned, prepare(std::move(request)));
+  QLOAD_TRY(check_no_raw_ggml_blocks(planned.plan));
   QLOAD_ASSIGN_OR_RETURN(const scheduler::Model model,
                          scheduler::load(planned.catalog, planned.plan, planned.request.options));
   QLOAD_TRY(create_directory(out));

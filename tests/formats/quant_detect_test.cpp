@@ -167,6 +167,18 @@ TEST_CASE("gptq version: checkpoint_format / format select v1 or v2, others are 
   CHECK(version_of(R"(,"checkpoint_format":"gptq_v2")") == 2);
   CHECK(version_of(R"(,"format":"GPTQ_V2")") == 2);
   CHECK(version_of(R"(,"format":"gptq_v2","checkpoint_format":"gptq_v2")") == 2);
+  // GPTQModel's v1 files store zeros by whole words; everyone else's per field.
+  const auto whole_word_of = [&](const std::string& extra) {
+    const auto q =
+        detect_quantization(make_catalog(ts, R"({"quant_method":"gptq","bits":4,"group_size":128)" + extra + "}"));
+    REQUIRE(q);
+    return only_logical(*q).params.gptq_v1_whole_word;
+  };
+  CHECK(whole_word_of(R"(,"meta":{"quantizer":["gptqmodel:4.2.5"]})"));
+  CHECK(whole_word_of(R"(,"checkpoint_format":"gptq","meta":{"quantizer":"GPTQModel:1.0"})"));
+  CHECK_FALSE(whole_word_of(""));                                                  // AutoGPTQ writes no meta
+  CHECK_FALSE(whole_word_of(R"(,"meta":{"quantizer":["llmcompressor:0.6"]})"));  // another writer
+  CHECK_FALSE(whole_word_of(R"(,"format":"gptq_v2","meta":{"quantizer":["gptqmodel:4.2.5"]})"));  // v2: no z - 1
   check_error(detect_quantization(make_catalog(
                   ts, R"({"quant_method":"gptq","bits":4,"checkpoint_format":"gptq","format":"gptq_v2"})")),
               {.code = Errc::kCorrupt,

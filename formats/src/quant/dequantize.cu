@@ -58,10 +58,10 @@ cudaError_t enqueue(const DequantArgs& a, int device, cudaStream_t stream) {
     case DeviceScheme::kCtInt: return launch<element::CtInt>(a, sm_count, stream);
     case DeviceScheme::kFp8: return launch<element::Fp8>(a, sm_count, stream);
     case DeviceScheme::kGgml: {
-      cudaError_t err = cudaErrorInvalidValue;  // a type with no decoder (the host checked)
+      cudaError_t launched = cudaErrorInvalidValue;  // a type with no decoder (the host checked)
       ggml::with_block_type(a.ggml_type,
-                            [&](auto block) { err = launch<ggml::Scheme<decltype(block)>>(a, sm_count, stream); });
-      return err;
+                            [&](auto block) { launched = launch<ggml::Scheme<decltype(block)>>(a, sm_count, stream); });
+      return launched;
     }
   }
   return cudaErrorInvalidValue;

@@ -103,8 +103,13 @@ struct Gptq {
     const std::uint64_t g = group_of(a, k);
     // Column n of qweight is a bitstream along K: word j of it is qweight[j * N + n].
     const auto q = static_cast<std::int32_t>(field(a.weight + n, a.rows, k, b));
-    std::uint32_t z = field(a.zeros + g * a.zero_words, 1, n, b);
-    if (a.gptq_v1) z = (z + 1) & mask_of(b);
+    std::uint32_t z;
+    if (a.gptq_v1_word_offset != 0) {  // whole words: b divides 32
+      z = ((a.zeros[g * a.zero_words + n * b / 32] + a.gptq_v1_word_offset) >> (n * b % 32)) & mask_of(b);
+    } else {
+      z = field(a.zeros + g * a.zero_words, 1, n, b);
+      if (a.gptq_v1) z = (z + 1) & mask_of(b);
+    }
     const float s = load_float(a.scales, a.scale_type, g * a.rows + n);
     return times(s, q - static_cast<std::int32_t>(z));
   }

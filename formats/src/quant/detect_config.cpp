@@ -1,6 +1,8 @@
 // GPTQ, AWQ and FP8 configs (config.json quantization_config, AutoGPTQ quantize_config.json,
 // AutoAWQ quant_config.json, ModelOpt hf_quant_config.json) as detection rules. The keys and
 // their meaning: ../shared/formats.md sections 1-3; the decisions: docs/formats.md.
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "detect_config.hpp"
@@ -42,6 +44,20 @@ Result<std::uint32_t> gptq_version(const Json& config, const JsonPlace& place) {
       place.path));
 }
 
+// Whether GPTQModel wrote the checkpoint: its meta.quantizer (a list like ["gptqmodel:4.0.0"],
+// or one string) names it. Its v1 zeros are stored by whole words (QuantParams).
+Result<bool> written_by_gptqmodel(const Json& config, const JsonPlace& place) {
+  QLOAD_ASSIGN_OR_RETURN(const Json* meta, get_object(config, "meta", place));
+  if (meta == nullptr) return false;
+  const auto names = [](const Json& v) {
+    return v.is_string() && lower_ascii(v.get<std::string>()).starts_with("gptqmodel");
+  };
+  const auto quantizer = meta->find("quantizer");
+  if (quantizer == meta->end()) return false;
+  if (quantizer->is_array()) return std::ranges::any_of(*quantizer, names);
+  return names(*quantizer);
+}
+
 // GPTQModel `dynamic`: "-:<regex>" keys skip modules; per-module overrides are not supported.
 Result<std::vector<ModulePattern>> gptq_dynamic(const Json& config, const JsonPlace& place) {
   std::vector<ModulePattern> skip;
@@ -81,6 +97,7 @@ Result<QuantConfig> parse_gptq(const Json& config, const JsonPlace& place) {
     return fail(config_error(Errc::kUnsupported, "GPTQ Marlin-format checkpoints (is_marlin_format) are not supported",
                              place.path));
   QLOAD_ASSIGN_OR_RETURN(const std::uint32_t version, gptq_version(config, place));
+  QLOAD_ASSIGN_OR_RETURN(const bool gptqmodel, written_by_gptqmodel(config, place));
   QuantConfig out{.method = "gptq", .exclude_key = "dynamic"};
   QLOAD_ASSIGN_OR_RETURN(out.exclude, gptq_dynamic(config, place));
   out.rules.push_back(Rule{.label = "gptq",
@@ -89,6 +106,7 @@ Result<QuantConfig> parse_gptq(const Json& config, const JsonPlace& place) {
                            .group_size = group,
                            .sym = sym.value_or(true),
                            .gptq_version = version,
+                           .gptq_v1_whole_word = version == 1 && gptqmodel,
                            .g_idx_required = desc_act.value_or(false)});
   return out;
 }

@@ -128,6 +128,7 @@ Result<LogicalTensor> build_gptq(Builder& b) {
                              .group_size = g,
                              .sym = b.rule.sym,
                              .gptq_version = b.rule.gptq_version,
+                             .gptq_v1_whole_word = b.rule.gptq_v1_whole_word,
                              .scale_layout = ScaleLayout::kGroup,
                              .weight_dtype = DType::kI32,
                              .scale_dtype = scales->dtype};

@@ -101,6 +101,7 @@ Status describe_integer(const LogicalTensor& t, const DeviceParts& parts, Dequan
       a.g_idx_type = index_type(parts.host("g_idx"));
       a.zero_words = shapes.zeros[1];
       a.gptq_v1 = p.gptq_version == 1;
+      a.gptq_v1_word_offset = a.gptq_v1 && p.gptq_v1_whole_word ? gptq_v1_word_offset(p.bits) : 0;
       set_groups(a, t.cols, p.group_size, shapes.groups);
       return {};
     case QuantScheme::kAwqGemm:

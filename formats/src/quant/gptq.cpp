@@ -2,8 +2,9 @@
 // bitstream along K (the b words of 32-row chunk t are qweight[t*b .. t*b+b-1, n]); qzeros
 // [groups, ceil(N*b/32)] holds row g as a bitstream along N; scales [groups, N].
 //   W[n, k] = scales[g, n] * (q[k, n] - z[g, n]),  g = g_idx[k] or k / group_size
-// v1 stores z - 1: z = (stored + 1) & (2^b - 1) per field (the inference kernels' reading; see
-// ../shared/formats.md section 1 for GPTQModel's whole-word variant).
+// v1 stores z - 1: z = (stored + 1) & (2^b - 1) per field (the inference kernels' reading), or
+// for GPTQModel's files the field of (stored word + gptq_v1_word_offset(b)) mod 2^32
+// (QuantParams::gptq_v1_whole_word; ../shared/formats.md section 1).
 #include <algorithm>
 #include <cstdint>
 #include <vector>
@@ -26,8 +27,16 @@ void load_row_params(const LogicalTensor& t, const GptqParts& p, const GroupMap&
   const unsigned b = t.params.bits;
   const std::uint32_t mask = field_mask(b);
   const bool v1 = t.params.gptq_version == 1;
+  const std::uint32_t word_offset = v1 && t.params.gptq_v1_whole_word ? gptq_v1_word_offset(b) : 0;
   for (std::uint64_t g = 0; g < groups.count; ++g) {
-    const std::uint32_t stored = get_field(p.qzeros->bytes.data() + g * p.zeros_words * 4, 1, n, b);
+    const std::byte* row = p.qzeros->bytes.data() + g * p.zeros_words * 4;
+    if (word_offset != 0) {  // b divides 32: the field is inside one word
+      const std::uint32_t word = load_word(row, n * b / 32) + word_offset;
+      z[g] = static_cast<std::int32_t>((word >> (n * b % 32)) & mask);
+      s[g] = load_scale(*p.scales, g * t.rows + n);
+      continue;
+    }
+    const std::uint32_t stored = get_field(row, 1, n, b);
     z[g] = static_cast<std::int32_t>(v1 ? (stored + 1) & mask : stored);
     s[g] = load_scale(*p.scales, g * t.rows + n);
   }

@@ -189,11 +189,17 @@ Status pack_gptq(const LogicalTensor& t, std::span<const std::uint8_t> q, std::s
     for (std::uint64_t c = 0; c < n; ++c) detail::or_field(qweight.data() + c * 4, n, k, b, q[k * n + c]);
   const std::uint64_t zw = s.zeros[1];
   const std::uint32_t mask = field_mask(b);
+  const std::uint32_t word_offset =
+      t.params.gptq_version == 1 && t.params.gptq_v1_whole_word ? gptq_v1_word_offset(b) : 0;
   for (std::uint64_t g = 0; g < s.groups; ++g)
     for (std::uint64_t c = 0; c < n; ++c) {
       const std::uint32_t z = zeros[g * n + c];
-      detail::or_field(qzeros.data() + g * zw * 4, 1, c, b, t.params.gptq_version == 1 ? (z - 1) & mask : z);
+      const bool per_field = t.params.gptq_version == 1 && word_offset == 0;
+      detail::or_field(qzeros.data() + g * zw * 4, 1, c, b, per_field ? (z - 1) & mask : z);
     }
+  // GPTQModel writes v1 as the v2 words minus the offset, borrowing across fields.
+  for (std::uint64_t i = 0; word_offset != 0 && i < s.groups * zw; ++i)
+    detail::store_word(qzeros.data(), i, detail::load_word(qzeros.data(), i) - word_offset);
   return {};
 }
 

@@ -78,6 +78,11 @@ Status gptq_v1_zeros_to_v2(const LogicalTensor& t, std::span<const std::byte> qz
   QLOAD_TRY(check_bytes(t, "qzeros_v2", qzeros_v2.size(), s.zeros, DType::kI32));
   const unsigned b = t.params.bits;
   const std::uint64_t zw = s.zeros[1];
+  if (const std::uint32_t offset = t.params.gptq_v1_whole_word ? gptq_v1_word_offset(b) : 0; offset != 0) {
+    for (std::uint64_t i = 0; i < s.groups * zw; ++i)  // GPTQModel's own v1 -> v2: every word plus offset
+      detail::store_word(qzeros_v2.data(), i, detail::load_word(qzeros_v1.data(), i) + offset);
+    return {};
+  }
   std::vector<std::byte> row(static_cast<std::size_t>(zw * 4));  // in and out may be the same bytes
   for (std::uint64_t g = 0; g < s.groups; ++g) {
     std::fill(row.begin(), row.end(), std::byte{0});

@@ -159,3 +159,19 @@ def test_convert_to_safetensors_keeps_every_tensor(tmp_path, qload_cli):
     for t in gguf.GGUFReader(str(path)).tensors:
         assert converted[t.name].shape == tuple(int(n) for n in reversed(t.shape)), t.name
         assert converted[t.name].tobytes() == np.asarray(t.data).tobytes(), t.name
+
+
+def test_convert_dequantizes_block_tensors(tmp_path, qload_cli):
+    blocks = block_tensors(np.random.default_rng(9))
+    path = write(tmp_path / "blocks.gguf", [(n, b, {"raw_dtype": t}) for n, b, t in blocks])
+    # Raw blocks in a safetensors file would be a checkpoint nobody can read: refused, by name.
+    run = subprocess.run([qload_cli, "convert", str(path), str(tmp_path / "raw")], capture_output=True, text=True)
+    assert run.returncode != 0
+    assert "blocks have no safetensors form" in run.stderr and "--dequantize" in run.stderr, run.stderr
+    subprocess.run([qload_cli, "convert", str(path), str(tmp_path / "out"), "--dequantize", "bf16"], check=True,
+                   capture_output=True)
+    converted = qload.load(tmp_path / "out", framework="np")
+    for name, raw, qtype in blocks:
+        want = gguf.quants.dequantize(raw, qtype).astype(ml_dtypes.bfloat16)
+        assert converted[name].shape == want.shape, name
+        assert converted[name].tobytes() == want.tobytes(), name

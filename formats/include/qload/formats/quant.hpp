@@ -53,6 +53,12 @@ enum class QuantScheme : std::uint8_t {
 };
 std::string_view quant_scheme_name(QuantScheme scheme) noexcept;
 
+// GPTQModel's v1 offset: a 1 in every b-bit field of a 32-bit word (0x55555555, 0x11111111,
+// 0x01010101 for 2, 4, 8 bits); 0 for 3 bits, whose fields cross words.
+constexpr std::uint32_t gptq_v1_word_offset(unsigned bits) noexcept {
+  return bits == 2 ? 0x55555555u : bits == 4 ? 0x11111111u : bits == 8 ? 0x01010101u : 0u;
+}
+
 // How FP8 and compressed-tensors scales broadcast over the [N, K] weight.
 enum class ScaleLayout : std::uint8_t { kTensor, kRow, kGroup, kBlock };
 
@@ -66,6 +72,11 @@ struct QuantParams {
   std::uint64_t groups = 0;
   bool sym = true;                 // symmetric: no stored zero points (compressed-tensors), or z = 2^(b-1) (GPTQ)
   std::uint32_t gptq_version = 2;  // 1: stored zeros are z - 1 (checkpoint_format "gptq" or missing)
+  // GPTQ v1: how z - 1 was stored, and so is read back. Per field (AutoGPTQ, exllama, vLLM:
+  // z = (stored + 1) & (2^b - 1)), or by whole words (GPTQModel: the v2 words minus
+  // gptq_v1_word_offset(b), borrows crossing fields; read back by adding it mod 2^32). 3-bit
+  // zeros are per field either way.
+  bool gptq_v1_whole_word = false;
   ScaleLayout scale_layout = ScaleLayout::kGroup;
   std::uint32_t block_rows = 0;      // kBlock: bn
   std::uint32_t block_cols = 0;      // kBlock: bk

@@ -40,7 +40,8 @@ Result<PackedShapes> packed_shapes(const LogicalTensor& t);
 
 // GPTQ: q [K][N] codes and zeros [groups][N] true zero points (both < 2^bits, row-major) to
 // qweight and qzeros. gptq_version 1 stores (z - 1) & (2^bits - 1) per field (no borrow into
-// the next field), version 2 stores z. Scales are stored as given ([groups, N]).
+// the next field), or with gptq_v1_whole_word the version-2 words minus gptq_v1_word_offset
+// (GPTQModel's writer, borrows and all); version 2 stores z. Scales are stored as given.
 Status pack_gptq(const LogicalTensor& t, std::span<const std::uint8_t> q, std::span<const std::uint8_t> zeros,
                  std::span<std::byte> qweight, std::span<std::byte> qzeros);
 

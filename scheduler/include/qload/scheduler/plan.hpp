@@ -115,6 +115,9 @@ struct PlanOptions {
   // "<prefix>.perm" (I32 [K]): input column k of the repacked weight is column perm[k] of the
   // original, so a server feeds x[perm]. Not with `dequantize`. Read mode only.
   bool repack = false;
+  // GPTQ v1 zero points read by whole words (true) or per field (false), overriding what
+  // detection chose from the checkpoint's writer (QuantParams::gptq_v1_whole_word); nullopt: keep.
+  std::optional<bool> gptq_v1_whole_word;
   // Per-weight rules (a recipe's quant rules), asked once at plan time for every quantized
   // weight (by its logical name, "<prefix>.weight") and every plain weight quantize-on-load
   // could take: a policy overrides dequantize / quantize / repack for that weight, nullopt
