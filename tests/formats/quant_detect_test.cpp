@@ -176,7 +176,7 @@ TEST_CASE("gptq version: checkpoint_format / format select v1 or v2, others are 
   };
   CHECK(whole_word_of(R"(,"meta":{"quantizer":["gptqmodel:4.2.5"]})"));
   CHECK(whole_word_of(R"(,"checkpoint_format":"gptq","meta":{"quantizer":"GPTQModel:1.0"})"));
-  CHECK_FALSE(whole_word_of(""));                                                  // AutoGPTQ writes no meta
+  CHECK_FALSE(whole_word_of(""));                                                // AutoGPTQ writes no meta
   CHECK_FALSE(whole_word_of(R"(,"meta":{"quantizer":["llmcompressor:0.6"]})"));  // another writer
   CHECK_FALSE(whole_word_of(R"(,"format":"gptq_v2","meta":{"quantizer":["gptqmodel:4.2.5"]})"));  // v2: no z - 1
   check_error(detect_quantization(make_catalog(

@@ -147,9 +147,9 @@ TEST_CASE("gpu load: GGUF block weights (2-D and stacked experts) dequantize on 
   write_file(dir.file("m.gguf"), g.bytes);
 
   auto cpu = load_source(dir.file("m.gguf"), dequantizing_to(Device{}));
-  REQUIRE(cpu);
+  if (!cpu) FAIL(cpu.error().to_string());
   auto on_gpu = load_source(dir.file("m.gguf"), dequantizing_to(Device{.kind = Device::Kind::kCuda, .index = 0}));
-  REQUIRE(on_gpu);
+  if (!on_gpu) FAIL(on_gpu.error().to_string());
   REQUIRE(on_gpu->tensors().size() == 3);
   CHECK(on_gpu->find("blk.0.ffn_up_exps.weight")->shape == Shape{2, 64, 512});
   CHECK(on_gpu->find("blk.0.ffn_down.weight")->shape == Shape{96, 256});

@@ -31,13 +31,13 @@ struct DequantArgs {
   DeviceCode code = DeviceCode::kE4M3;
   std::uint64_t weight_words = 0;  // words per packed row: AWQ GEMM/GEMV, CT packed
 
-  const std::uint32_t* zeros = nullptr;  // packed zero points (GPTQ, AWQ, CT packed); null: none
-  std::uint64_t zero_words = 0;          // words per qzeros row (GPTQ, AWQ GEMV)
-  bool gptq_v1 = false;                  // stored zero = z - 1 (per field)
+  const std::uint32_t* zeros = nullptr;   // packed zero points (GPTQ, AWQ, CT packed); null: none
+  std::uint64_t zero_words = 0;           // words per qzeros row (GPTQ, AWQ GEMV)
+  bool gptq_v1 = false;                   // stored zero = z - 1 (per field)
   std::uint32_t gptq_v1_word_offset = 0;  // non-zero: v1 read by whole words (GPTQModel), this added
-  bool dense = true;                     // CT packed: bitstream (true) or 32/b fields a word
-  const void* int_zeros = nullptr;       // CT int zero points, indexed like the scales; null: none
-  bool int_zeros_i8 = false;             // int8 zero points (else int32)
+  bool dense = true;                      // CT packed: bitstream (true) or 32/b fields a word
+  const void* int_zeros = nullptr;        // CT int zero points, indexed like the scales; null: none
+  bool int_zeros_i8 = false;              // int8 zero points (else int32)
 
   const void* scales = nullptr;
   DeviceFloat scale_type = DeviceFloat::kF16;

@@ -70,7 +70,7 @@ struct Rule {
   bool sym = true;
   std::uint32_t gptq_version = 1;
   bool gptq_v1_whole_word = false;  // QuantParams::gptq_v1_whole_word (GPTQModel wrote it)
-  bool g_idx_required = false;  // GPTQ desc_act, compressed-tensors actorder "group"
+  bool g_idx_required = false;      // GPTQ desc_act, compressed-tensors actorder "group"
   // FP8 / compressed-tensors: the scale layouts accepted, tried in order against the scale's shape.
   std::vector<ScaleLayout> layouts;
   std::uint32_t block_rows = 0;

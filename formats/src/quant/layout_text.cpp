@@ -41,7 +41,7 @@ QuantLayoutText describe_layout(const LogicalTensor& w, const Catalog& catalog) 
         fmt::format("{}, {}-bit packed along N in {}", per, p.bits, dtype_name(catalog.tensors[*qzeros].dtype));
     if (awq) out.zero_points += ", AWQ's interleaved order";
     if (p.scheme == QuantScheme::kGptq)
-      out.zero_points += p.gptq_version == 2           ? ", stored as z (GPTQ v2)"
+      out.zero_points += p.gptq_version == 2 ? ", stored as z (GPTQ v2)"
                          : p.gptq_v1_whole_word && gptq_v1_word_offset(p.bits) != 0
                              ? ", stored as z-1 by whole words (GPTQ v1, GPTQModel)"
                              : ", stored as z-1 per field (GPTQ v1)";
