@@ -90,6 +90,7 @@ Result<PartMap> part_map(const formats::LogicalTensor& lt, std::string_view role
       break;
     }
     case formats::QuantScheme::kAwqGemv:
+    case formats::QuantScheme::kMxfp4:
       return fail(weight_error(lt, fmt::format("tensor-parallel splits of {} weights are not supported",
                                                formats::quant_scheme_name(p.scheme))));
   }

@@ -1,7 +1,8 @@
 // GGML block decoding (GGUF's quantized types) on the CPU: known answers worked out by hand
 // from ggml-common.h's block layouts, and the K-quants against a transcription of the loops of
 // ggml-quants.c's dequantize_row_q{2,3,4,5,6}_K (a different indexing from qload's per-element
-// one). python/tests/gguf checks every type against gguf-py itself; quant_device_args_test and
+// one), and OCP MXFP4 as gpt-oss stores it. python/tests/gguf checks every type against gguf-py
+// itself (python/tests/clients MXFP4 against transformers); quant_device_args_test and
 // tests/gpu check the device arithmetic against this decoder.
 #include <catch2/catch.hpp>
 
@@ -303,4 +304,24 @@ TEST_CASE("ggml blocks: refusals name the tensor and the type", "[quant][gguf]")
     CHECK(st.error().code() == Errc::kCorrupt);
     CHECK_THAT(st.error().message(), Catch::Contains("not whole Q8_0 blocks of 32"));
   }
+}
+
+TEST_CASE("mxfp4 (OCP, gpt-oss): e2m1 pairs low nibble first, times 2^(e - 127)", "[quant]") {
+  Rng rng(1);
+  Weight w = mxfp4_weight(1, 32, rng);
+  Bytes& blocks = w.part("blocks").bytes;
+  Bytes& scales = w.part("scales").bytes;
+  std::fill(blocks.begin(), blocks.end(), std::byte{0});
+  blocks[0] = std::byte{0xF1};   // element 0: 0.5, element 1: -6
+  blocks[1] = std::byte{0x08};   // element 2: -0 (the OCP code 0b1000), element 3: +0
+  blocks[15] = std::byte{0x70};  // element 30: 0, element 31: 6
+  scales[0] = std::byte{129};    // 2^2
+  const std::vector<float> y = decode(w);
+  CHECK(y[0] == 2.0f);
+  CHECK(y[1] == -24.0f);
+  CHECK(y[31] == 24.0f);
+  CHECK((y[2] == 0.0f && std::signbit(y[2])));
+  CHECK((y[3] == 0.0f && !std::signbit(y[3])));
+  scales[0] = std::byte{0};  // 2^-127: 0.5 of it is the subnormal 2^-128
+  CHECK(decode(w)[0] == std::ldexp(1.0f, -128));
 }

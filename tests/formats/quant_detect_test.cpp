@@ -872,3 +872,30 @@ TEST_CASE("describe_layout: scales and zero points in words, for the layouts syn
   CHECK(l.scales == "block 64x128");
   CHECK(l.zero_points == "none (symmetric)");
 }
+
+TEST_CASE("mxfp4 (gpt-oss): <name>_blocks and <name>_scales pairs under quant_method mxfp4", "[quant][detect]") {
+  const std::string config = R"({"quant_method":"mxfp4","modules_to_not_convert":["model.layers.0.self_attn"]})";
+  const std::string p = "model.layers.0.mlp.experts.";
+  std::vector<T> ts = {{p + "gate_up_proj_blocks", DType::kU8, Shape{4, 64, 90, 16}},
+                       {p + "gate_up_proj_scales", DType::kU8, Shape{4, 64, 90}},
+                       {p + "gate_up_proj_bias", DType::kBF16, Shape{4, 64}},
+                       {"model.layers.0.self_attn.q_proj.weight", DType::kBF16, Shape{64, 2880}}};
+  const auto q = detect_quantization(make_catalog(ts, config));
+  REQUIRE(q);
+  CHECK(q->method == "mxfp4");
+  const LogicalTensor& w = only_logical(*q);
+  CHECK(w.name == p + "gate_up_proj");
+  CHECK(w.params.scheme == QuantScheme::kMxfp4);
+  CHECK((w.rows == 4 * 64 && w.cols == 2880));
+  CHECK(w.dequantized_shape() == Shape{4, 64, 2880});
+  CHECK(q->plain == std::vector<std::uint32_t>{2, 3});
+  const QuantLayoutText layout = describe_layout(w, make_catalog(ts, config));
+  CHECK((layout.scales == "per-group 32" && layout.scale_dtype == "E8M0"));
+
+  check_error(
+      detect_quantization(make_catalog(without(ts, p + "gate_up_proj_scales"), config)),
+      {.code = Errc::kCorrupt, .message_has = "MXFP4 blocks without their", .tensor = p + "gate_up_proj_blocks"});
+  check_error(
+      detect_quantization(make_catalog(with(ts, p + "gate_up_proj_scales", DType::kU8, Shape{4, 64, 89}), config)),
+      {.code = Errc::kCorrupt, .message_has = "expected U8 [..., G, 16] and U8 [..., G]"});
+}

@@ -161,6 +161,20 @@ inline Weight ggml_weight(const GgmlBlockType& type, std::uint64_t n, std::uint6
   return w;
 }
 
+// OCP MXFP4 (gpt-oss) of random blocks and exponents.
+inline Weight mxfp4_weight(std::uint64_t n, std::uint64_t k, Rng& rng) {
+  Weight w;
+  w.t.name = "experts.gate_up_proj";
+  w.t.params.scheme = formats::QuantScheme::kMxfp4;
+  w.t.params.bits = 4;
+  w.t.params.group_size = 32;
+  w.t.rows = n;
+  w.t.cols = k;
+  w.add("blocks", DType::kU8, Shape{n, k / 32, 16}, random_bytes(n * k / 2, rng));
+  w.add("scales", DType::kU8, Shape{n, k / 32}, random_bytes(n * k / 32, rng));
+  return w;
+}
+
 // Every case; `large` adds weights big enough that the GPU kernels' grid strides.
 // A row-parallel GPTQ shard as qload's tensor-parallel plan makes it: the second half of K of
 // `whole` (qweight rows and g_idx sliced), its scales and zeros whole, so g_idx indexes all of
@@ -225,6 +239,7 @@ inline std::vector<Case> device_cases(bool large) {
   cases.push_back({"ct int8 row-parallel shard", ct_int_second_half_of_k(rng).shard});
   for (const GgmlBlockType& type : kGgmlBlockTypes)
     cases.push_back({fmt::format("ggml {}", type.name), ggml_weight(type, 7, 3 * 256, rng)});
+  cases.push_back({"mxfp4", mxfp4_weight(7, 96, rng)});
   if (!large) return cases;
   cases.push_back({"ggml Q4_K large", ggml_weight(kGgmlBlockTypes[8], 2600, 4096, rng)});
   cases.push_back({"gptq 4-bit large act-order", make_gptq({4, 128, 2, false, true, DType::kF16}, 4128, 2600, rng)});

@@ -35,6 +35,12 @@ bool ggml_decodable(std::uint32_t ggml_type);
 Result<LogicalTensor> ggml_weight(const Catalog& catalog, std::uint32_t index);
 QuantLayoutText ggml_layout(const LogicalTensor& t);  // describe_layout's words for a GGML type
 
+// OCP MXFP4 (mxfp4.cpp): the decoder, and every "<name>_blocks" / "<name>_scales" pair of the
+// catalog as a weight named <name> (kCorrupt naming the tensor when the two do not match).
+Status dequantize_mxfp4(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t row_begin,
+                        std::uint64_t row_end, std::span<float> out);
+Status detect_mxfp4(const Catalog& catalog, QuantizedCatalog& out);
+
 // How an FP8 scale tensor covers the [N, K] weight: weight row n, column k uses scale element
 // (n / rows_per_scale) * scale_cols + k / cols_per_scale.
 struct ScaleGrid {

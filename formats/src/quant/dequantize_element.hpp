@@ -173,6 +173,24 @@ struct CtInt {
   }
 };
 
+// OCP MXFP4 (gpt-oss): block g = k / 32 of row n has exponent e8m0[n * groups + g] and its
+// element k % 32 in nibble (k % 2) of byte k / 2 of the block (low first). The value is
+// e2m1 * 2^(e - 127), computed as ggml's MXFP4 is (the doubled level times 2^(e - 128)): one
+// rounding of the exact product, as ldexp. Code 8 is -0 (the OCP spec, and transformers' table;
+// ggml's MXFP4 has +0 there).
+struct Mxfp4 {
+  QLOAD_DEQUANT_HD static float value(const DequantArgs& a, std::uint64_t n, std::uint64_t k) {
+    const std::uint64_t block = n * a.groups + k / 32;
+    const std::uint32_t e = a.e8m0[block];
+    const std::uint8_t pair = a.codes[block * 16 + (k % 32) / 2];
+    const unsigned code = (k % 2) == 0 ? pair & 0xFu : pair >> 4;
+    constexpr std::uint8_t kMagnitudes[8] = {0, 1, 2, 3, 4, 6, 8, 12};  // doubled
+    const float level = as_float(bits::exact_float_bits(kMagnitudes[code & 7]) | ((code & 8u) << 28));
+    const float d = as_float(e < 2 ? 0x00200000u << e : (e - 1) << 23);
+    return mul_rn(d, level);
+  }
+};
+
 struct Fp8 {
   QLOAD_DEQUANT_HD static float value(const DequantArgs& a, std::uint64_t n, std::uint64_t k) {
     const std::uint8_t c = a.codes[n * a.cols + k];
@@ -206,6 +224,7 @@ inline float dequantize_element(const DequantArgs& a, std::uint64_t n, std::uint
     case DeviceScheme::kCtPacked: return CtPacked::value(a, n, k);
     case DeviceScheme::kCtInt: return CtInt::value(a, n, k);
     case DeviceScheme::kFp8: return Fp8::value(a, n, k);
+    case DeviceScheme::kMxfp4: return Mxfp4::value(a, n, k);
     case DeviceScheme::kGgml: {
       float v = 0.0f;
       ggml::with_block_type(a.ggml_type, [&](auto block) { v = ggml::Scheme<decltype(block)>::value(a, n, k); });

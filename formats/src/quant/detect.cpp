@@ -25,6 +25,7 @@ std::string_view quant_scheme_name(QuantScheme scheme) noexcept {
     case QuantScheme::kCtPacked: return "ct-pack-quantized";
     case QuantScheme::kCtInt: return "ct-int-quantized";
     case QuantScheme::kGgml: return "ggml";
+    case QuantScheme::kMxfp4: return "mxfp4";
   }
   return "unknown";
 }
@@ -349,6 +350,7 @@ Result<QuantizedCatalog> detect_quantization(const Catalog& catalog) {
     out.method = config->method;
     out.config_source = config->source;
     QLOAD_TRY(detail::detect_with_config(catalog, *config, modules, out));
+    if (config->method == "mxfp4") QLOAD_TRY(detail::detect_mxfp4(catalog, out));
   } else {
     QLOAD_TRY(detail::detect_from_names(catalog, modules, out));
   }

@@ -222,9 +222,12 @@ Result<QuantConfig> parse_method_config(const Json& config, const std::string& m
   if (method == "fbgemm_fp8") return parse_fbgemm(config, place);
   if (method == "modelopt") return parse_modelopt(config, place);
   if (method == "compressed-tensors") return parse_compressed_tensors(config, place);
+  // OCP MXFP4 as gpt-oss ships it: its weights are "<name>_blocks" / "<name>_scales" pairs,
+  // which no rule's module suffixes cover (detect_mxfp4 finds them).
+  if (method == "mxfp4") return QuantConfig{.method = "mxfp4", .exclude_key = "modules_to_not_convert"};
   return fail(config_error(Errc::kUnsupported,
                            fmt::format("quant_method {} is not supported (qload decodes gptq, awq, fp8, fbgemm_fp8, "
-                                       "modelopt and compressed-tensors)",
+                                       "modelopt, compressed-tensors and mxfp4)",
                                        quote_name(method)),
                            place.path));
 }

@@ -139,7 +139,8 @@ Status describe_integer(const LogicalTensor& t, const DeviceParts& parts, Dequan
       return {};
     }
     case QuantScheme::kFp8:
-    case QuantScheme::kGgml: break;
+    case QuantScheme::kGgml:
+    case QuantScheme::kMxfp4: break;
   }
   return fail(Errc::kInternal, "describe_integer: not an integer scheme");
 }
@@ -200,6 +201,11 @@ Result<DequantArgs> describe_dequantize(const LogicalTensor& tensor, std::span<c
     QLOAD_TRY(describe_fp8(tensor, host_parts, parts, args));
   } else if (tensor.params.scheme == QuantScheme::kGgml) {
     QLOAD_TRY(describe_ggml(tensor, parts, args));
+  } else if (tensor.params.scheme == QuantScheme::kMxfp4) {
+    args.scheme = DeviceScheme::kMxfp4;
+    args.groups = tensor.cols / 32;
+    QLOAD_TRY(bind(parts, "blocks", args.codes));
+    QLOAD_TRY(bind(parts, "scales", args.e8m0));
   } else {
     QLOAD_TRY(describe_integer(tensor, parts, args));
   }

@@ -115,7 +115,8 @@ Result<PackedShapes> packed_shapes(const LogicalTensor& t) {
       if (s.has_zeros) s.zeros = s.scales;
       return s;
     case QuantScheme::kFp8:
-    case QuantScheme::kGgml: break;
+    case QuantScheme::kGgml:
+    case QuantScheme::kMxfp4: break;
   }
   return unsupported(t, fmt::format("{} is not an integer packed scheme", static_cast<int>(p.scheme)));
 }

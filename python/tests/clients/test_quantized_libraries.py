@@ -158,3 +158,34 @@ def test_transformers_fine_grained_fp8_dequantizes_as_transformers_does(base_mod
         assert torch.equal(ours[name], theirs[name]), f"{name} differs in {(ours[name] != theirs[name]).sum().item()} values"
     q = "model.layers.0.self_attn.q_proj.weight"
     assert not torch.equal(ours[q], original[q])
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f32"])
+def test_mxfp4_experts_dequantize_as_transformers_does(tmp_path, dtype):
+    """gpt-oss's MXFP4 experts (`*_blocks` E2M1 pairs, `*_scales` E8M0, config quant_method
+    "mxfp4"), dequantized by transformers' own `convert_moe_packed_tensors` (what it runs to load
+    gpt-oss without an MXFP4 kernel): qload's [E, N, K] is transformers' [E, K, N] transposed."""
+    from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+
+    gen = torch.Generator().manual_seed(4)
+    experts, rows, groups = 3, 40, 6  # K = 192
+    tensors = {
+        "model.layers.0.mlp.experts.gate_up_proj_blocks":
+            torch.randint(0, 256, (experts, rows, groups, 16), generator=gen, dtype=torch.uint8),
+        "model.layers.0.mlp.experts.gate_up_proj_scales":
+            torch.randint(100, 140, (experts, rows, groups), generator=gen, dtype=torch.uint8),
+        "model.layers.0.mlp.experts.gate_up_proj_bias": torch.randn(experts, rows, generator=gen),
+    }
+    safetensors.torch.save_file(tensors, str(tmp_path / "model.safetensors"))
+    (tmp_path / "config.json").write_text(json.dumps(
+        {"model_type": "gpt_oss", "quantization_config": {"quant_method": "mxfp4", "modules_to_not_convert": []}}))
+    torch_dtype = {"bf16": torch.bfloat16, "f32": torch.float32}[dtype]
+    want = convert_moe_packed_tensors(tensors["model.layers.0.mlp.experts.gate_up_proj_blocks"],
+                                      tensors["model.layers.0.mlp.experts.gate_up_proj_scales"], dtype=torch_dtype)
+    got = qload.load(tmp_path, dequantize=dtype)
+    weight = got["model.layers.0.mlp.experts.gate_up_proj"]
+    assert weight.shape == (experts, rows, groups * 32) and weight.dtype == torch_dtype
+    assert torch.equal(weight.transpose(1, 2).contiguous().view(torch.int16 if dtype == "bf16" else torch.int32),
+                       want.view(torch.int16 if dtype == "bf16" else torch.int32))
+    assert torch.equal(got["model.layers.0.mlp.experts.gate_up_proj_bias"],
+                       tensors["model.layers.0.mlp.experts.gate_up_proj_bias"])

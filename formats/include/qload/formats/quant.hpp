@@ -50,6 +50,9 @@ enum class QuantScheme : std::uint8_t {
   // each row of K elements a run of self-contained blocks (scales inside); the type is
   // QuantParams::ggml_type. Formulas per type: formats/src/quant/ggml_element.hpp.
   kGgml,
+  // OCP MXFP4 (gpt-oss): blocks U8 [..., K/32, 16] of E2M1 pairs (element 2j in the low nibble
+  // of byte j), scales U8 [..., K/32] of E8M0 exponents; W = e2m1 * 2^(scale - 127).
+  kMxfp4,
 };
 std::string_view quant_scheme_name(QuantScheme scheme) noexcept;
 

@@ -1,0 +1,78 @@
+// OCP MXFP4 as gpt-oss checkpoints ship it (QuantScheme::kMxfp4): finding the weights, and the
+// CPU decoder, which runs the kernels' element arithmetic (dequantize_element.hpp) row by row.
+#include <fmt/format.h>
+
+#include "decoders.hpp"
+#include "dequantize_element.hpp"
+
+namespace qload::formats::detail {
+namespace {
+
+constexpr std::string_view kBlocks = "_blocks", kScales = "_scales";
+
+Error tensor_error(const Catalog& catalog, const TensorEntry& t, std::string message) {
+  return Error(Errc::kCorrupt, std::move(message))
+      .with_tensor(t.name)
+      .with_file(t.file < catalog.files.size() ? catalog.files[t.file].path : std::string())
+      .with_offset(t.offset);
+}
+
+}  // namespace
+
+Status detect_mxfp4(const Catalog& catalog, QuantizedCatalog& out) {
+  for (std::uint32_t i = 0; i < catalog.tensors.size(); ++i) {
+    const TensorEntry& blocks = catalog.tensors[i];
+    if (!blocks.name.ends_with(kBlocks)) continue;
+    const std::string name = blocks.name.substr(0, blocks.name.size() - kBlocks.size());
+    const TensorEntry* scales = catalog.find(name + std::string(kScales));
+    const std::size_t rank = blocks.shape.rank();
+    if (scales == nullptr)
+      return fail(tensor_error(catalog, blocks, fmt::format("MXFP4 blocks without their '{}{}'", name, kScales)));
+    // blocks [..., G, 16] U8 and scales [..., G] U8, the same leading dims.
+    bool matches = blocks.dtype == DType::kU8 && scales->dtype == DType::kU8 && rank >= 2 &&
+                   blocks.shape[rank - 1] == 16 && scales->shape.rank() == rank - 1;
+    for (std::size_t d = 0; matches && d + 1 < rank; ++d) matches = blocks.shape[d] == scales->shape[d];
+    if (!matches)
+      return fail(tensor_error(catalog, blocks,
+                               fmt::format("MXFP4 blocks {} {} and scales {} {}: expected U8 [..., G, 16] and U8 "
+                                           "[..., G]",
+                                           dtype_name(blocks.dtype), blocks.shape.to_string(),
+                                           dtype_name(scales->dtype), scales->shape.to_string())));
+    std::vector<std::uint64_t> dims(blocks.shape.dims().begin(), blocks.shape.dims().end() - 1);
+    dims.back() *= 32;  // G blocks of 32 elements
+    LogicalTensor t{.name = name,
+                    .params = {.scheme = QuantScheme::kMxfp4,
+                               .bits = 4,
+                               .group_size = 32,
+                               .weight_dtype = DType::kU8,
+                               .scale_dtype = DType::kF8_E8M0},
+                    .rows = 1,
+                    .cols = dims.back(),
+                    .shape = Shape(dims),
+                    .parts = {{"blocks", i}, {"scales", static_cast<std::uint32_t>(scales - catalog.tensors.data())}}};
+    for (std::size_t d = 0; d + 1 < dims.size(); ++d) t.rows *= dims[d];  // bounded by the blocks' byte size
+    out.logical.push_back(std::move(t));
+  }
+  return {};
+}
+
+Status dequantize_mxfp4(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t row_begin,
+                        std::uint64_t row_end, std::span<float> out) {
+  QLOAD_ASSIGN_OR_RETURN(const PartBytes* blocks, find_part(t, parts, "blocks"));
+  QLOAD_ASSIGN_OR_RETURN(const PartBytes* scales, find_part(t, parts, "scales"));
+  const std::uint64_t groups = t.cols / 32;
+  if (t.cols % 32 != 0 || blocks->bytes.size() != t.rows * groups * 16 || scales->bytes.size() != t.rows * groups)
+    return fail(Error(Errc::kCorrupt, fmt::format("MXFP4 blocks of {} bytes and scales of {} bytes for {} rows of {}",
+                                                  blocks->bytes.size(), scales->bytes.size(), t.rows, t.cols))
+                    .with_tensor(t.name));
+  DequantArgs a;
+  a.groups = groups;
+  a.codes = reinterpret_cast<const std::uint8_t*>(blocks->bytes.data());
+  a.e8m0 = reinterpret_cast<const std::uint8_t*>(scales->bytes.data());
+  float* y = out.data();
+  for (std::uint64_t n = row_begin; n < row_end; ++n)
+    for (std::uint64_t k = 0; k < t.cols; ++k) *y++ = element::Mxfp4::value(a, n, k);
+  return {};
+}
+
+}  // namespace qload::formats::detail
