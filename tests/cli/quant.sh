@@ -23,7 +23,7 @@ names = {t["scheme"] for t in q["logical_tensors"]}
 assert len(q["logical_tensors"]) == 7, len(q["logical_tensors"])
 assert names == {expected}, names
 # The scale and zero-point layout, as synth writes each scheme (group 128, GPTQ v1 zeros).
-gptq_zeros = "per-group 128, {}-bit packed along N in I32, stored as z-1 (GPTQ v1); symmetric, all 2^(bits-1)"
+gptq_zeros = "per-group 128, {}-bit packed along N in I32, stored as z-1 per field (GPTQ v1); symmetric, all 2^(bits-1)"
 layout = {"gptq4": ("F16", "per-group 128 (with g_idx)", gptq_zeros.format(4)),
           "gptq3": ("F16", "per-group 128 (with g_idx)", gptq_zeros.format(3)),
           "gptq8": ("F16", "per-group 128 (with g_idx)", gptq_zeros.format(8)),
