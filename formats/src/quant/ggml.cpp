@@ -1,5 +1,6 @@
 // GGML block-quantized weights (QuantScheme::kGgml): the logical weight a GGUF tensor makes,
-// and the CPU decoder, which runs ggml_element.hpp's arithmetic a block at a time.
+// and the CPU decoder, which runs ggml_element.hpp's arithmetic a block at a time (a sub-block's
+// scale once for the types that have them).
 #include <fmt/format.h>
 
 #include "../gguf/ggml_types.hpp"
@@ -78,8 +79,16 @@ Status dequantize_ggml(const LogicalTensor& t, std::span<const PartBytes> parts,
     float* y = out.data();
     for (std::uint64_t n = row_begin; n < row_end; ++n) {
       const std::uint8_t* b = base + n * g.row_bytes;
-      for (std::uint64_t k = 0; k < t.cols; k += T::kElems, b += T::kBytes)
-        for (unsigned i = 0; i < T::kElems; ++i) *y++ = T::value(b, i);
+      for (std::uint64_t k = 0; k < t.cols; k += T::kElems, b += T::kBytes) {
+        if constexpr (requires { typename T::Scale; }) {  // each sub-block's scale once
+          for (unsigned j = 0; j < T::kElems / T::kSub; ++j) {
+            const typename T::Scale s = T::scale(b, j);
+            for (unsigned i = j * T::kSub; i < (j + 1) * T::kSub; ++i) *y++ = T::value(s, b, i);
+          }
+        } else {
+          for (unsigned i = 0; i < T::kElems; ++i) *y++ = T::value(b, i);
+        }
+      }
     }
   });
   if (!known)

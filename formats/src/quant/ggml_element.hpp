@@ -112,58 +112,86 @@ struct Q8_1 {  // d, s (= d * sum q) f16, 32 int8; x = d * q
     return mul_rn(half_at(b), f32_of(static_cast<std::int8_t>(b[4 + i])));
   }
 };
+// The K-quants (and IQ4_XS) scale each sub-block of kSub elements by products of the block's
+// f16 scale and the sub-block's small integer scale: scale(b, j) computes sub-block j's once,
+// value(scale, b, i) an element of it, and value(b, i) both (what the kernel runs per element;
+// the CPU decoder calls scale() once per sub-block). The same f32 operations either way.
 struct Q2_K {  // 16 scale|min nibbles, 64 bytes of 2-bit q, d, dmin f16; x = (d*sc) * q - dmin*m
-  static constexpr std::uint32_t kId = 10, kElems = 256, kBytes = 84;
-  QLOAD_DEQUANT_HD static float value(const std::uint8_t* b, unsigned i) {
-    const std::uint8_t sc = b[i / 16];
-    const float dl = mul_rn(half_at(b + 80), f32_of(sc & 0xF));
-    const float ml = mul_rn(half_at(b + 82), f32_of(sc >> 4));
-    return sub_rn(mul_rn(dl, f32_of(crumb(b + 16, i))), ml);
+  static constexpr std::uint32_t kId = 10, kElems = 256, kBytes = 84, kSub = 16;
+  struct Scale {
+    float dl, ml;
+  };
+  QLOAD_DEQUANT_HD static Scale scale(const std::uint8_t* b, unsigned j) {
+    const std::uint8_t sc = b[j];
+    return {mul_rn(half_at(b + 80), f32_of(sc & 0xF)), mul_rn(half_at(b + 82), f32_of(sc >> 4))};
   }
+  QLOAD_DEQUANT_HD static float value(const Scale& s, const std::uint8_t* b, unsigned i) {
+    return sub_rn(mul_rn(s.dl, f32_of(crumb(b + 16, i))), s.ml);
+  }
+  QLOAD_DEQUANT_HD static float value(const std::uint8_t* b, unsigned i) { return value(scale(b, i / kSub), b, i); }
 };
 struct Q3_K {  // 32 bytes high-bit mask, 64 bytes 2-bit q, 12 bytes 6-bit scales, d f16
-  static constexpr std::uint32_t kId = 11, kElems = 256, kBytes = 110;
-  QLOAD_DEQUANT_HD static float value(const std::uint8_t* b, unsigned i) {
+  static constexpr std::uint32_t kId = 11, kElems = 256, kBytes = 110, kSub = 16;
+  struct Scale {
+    float dl;
+  };
+  QLOAD_DEQUANT_HD static Scale scale(const std::uint8_t* b, unsigned j) {
     const std::uint8_t* scales = b + 96;
-    const unsigned s = i / 16;
-    const std::int32_t low = (scales[s % 8] >> (s < 8 ? 0 : 4)) & 0xF;
-    const std::int32_t high = (scales[8 + s % 4] >> (2 * (s / 4))) & 3;
-    const float dl = mul_rn(half_at(b + 108), f32_of((low | (high << 4)) - 32));
+    const std::int32_t low = (scales[j % 8] >> (j < 8 ? 0 : 4)) & 0xF;
+    const std::int32_t high = (scales[8 + j % 4] >> (2 * (j / 4))) & 3;
+    return {mul_rn(half_at(b + 108), f32_of((low | (high << 4)) - 32))};
+  }
+  QLOAD_DEQUANT_HD static float value(const Scale& s, const std::uint8_t* b, unsigned i) {
     // The high bit subtracts 4 when it is clear.
     const std::int32_t h = (b[i % 32] >> (i / 32)) & 1;
-    return mul_rn(dl, f32_of(crumb(b + 32, i) - ((h ^ 1) << 2)));
+    return mul_rn(s.dl, f32_of(crumb(b + 32, i) - ((h ^ 1) << 2)));
   }
+  QLOAD_DEQUANT_HD static float value(const std::uint8_t* b, unsigned i) { return value(scale(b, i / kSub), b, i); }
 };
 // Q4_K/Q5_K's low 4 bits: 64 elements per 32 bytes, low nibbles first.
 QLOAD_DEQUANT_HD std::int32_t k_nibble(const std::uint8_t* qs, unsigned i) {
   return (qs[(i / 64) * 32 + i % 32] >> (((i / 32) % 2) * 4)) & 0xF;
 }
-QLOAD_DEQUANT_HD float k_scaled(const std::uint8_t* b, unsigned i, std::int32_t q) {
-  const unsigned j = i / 32;
-  const float d = mul_rn(half_at(b), f32_of(k4_scale(b + 4, j)));
-  const float dm = mul_rn(half_at(b + 2), f32_of(k4_min(b + 4, j)));
-  return sub_rn(mul_rn(d, f32_of(q)), dm);
+struct K4Scale {  // Q4_K/Q5_K sub-block j: d * sc_j and dmin * m_j
+  float d, dm;
+};
+QLOAD_DEQUANT_HD K4Scale k4_scale_of(const std::uint8_t* b, unsigned j) {
+  return {mul_rn(half_at(b), f32_of(k4_scale(b + 4, j))), mul_rn(half_at(b + 2), f32_of(k4_min(b + 4, j)))};
 }
 struct Q4_K {  // d, dmin f16, 12 bytes of 6-bit scales and mins, 128 bytes of nibbles
-  static constexpr std::uint32_t kId = 12, kElems = 256, kBytes = 144;
-  QLOAD_DEQUANT_HD static float value(const std::uint8_t* b, unsigned i) { return k_scaled(b, i, k_nibble(b + 16, i)); }
+  static constexpr std::uint32_t kId = 12, kElems = 256, kBytes = 144, kSub = 32;
+  using Scale = K4Scale;
+  QLOAD_DEQUANT_HD static Scale scale(const std::uint8_t* b, unsigned j) { return k4_scale_of(b, j); }
+  QLOAD_DEQUANT_HD static float value(const Scale& s, const std::uint8_t* b, unsigned i) {
+    return sub_rn(mul_rn(s.d, f32_of(k_nibble(b + 16, i))), s.dm);
+  }
+  QLOAD_DEQUANT_HD static float value(const std::uint8_t* b, unsigned i) { return value(scale(b, i / kSub), b, i); }
 };
 struct Q5_K {  // as Q4_K, with 32 bytes of fifth bits before the nibbles
-  static constexpr std::uint32_t kId = 13, kElems = 256, kBytes = 176;
-  QLOAD_DEQUANT_HD static float value(const std::uint8_t* b, unsigned i) {
+  static constexpr std::uint32_t kId = 13, kElems = 256, kBytes = 176, kSub = 32;
+  using Scale = K4Scale;
+  QLOAD_DEQUANT_HD static Scale scale(const std::uint8_t* b, unsigned j) { return k4_scale_of(b, j); }
+  QLOAD_DEQUANT_HD static float value(const Scale& s, const std::uint8_t* b, unsigned i) {
     const std::int32_t h = (b[16 + i % 32] >> (i / 32)) & 1;
-    return k_scaled(b, i, k_nibble(b + 48, i) | (h << 4));
+    return sub_rn(mul_rn(s.d, f32_of(k_nibble(b + 48, i) | (h << 4))), s.dm);
   }
+  QLOAD_DEQUANT_HD static float value(const std::uint8_t* b, unsigned i) { return value(scale(b, i / kSub), b, i); }
 };
 struct Q6_K {  // 128 bytes low nibbles, 64 bytes high 2 bits, 16 int8 scales, d f16
-  static constexpr std::uint32_t kId = 14, kElems = 256, kBytes = 210;
-  QLOAD_DEQUANT_HD static float value(const std::uint8_t* b, unsigned i) {
+  static constexpr std::uint32_t kId = 14, kElems = 256, kBytes = 210, kSub = 16;
+  struct Scale {
+    float d;
+  };
+  QLOAD_DEQUANT_HD static Scale scale(const std::uint8_t* b, unsigned j) {
+    return {mul_rn(half_at(b + 208), f32_of(static_cast<std::int8_t>(b[192 + j])))};
+  }
+  QLOAD_DEQUANT_HD static float value(const Scale& s, const std::uint8_t* b, unsigned i) {
     const unsigned half = i / 128, r = i % 128;
     const std::int32_t low = (b[half * 64 + r % 64] >> (4 * (r / 64))) & 0xF;
     const std::int32_t high = crumb(b + 128, i);
-    const float d = mul_rn(half_at(b + 208), f32_of(static_cast<std::int8_t>(b[192 + i / 16])));
-    return mul_rn(d, f32_of((low | (high << 4)) - 32));
+    return mul_rn(s.d, f32_of((low | (high << 4)) - 32));
   }
+  QLOAD_DEQUANT_HD static float value(const std::uint8_t* b, unsigned i) { return value(scale(b, i / kSub), b, i); }
 };
 struct Q8_K {  // d f32, 256 int8, 16 int16 block sums; x = d * q
   static constexpr std::uint32_t kId = 15, kElems = 256, kBytes = 292;
@@ -178,14 +206,19 @@ struct IQ4_NL {  // d f16, nibbles indexing iq4_level
   }
 };
 struct IQ4_XS {  // d f16, u16 high scale bits, 4 bytes low scale nibbles, 128 bytes of nibbles
-  static constexpr std::uint32_t kId = 23, kElems = 256, kBytes = 136;
-  QLOAD_DEQUANT_HD static float value(const std::uint8_t* b, unsigned i) {
-    const unsigned s = i / 32;
-    const std::int32_t low = (b[4 + s / 2] >> (4 * (s % 2))) & 0xF;
-    const std::int32_t high = ((b[2] | (b[3] << 8)) >> (2 * s)) & 3;
-    const float dl = mul_rn(half_at(b), f32_of((low | (high << 4)) - 32));
-    return mul_rn(dl, f32_of(iq4_level(nibble(b + 8 + s * 16, i % 32, 16))));
+  static constexpr std::uint32_t kId = 23, kElems = 256, kBytes = 136, kSub = 32;
+  struct Scale {
+    float dl;
+  };
+  QLOAD_DEQUANT_HD static Scale scale(const std::uint8_t* b, unsigned j) {
+    const std::int32_t low = (b[4 + j / 2] >> (4 * (j % 2))) & 0xF;
+    const std::int32_t high = ((b[2] | (b[3] << 8)) >> (2 * j)) & 3;
+    return {mul_rn(half_at(b), f32_of((low | (high << 4)) - 32))};
   }
+  QLOAD_DEQUANT_HD static float value(const Scale& s, const std::uint8_t* b, unsigned i) {
+    return mul_rn(s.dl, f32_of(iq4_level(nibble(b + 8 + (i / 32) * 16, i % 32, 16))));
+  }
+  QLOAD_DEQUANT_HD static float value(const std::uint8_t* b, unsigned i) { return value(scale(b, i / kSub), b, i); }
 };
 struct TQ1_0 {  // 48 + 4 bytes of base-3 digits (5 and 4 a byte, fixed point), d f16
   static constexpr std::uint32_t kId = 34, kElems = 256, kBytes = 54;
