@@ -95,26 +95,41 @@ Status dequantize_task(ReadLoadState& s, const DecodeJob& job, std::uint64_t row
                                            out.dtype);
 }
 
-// The whole weight, or a tensor rank's shard of it (cut into scratch by cut_shard_parts).
-Status quantize_task(ReadLoadState& s, const DecodeJob& job) {
-  const formats::TensorEntry& t = s.catalog.tensors[job.input];
+// `job`'s weight and scale, quantized from `in` (its [N, K] weight of `in_dtype`) in one pass;
+// on a GPU both go through host memory first.
+Status quantize_into_outputs(ReadLoadState& s, const DecodeJob& job, std::span<const std::byte> in, DType in_dtype) {
   const DecodeOutput& weight = job.outputs[0];
   const DecodeOutput& scale = job.outputs[1];
+  std::vector<std::byte> scale_host(static_cast<std::size_t>(scale.bytes));
+  QLOAD_TRY(produce(s, weight, 0, weight.bytes, [&](std::span<std::byte> dst) {
+    return formats::quantize(in, in_dtype, weight.shape[0], weight.shape[1], job.target, dst, scale_host);
+  }));
+  return produce(s, scale, 0, scale.bytes, [&](std::span<std::byte> dst) {
+    std::memcpy(dst.data(), scale_host.data(), dst.size());
+    return Status{};
+  });
+}
+
+// The whole weight, or a tensor rank's shard of it (cut into scratch by cut_shard_parts).
+Status quantize_task(ReadLoadState& s, const DecodeJob& job) {
   std::span<const std::byte> in = scratch_bytes(s, job.input);
   if (!job.shard_inputs.empty()) {
     const DecodeJob::ShardInput& shard = job.shard_inputs.front();
     in = std::span<const std::byte>(s.targets[s.plan.scratch_region]->base() + shard.offset,
                                     static_cast<std::size_t>(shard.bytes));
   }
-  // Both outputs come from one pass; on a GPU both go through host memory first.
-  std::vector<std::byte> scale_host(static_cast<std::size_t>(scale.bytes));
-  QLOAD_TRY(produce(s, weight, 0, weight.bytes, [&](std::span<std::byte> dst) {
-    return formats::quantize(in, t.dtype, weight.shape[0], weight.shape[1], job.target, dst, scale_host);
-  }));
-  return produce(s, scale, 0, scale.bytes, [&](std::span<std::byte> dst) {
-    std::memcpy(dst.data(), scale_host.data(), dst.size());
-    return Status{};
-  });
+  return quantize_into_outputs(s, job, in, s.catalog.tensors[job.input].dtype);
+}
+
+// The whole weight (or a tensor rank's shard) decoded to `through` in host memory, then
+// quantized from those values. The decode runs on the CPU for any target: a GPU target gets
+// the quantized outputs, as from quantize_task.
+Status requantize_task(ReadLoadState& s, const DecodeJob& job) {
+  const auto [lt, parts] = decoded_weight(s, job);
+  const Shape& shape = job.outputs[0].shape;
+  std::vector<std::byte> decoded(static_cast<std::size_t>(shape[0] * shape[1] * dtype_info(job.through).block_bytes));
+  QLOAD_TRY(formats::dequantize_rows(lt, parts, 0, shape[0], job.through, decoded));
+  return quantize_into_outputs(s, job, decoded, job.through);
 }
 
 // The repacked parts (DecodeJob::outputs, by role) of one GPTQ v1 / AWQ GEMM / act-order weight,
@@ -201,6 +216,10 @@ std::vector<std::vector<TaskId>> add_decode_tasks(TaskGraph& g, ReadLoadState& s
     }
     if (job.kind == DecodeJob::Kind::kQuantize) {
       add(fmt::format("quantize {}", out.name), out.bytes, [&s, &job] { return quantize_task(s, job); });
+      continue;
+    }
+    if (job.kind == DecodeJob::Kind::kRequantize) {
+      add(fmt::format("requantize {}", out.name), out.bytes, [&s, &job] { return requantize_task(s, job); });
       continue;
     }
     // Rows of the weight or of the rank's shard: all dims but the last (GGML weights may be

@@ -80,11 +80,14 @@ Result<std::vector<DecodeOutput>> repack_outputs(const formats::LogicalTensor& l
   return outputs;
 }
 
+bool is_quantizable_name(std::string_view n) {
+  // "embd", "output.weight": GGUF's token_embd and output head.
+  return n.ends_with(".weight") && n.find("embed") == std::string::npos && n.find("embd") == std::string::npos &&
+         n.find("norm") == std::string::npos && n.find("lm_head") == std::string::npos && n != "output.weight";
+}
+
 bool is_quantizable_weight(const formats::TensorEntry& t) {
-  const std::string& n = t.name;
-  return is_floating(t.dtype) && t.shape.rank() == 2 && n.ends_with(".weight") &&
-         n.find("embed") == std::string::npos && n.find("norm") == std::string::npos &&
-         n.find("lm_head") == std::string::npos;
+  return is_floating(t.dtype) && t.shape.rank() == 2 && is_quantizable_name(t.name);
 }
 
 std::vector<bool> quantized_parts(const formats::Catalog& catalog, const formats::QuantizedCatalog& quant) {
@@ -98,30 +101,46 @@ namespace {
 
 // The policy for `name`: the per-weight rule's if it has one, else the global options'.
 Result<WeightPolicy> policy_of(const PlanOptions& options, std::string_view name, bool quantized) {
+  using Action = WeightPolicy::Action;
   if (options.weight_policy) {
-    QLOAD_ASSIGN_OR_RETURN(const std::optional<WeightPolicy> rule, options.weight_policy(name));
+    QLOAD_ASSIGN_OR_RETURN(std::optional<WeightPolicy> rule, options.weight_policy(name));
     if (rule) {
-      if (quantized && rule->action == WeightPolicy::Action::kQuantize)
-        return fail(Error(Errc::kInvalidArgument, "a rule asks to quantize a weight that is already quantized")
+      if (quantized && rule->action == Action::kQuantize)
+        return fail(Error(Errc::kInvalidArgument,
+                          "a rule asks to quantize a weight that is already quantized (dequantize and quantize "
+                          "together requantize it)")
                         .with_tensor(std::string(name)));
+      if (!quantized && rule->action == Action::kRequantize) rule->action = Action::kQuantize;
       return *rule;
     }
   }
-  if (quantized && options.dequantize)
-    return WeightPolicy{.action = WeightPolicy::Action::kDequantize, .dtype = *options.dequantize};
-  if (quantized && options.repack) return WeightPolicy{.action = WeightPolicy::Action::kRepack};
-  if (!quantized && options.quantize)
-    return WeightPolicy{.action = WeightPolicy::Action::kQuantize, .target = *options.quantize};
+  if (quantized && options.dequantize && options.quantize)
+    return WeightPolicy{.action = Action::kRequantize, .dtype = *options.dequantize, .target = *options.quantize};
+  if (quantized && options.dequantize) return WeightPolicy{.action = Action::kDequantize, .dtype = *options.dequantize};
+  if (quantized && options.repack) return WeightPolicy{.action = Action::kRepack};
+  if (!quantized && options.quantize) return WeightPolicy{.action = Action::kQuantize, .target = *options.quantize};
   return WeightPolicy{};
+}
+
+bool is_own_part(const formats::Catalog& catalog, const formats::LogicalTensor& lt, std::string_view name) {
+  return std::ranges::any_of(lt.parts, [&](const auto& part) { return catalog.tensors[part.second].name == name; });
+}
+
+// The dequantized weight's name may be a part's (FP8 and int8 keep "weight"), never another tensor's.
+Status check_decoded_name(const formats::Catalog& catalog, const formats::LogicalTensor& lt) {
+  if (catalog.find(lt.name) != nullptr && !is_own_part(catalog, lt, lt.name))
+    return fail(Error(Errc::kCorrupt, "the dequantized weight's name is already a stored tensor").with_tensor(lt.name));
+  return {};
+}
+
+// Whether quantize-on-load could take `lt` once dequantized (as it would a plain weight).
+bool is_requantizable(const formats::LogicalTensor& lt) {
+  return lt.dequantized_shape().rank() == 2 && is_quantizable_name(lt.name);
 }
 
 Result<DecodeJob> dequantize_job(const formats::Catalog& catalog, const formats::LogicalTensor& lt, std::uint32_t l,
                                  DType dtype) {
-  // The name may be a part's (FP8 and int8 keep "weight"), never another tensor's.
-  const bool own_part =
-      std::ranges::any_of(lt.parts, [&](const auto& part) { return catalog.tensors[part.second].name == lt.name; });
-  if (catalog.find(lt.name) != nullptr && !own_part)
-    return fail(Error(Errc::kCorrupt, "the dequantized weight's name is already a stored tensor").with_tensor(lt.name));
+  QLOAD_TRY(check_decoded_name(catalog, lt));
   DecodeJob job{.kind = DecodeJob::Kind::kDequantize, .logical = l};
   for (const auto& [role, index] : lt.parts) job.inputs.push_back(index);
   auto elems = checked_mul(lt.rows, lt.cols);
@@ -132,18 +151,37 @@ Result<DecodeJob> dequantize_job(const formats::Catalog& catalog, const formats:
   return job;
 }
 
+// The weight and scale quantizing `name` ([rows, cols]) to `target` writes. The scale's name
+// may be one of `source`'s parts (a requantized weight's old scale), never another tensor's.
+Result<std::vector<DecodeOutput>> quantize_outputs(const formats::Catalog& catalog, const std::string& name,
+                                                   std::uint64_t rows, std::uint64_t cols,
+                                                   formats::QuantizeTarget target,
+                                                   const formats::LogicalTensor* source = nullptr) {
+  const formats::QuantizedLayout layout = formats::quantized_layout(rows, cols, target);
+  const std::string scale_name = sibling_name(name, layout.scale_suffix);
+  if (catalog.find(scale_name) != nullptr && (source == nullptr || !is_own_part(catalog, *source, scale_name)))
+    return fail(
+        Error(Errc::kCorrupt, fmt::format("cannot quantize: '{}' already exists", scale_name)).with_tensor(name));
+  return std::vector<DecodeOutput>{
+      DecodeOutput{
+          .name = name, .dtype = layout.weight_dtype, .shape = Shape{rows, cols}, .bytes = layout.weight_bytes},
+      DecodeOutput{.name = scale_name, .dtype = DType::kF32, .shape = layout.scale_shape, .bytes = layout.scale_bytes}};
+}
+
 Result<DecodeJob> quantize_job(const formats::Catalog& catalog, std::uint32_t i, formats::QuantizeTarget target) {
   const formats::TensorEntry& t = catalog.tensors[i];
-  const formats::QuantizedLayout layout = formats::quantized_layout(t.shape[0], t.shape[1], target);
-  const std::string scale_name = sibling_name(t.name, layout.scale_suffix);
-  if (catalog.find(scale_name) != nullptr)
-    return fail(
-        Error(Errc::kCorrupt, fmt::format("cannot quantize: '{}' already exists", scale_name)).with_tensor(t.name));
   DecodeJob job{.kind = DecodeJob::Kind::kQuantize, .input = i, .target = target, .inputs = {i}};
-  job.outputs.push_back(
-      DecodeOutput{.name = t.name, .dtype = layout.weight_dtype, .shape = t.shape, .bytes = layout.weight_bytes});
-  job.outputs.push_back(
-      DecodeOutput{.name = scale_name, .dtype = DType::kF32, .shape = layout.scale_shape, .bytes = layout.scale_bytes});
+  QLOAD_ASSIGN_OR_RETURN(job.outputs, quantize_outputs(catalog, t.name, t.shape[0], t.shape[1], target));
+  return job;
+}
+
+Result<DecodeJob> requantize_job(const formats::Catalog& catalog, const formats::LogicalTensor& lt, std::uint32_t l,
+                                 const WeightPolicy& policy) {
+  QLOAD_TRY(check_decoded_name(catalog, lt));
+  DecodeJob job{.kind = DecodeJob::Kind::kRequantize, .logical = l, .through = policy.dtype, .target = policy.target};
+  for (const auto& [role, index] : lt.parts) job.inputs.push_back(index);
+  const Shape shape = lt.dequantized_shape();
+  QLOAD_ASSIGN_OR_RETURN(job.outputs, quantize_outputs(catalog, lt.name, shape[0], shape[1], policy.target, &lt));
   return job;
 }
 
@@ -151,11 +189,15 @@ Result<DecodeJob> quantize_job(const formats::Catalog& catalog, std::uint32_t i,
 
 Result<std::vector<DecodeJob>> plan_decode_jobs(const formats::Catalog& catalog, const formats::QuantizedCatalog& quant,
                                                 const PlanOptions& options) {
-  std::vector<DecodeJob> dequantize, repack, quantize;  // in this order, as documented
+  std::vector<DecodeJob> dequantize, repack, quantize;  // in this order (requantize with dequantize), as documented
   for (std::uint32_t l = 0; l < quant.logical.size(); ++l) {
     const formats::LogicalTensor& lt = quant.logical[l];
     QLOAD_ASSIGN_OR_RETURN(const WeightPolicy policy, policy_of(options, lt.name, /*quantized=*/true));
-    if (policy.action == WeightPolicy::Action::kDequantize) {
+    if (policy.action == WeightPolicy::Action::kRequantize && is_requantizable(lt)) {
+      QLOAD_ASSIGN_OR_RETURN(DecodeJob job, requantize_job(catalog, lt, l, policy));
+      dequantize.push_back(std::move(job));
+    } else if (policy.action == WeightPolicy::Action::kDequantize ||
+               policy.action == WeightPolicy::Action::kRequantize) {
       QLOAD_ASSIGN_OR_RETURN(DecodeJob job, dequantize_job(catalog, lt, l, policy.dtype));
       dequantize.push_back(std::move(job));
     } else if (policy.action == WeightPolicy::Action::kRepack) {

@@ -26,8 +26,8 @@ Result<std::vector<DecodeOutput>> repack_outputs(const formats::LogicalTensor& l
 // Whether quantize-on-load applies to this tensor (see PlanOptions::quantize).
 bool is_quantizable_weight(const formats::TensorEntry& t);
 
-// Jobs in a deterministic order: dequantize jobs by logical name, then quantize jobs in
-// catalog order. Outputs have name, dtype, shape and bytes; inputs list catalog indices.
+// Jobs in a deterministic order: dequantize and requantize jobs by logical name, then repack
+// jobs, then quantize jobs in catalog order. Outputs have name, dtype, shape and bytes; inputs list catalog indices.
 Result<std::vector<DecodeJob>> plan_decode_jobs(const formats::Catalog& catalog, const formats::QuantizedCatalog& quant,
                                                 const PlanOptions& options);
 

@@ -156,11 +156,13 @@ std::vector<QuantizedWeight> describe_quantized(const formats::Catalog& catalog,
                                                 const std::vector<DeviceTensor>& tensors) {
   std::vector<QuantizedWeight> out;
   if (!plan.quant) return out;  // nothing detected, nothing to describe
-  // A dequantized weight is a plain tensor now: its parts stayed in scratch.
+  // A dequantized weight is a plain tensor now (a requantized one, quantize-on-load's weight and
+  // scale): its parts stayed in scratch.
   std::vector<bool> dequantized(plan.quant->logical.size(), false);
   std::map<std::uint32_t, std::vector<const DecodeJob*>> repacked;  // logical index -> its repack jobs (one per copy)
   for (const DecodeJob& job : plan.decodes) {
-    if (job.kind == DecodeJob::Kind::kDequantize) dequantized[job.logical] = true;
+    if (job.kind == DecodeJob::Kind::kDequantize || job.kind == DecodeJob::Kind::kRequantize)
+      dequantized[job.logical] = true;
     if (job.kind == DecodeJob::Kind::kRepack) repacked[job.logical].push_back(&job);
   }
   // One description per copy of a weight (the whole weight; under a parallel layout, a tensor

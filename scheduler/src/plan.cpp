@@ -257,9 +257,10 @@ Status shard_quantize_job(const formats::Catalog& catalog, const PlanOptions& op
   return {};
 }
 
-// A dequantize or repack job's copy for tensor rank `rank` (its shard_inputs listed): what it
-// writes for the shard's geometry (Plan::sharded_weights): the shard dequantized, or its parts
-// repacked (as the whole weight's would be, for a weight of the shard's N and K).
+// A dequantize, requantize or repack job's copy for tensor rank `rank` (its shard_inputs
+// listed): what it writes for the shard's geometry (Plan::sharded_weights): the shard
+// dequantized, or quantized alone, or its parts repacked (as the whole weight's would be, for a weight of the shard's N
+// and K).
 Status shard_decode_outputs(const formats::Catalog& catalog, const Plan& plan, std::uint32_t rank, DecodeJob& copy) {
   const Plan::ShardedWeight& sharded = plan.sharded_weights.at(copy.logical);
   const auto& [rows, cols] = sharded.dims[rank];
@@ -267,6 +268,14 @@ Status shard_decode_outputs(const formats::Catalog& catalog, const Plan& plan, s
     DecodeOutput& out = copy.outputs.front();
     out.shape = Shape{rows, cols};
     QLOAD_ASSIGN_OR_RETURN(out.bytes, out.shape.nbytes(out.dtype));
+    return {};
+  }
+  if (copy.kind == DecodeJob::Kind::kRequantize) {  // the shard quantized alone, as shard_quantize_job's
+    const formats::QuantizedLayout layout = formats::quantized_layout(rows, cols, copy.target);
+    copy.outputs[0].shape = Shape{rows, cols};
+    copy.outputs[0].bytes = layout.weight_bytes;
+    copy.outputs[1].shape = layout.scale_shape;
+    copy.outputs[1].bytes = layout.scale_bytes;
     return {};
   }
   formats::LogicalTensor shard = plan.quant->logical[copy.logical];

@@ -48,21 +48,29 @@ Result<scheduler::WeightPolicy> read_rule_action(lua_State* L, int index, std::s
     ++actions;
     policy.action = Action::kRepack;
   }
-  if (const auto d = string_at(L, index, "dequantize")) {
+  const auto d = string_at(L, index, "dequantize");
+  const auto q = string_at(L, index, "quantize");
+  if (d) {
     ++actions;
     policy.action = Action::kDequantize;
     QLOAD_ASSIGN_OR_RETURN(policy.dtype, parse_float(*d, where));
   }
-  if (const auto q = string_at(L, index, "quantize")) {
+  if (q) {
     ++actions;
     policy.action = Action::kQuantize;
     auto target = formats::parse_quantize_target(*q);
     if (!target) return fail(Errc::kInvalidArgument, fmt::format("{}: {}", where, target.error().message()));
     policy.target = *target;
   }
+  if (d && q) {  // one action: decode, then quantize the decoded weight
+    --actions;
+    policy.action = Action::kRequantize;
+  }
   if (actions != 1)
     return fail(Errc::kInvalidArgument,
-                fmt::format("{} needs exactly one action: keep, skip, dequantize, quantize or repack", where));
+                fmt::format("{} needs exactly one action: keep, skip, dequantize, quantize (or both: requantize) or "
+                            "repack",
+                            where));
   return policy;
 }
 

@@ -20,6 +20,7 @@ std::string decode_kind(scheduler::DecodeJob::Kind kind) {
     case scheduler::DecodeJob::Kind::kDequantize: return "dequantize";
     case scheduler::DecodeJob::Kind::kQuantize: return "quantize";
     case scheduler::DecodeJob::Kind::kRepack: return "repack";
+    case scheduler::DecodeJob::Kind::kRequantize: return "requantize";
   }
   return "?";
 }
@@ -74,8 +75,9 @@ class PlanPieces {
     json inputs = json::array();
     for (const std::uint32_t i : job.inputs) inputs.push_back(catalog_.tensors[i].name);
     json entry = {{"kind", decode_kind(job.kind)}, {"inputs", inputs}, {"outputs", outputs}};
-    if (job.kind == scheduler::DecodeJob::Kind::kQuantize)
+    if (job.kind == scheduler::DecodeJob::Kind::kQuantize || job.kind == scheduler::DecodeJob::Kind::kRequantize)
       entry["target"] = std::string(formats::quantize_target_name(job.target));
+    if (job.kind == scheduler::DecodeJob::Kind::kRequantize) entry["through"] = std::string(dtype_name(job.through));
     return entry;
   }
 

@@ -102,11 +102,14 @@ Status check_no_raw_ggml_blocks(const scheduler::Plan& plan) {
     const formats::LogicalTensor& lt = plan.quant->logical[l];
     if (lt.params.scheme != formats::QuantScheme::kGgml) continue;
     const bool decoded = std::ranges::any_of(plan.decodes, [&](const scheduler::DecodeJob& job) {
-      return job.kind == scheduler::DecodeJob::Kind::kDequantize && job.logical == l;
+      return (job.kind == scheduler::DecodeJob::Kind::kDequantize ||
+              job.kind == scheduler::DecodeJob::Kind::kRequantize) &&
+             job.logical == l;
     });
     if (!decoded)
       return fail(Error(Errc::kUnsupported,
-                        fmt::format("{} blocks have no safetensors form: convert with --dequantize bf16 (or f16, f32)",
+                        fmt::format("{} blocks have no safetensors form: convert with --dequantize bf16 (or f16, f32), "
+                                    "adding --quantize to requantize",
                                     formats::weight_scheme_name(lt.params)))
                       .with_tensor(lt.name));
   }
@@ -145,8 +148,12 @@ Result<Converted> convert(const LoadSpec& spec, const std::string& out, const Lo
   Converted converted{.report = model.report(), .weights = (std::filesystem::path(out) / "model.safetensors").string()};
   QLOAD_TRY(formats::write_safetensors(converted.weights, tensors,
                                        {.metadata = {{"format", "pt"}, {"written_by", "qload convert"}}}));
-  if (!planned.catalog.config_json.empty())
-    QLOAD_TRY(write_config(planned.catalog.config_json, planned.request.options, unquantized_modules(model),
+  // A source without a config.json (a GGUF file, a bare safetensors file) gets one when the
+  // output is quantized: without its quantization_config the scales would mean nothing.
+  const bool quantized = planned.request.options.plan.quantize.has_value();
+  if (!planned.catalog.config_json.empty() || quantized)
+    QLOAD_TRY(write_config(planned.catalog.config_json.empty() ? "{}" : planned.catalog.config_json,
+                           planned.request.options, unquantized_modules(model),
                            (std::filesystem::path(out) / "config.json").string()));
   return converted;
 }

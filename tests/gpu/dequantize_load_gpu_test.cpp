@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "formats/gguf_bytes.hpp"
+#include "qload/formats/quant_codec.hpp"
 #include "qload/formats/safetensors_writer.hpp"
 #include "qload/runtime/cuda.hpp"
 #include "qload/scheduler/load.hpp"
@@ -115,7 +116,8 @@ TEST_CASE("gpu load: dequantizing onto a GPU equals the CPU, through bounded pin
 #endif
 }
 
-TEST_CASE("gpu load: GGUF block weights (2-D and stacked experts) dequantize on a GPU as on the CPU", "[gpu]") {
+TEST_CASE("gpu load: GGUF block weights (2-D and stacked experts) dequantize, or requantize, on a GPU as on the CPU",
+          "[gpu]") {
   const CudaInfo info = probe_cuda();
   if (info.devices.empty()) {
     WARN("SKIPPED [gpu]: no GPU visible: " << info.unavailable_reason);
@@ -146,20 +148,32 @@ TEST_CASE("gpu load: GGUF block weights (2-D and stacked experts) dequantize on 
   ScratchDir dir;
   write_file(dir.file("m.gguf"), g.bytes);
 
-  auto cpu = load_source(dir.file("m.gguf"), dequantizing_to(Device{}));
-  if (!cpu) FAIL(cpu.error().to_string());
-  auto on_gpu = load_source(dir.file("m.gguf"), dequantizing_to(Device{.kind = Device::Kind::kCuda, .index = 0}));
-  if (!on_gpu) FAIL(on_gpu.error().to_string());
-  REQUIRE(on_gpu->tensors().size() == 3);
-  CHECK(on_gpu->find("blk.0.ffn_up_exps.weight")->shape == Shape{2, 64, 512});
-  CHECK(on_gpu->find("blk.0.ffn_down.weight")->shape == Shape{96, 256});
-  for (const DeviceTensor& t : on_gpu->tensors()) {
-    INFO(t.name);
-    const DeviceTensor* reference = cpu->find(t.name);
-    REQUIRE(reference != nullptr);
-    REQUIRE(t.nbytes == reference->nbytes);
-    std::vector<std::byte> got(static_cast<std::size_t>(t.nbytes));
-    REQUIRE(on_gpu->copy_to_host(t, 0, got));
-    CHECK(std::ranges::equal(got, std::span(reference->data, static_cast<std::size_t>(reference->nbytes))));
+  // Requantizing (with quantize too): the 2-D weight is decoded on the host, quantized there
+  // and its FP8 weight and scale copied to the GPU; the experts are only dequantized.
+  for (const bool requantize : {false, true}) {
+    DYNAMIC_SECTION((requantize ? "dequantize + quantize fp8:per-channel" : "dequantize")) {
+      auto options = [&](Device device) {
+        LoadOptions o = dequantizing_to(device);
+        if (requantize) o.plan.quantize = formats::QuantizeTarget::kFp8Row;
+        return o;
+      };
+      auto cpu = load_source(dir.file("m.gguf"), options(Device{}));
+      if (!cpu) FAIL(cpu.error().to_string());
+      auto on_gpu = load_source(dir.file("m.gguf"), options(Device{.kind = Device::Kind::kCuda, .index = 0}));
+      if (!on_gpu) FAIL(on_gpu.error().to_string());
+      REQUIRE(on_gpu->tensors().size() == (requantize ? 4 : 3));
+      CHECK(on_gpu->find("blk.0.ffn_up_exps.weight")->shape == Shape{2, 64, 512});
+      CHECK(on_gpu->find("blk.0.ffn_down.weight")->shape == Shape{96, 256});
+      CHECK(on_gpu->find("blk.0.ffn_down.weight")->dtype == (requantize ? DType::kF8_E4M3 : DType::kBF16));
+      for (const DeviceTensor& t : on_gpu->tensors()) {
+        INFO(t.name);
+        const DeviceTensor* reference = cpu->find(t.name);
+        REQUIRE(reference != nullptr);
+        REQUIRE(t.nbytes == reference->nbytes);
+        std::vector<std::byte> got(static_cast<std::size_t>(t.nbytes));
+        REQUIRE(on_gpu->copy_to_host(t, 0, got));
+        CHECK(std::ranges::equal(got, std::span(reference->data, static_cast<std::size_t>(reference->nbytes))));
+      }
+    }
   }
 }

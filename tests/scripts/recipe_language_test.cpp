@@ -152,6 +152,28 @@ TEST_CASE("a hook that returns a device the recipe does not list, or loops forev
   CHECK_THAT(spin.error().to_string(), Catch::Contains("exceeded its budget"));
 }
 
+TEST_CASE("a rule with both dequantize and quantize requantizes", "[scripts][recipe]") {
+  auto r = scripts::parse_recipe(R"(
+    return qload.recipe {
+      source = "m",
+      quant = {
+        { match = "*.mlp.*", dequantize = "f32", quantize = "fp8:block" },
+        { match = "*", dequantize = "bf16", quantize = "int8", keep = true },
+      },
+    })",
+                                 "r.lua");
+  REQUIRE_FALSE(r);  // keep with the pair is two actions
+  CHECK_THAT(r.error().to_string(), Catch::Contains("quant[2] needs exactly one action"));
+  r = scripts::parse_recipe(R"(
+    return qload.recipe { source = "m", quant = { { match = "*.mlp.*", dequantize = "f32", quantize = "fp8:block" } } })",
+                            "r.lua");
+  REQUIRE(r);
+  const auto up = policy(*r, "model.layers.0.mlp.up_proj.weight");
+  CHECK(up->action == Action::kRequantize);
+  CHECK(up->dtype == DType::kF32);
+  CHECK(up->target == formats::QuantizeTarget::kFp8Block);
+}
+
 TEST_CASE("recipe language mistakes name the file and line", "[scripts][recipe]") {
   struct Case {
     const char* text;

@@ -175,3 +175,54 @@ def test_convert_dequantizes_block_tensors(tmp_path, qload_cli):
         want = gguf.quants.dequantize(raw, qtype).astype(ml_dtypes.bfloat16)
         assert converted[name].shape == want.shape, name
         assert converted[name].tobytes() == want.tobytes(), name
+
+
+def fp8_per_channel(x):
+    """FP8 E4M3 with one f32 scale per row, as compressed-tensors defines it: scale = amax / 448,
+    q = x / scale rounded to nearest even (ml_dtypes' cast)."""
+    scale = (np.abs(x).max(axis=1, keepdims=True) / np.float32(448)).astype(np.float32)
+    return (x / scale).astype(ml_dtypes.float8_e4m3fn), scale
+
+
+def test_convert_requantizes_block_tensors(tmp_path, qload_cli):
+    # --dequantize with --quantize: linear block weights decoded, then quantized as a plain
+    # weight would be; the embedding and output head (excluded from quantize-on-load) decoded.
+    rng = np.random.default_rng(10)
+    q4k = {n: raw for n, raw, t in block_tensors(rng) if t == QT.Q4_K}["Q4_K"]
+    q6k = {n: raw for n, raw, t in block_tensors(rng) if t == QT.Q6_K}["Q6_K"]
+    tensors = [
+        ("token_embd.weight", gguf.quants.quantize(rng.normal(size=(6, 512)).astype(np.float32), QT.Q4_0), QT.Q4_0),
+        ("blk.0.attn_q.weight", gguf.quants.quantize(rng.normal(size=(8, 512)).astype(np.float32), QT.Q8_0), QT.Q8_0),
+        ("blk.0.ffn_up.weight", q4k, QT.Q4_K),
+        ("output.weight", q6k, QT.Q6_K),
+    ]
+    norm = rng.normal(size=(512,)).astype(np.float32)
+    path = write(tmp_path / "model.gguf", [(n, b, {"raw_dtype": t}) for n, b, t in tensors] +
+                 [("output_norm.weight", norm, {})])
+    subprocess.run([qload_cli, "convert", str(path), str(tmp_path / "out"), "--dequantize", "f32", "--quantize",
+                    "fp8:per-channel"], check=True, capture_output=True)
+    out = qload.load(tmp_path / "out", framework="np")
+    for name, raw, qtype in tensors:
+        decoded = gguf.quants.dequantize(raw, qtype)
+        prefix = name[:-len("weight")]
+        if name.startswith("blk."):
+            want, scale = fp8_per_channel(decoded)
+            assert out[name].dtype == ml_dtypes.float8_e4m3fn, name
+            assert out[prefix + "weight_scale"].tobytes() == scale.tobytes(), name
+            assert out[name].tobytes() == want.tobytes(), name
+        else:
+            assert prefix + "weight_scale" not in out, name
+            assert out[name].tobytes() == decoded.tobytes(), name
+    assert out["output_norm.weight"].tobytes() == norm.tobytes()
+    config = json.loads((tmp_path / "out" / "config.json").read_text())["quantization_config"]
+    assert config["quant_method"] == "fbgemm_fp8"  # transformers' per-channel FP8
+    assert sorted(config["modules_to_not_convert"]) == ["output", "token_embd"]
+    # What converting twice gives: dequantized to f32 first, then quantized.
+    subprocess.run([qload_cli, "convert", str(path), str(tmp_path / "f32"), "--dequantize", "f32"], check=True,
+                   capture_output=True)
+    subprocess.run([qload_cli, "convert", str(tmp_path / "f32"), str(tmp_path / "twice"), "--quantize",
+                    "fp8:per-channel"], check=True, capture_output=True)
+    twice = qload.load(tmp_path / "twice", framework="np")
+    assert sorted(twice) == sorted(out)
+    for name in out:
+        assert twice[name].tobytes() == out[name].tobytes(), name

@@ -60,10 +60,14 @@ struct WeightPolicy {
     kDequantize,  // a quantized weight decoded to `dtype`; a plain weight is kept
     kRepack,      // a quantized weight repacked as PlanOptions::repack does; a plain one kept
     kQuantize,    // a plain linear weight quantized to `target`; a quantized weight: an error
+    // Both: a quantized weight decoded to `dtype`, then quantized to `target` when
+    // quantize-on-load could take the decoded weight (2-D, its name not excluded), else left
+    // decoded; a plain linear weight quantized to `target`.
+    kRequantize,
   };
   Action action = Action::kKeep;
-  DType dtype = DType::kBF16;                                            // kDequantize
-  formats::QuantizeTarget target = formats::QuantizeTarget::kFp8Tensor;  // kQuantize
+  DType dtype = DType::kBF16;                                            // kDequantize, kRequantize
+  formats::QuantizeTarget target = formats::QuantizeTarget::kFp8Tensor;  // kQuantize, kRequantize
 };
 
 // The parallel layout of a load (docs/parallel.md): devices = data x pipeline x tensor, in
@@ -107,8 +111,11 @@ struct PlanOptions {
   // or F16) on load; unset: kept as their packed parts, byte for byte. Read mode only.
   std::optional<DType> dequantize;
   // Unquantized linear weights (2-D F16/BF16/F32 tensors named "*.weight" whose name has no
-  // "embed", "norm" or "lm_head") are quantized on load to this target; the scale lands in
-  // "<prefix>.weight_scale" ("weight_scale_inv" for 128x128 blocks). Read mode only.
+  // "embed", "embd", "norm" or "lm_head" and is not GGUF's "output.weight") are quantized on
+  // load to this target; the scale lands in "<prefix>.weight_scale" ("weight_scale_inv" for
+  // 128x128 blocks). With `dequantize` too, quantized weights that decode to such a weight are
+  // requantized: decoded to `dequantize`, then quantized from those values (what converting
+  // twice gives). Read mode only.
   std::optional<formats::QuantizeTarget> quantize;
   // Kept quantized weights in GPTQ v1 or AWQ GEMM, or with act-order g_idx, are repacked to
   // GPTQ v2 (true zero points) with contiguous groups; an act-order weight gets
@@ -277,18 +284,21 @@ struct DecodeOutput {
 };
 
 // Work done on whole tensors once their bytes are in the scratch arena: dequantize one
-// logical tensor (rows split over several tasks), or quantize one weight into weight + scale.
+// logical tensor (rows split over several tasks), quantize one weight into weight + scale,
+// repack one quantized weight's parts, or requantize one: dequantize it to `through` in host
+// memory, then quantize that to `target` (outputs as kQuantize's).
 struct DecodeJob {
-  enum class Kind : std::uint8_t { kDequantize, kQuantize, kRepack };
+  enum class Kind : std::uint8_t { kDequantize, kQuantize, kRepack, kRequantize };
   Kind kind = Kind::kDequantize;
-  std::uint32_t logical = 0;      // kDequantize, kRepack: index into Plan::quant->logical
+  std::uint32_t logical = 0;      // kDequantize, kRepack, kRequantize: index into Plan::quant->logical
+  DType through = DType::kF32;    // kRequantize
   formats::QuantParams repacked;  // kRepack: the weight's parameters after repacking
   std::uint32_t input = 0;        // kQuantize: the catalog tensor quantized
-  formats::QuantizeTarget target = formats::QuantizeTarget::kFp8Tensor;
+  formats::QuantizeTarget target = formats::QuantizeTarget::kFp8Tensor;  // kQuantize, kRequantize
   std::vector<std::uint32_t> inputs;  // catalog tensors read into scratch for this job
-  // dequantize: the weight; quantize: weight, scale; repack: every part, rewritten
+  // dequantize: the weight; quantize, requantize: weight, scale; repack: every part, rewritten
   std::vector<DecodeOutput> outputs;
-  // Tensor parallel (kDequantize): this job decodes tensor rank `rank`'s shard of the weight
+  // Tensor parallel (kDequantize, kRequantize, kRepack): this job decodes tensor rank `rank`'s shard of the weight
   // (output shape [N, K] of the shard). Each part is first cut to the rank's slice, in the
   // scratch arena, then the slices decode as a weight of the shard's geometry
   // (Plan::sharded_weights). Empty: the whole parts decode (a replica, or no tensor split).
