@@ -89,6 +89,12 @@ Result<PartMap> part_map(const formats::LogicalTensor& lt, std::string_view role
       if (role == "blocks") return PartMap{.n = {0, 1, 1}, .k = {1, size.bytes, size.elems}};
       break;
     }
+    case formats::QuantScheme::kNvfp4:
+      // Two E2M1 codes a byte, one E4M3 scale per 16 columns; the global scales stay whole.
+      if (role == "weight_packed") return PartMap{.n = {0, 1, 1}, .k = {1, 1, 2}};
+      if (role == "weight_scale") return scale_map(1, 1);
+      if (role == "weight_global_scale" || role == "input_global_scale" || role == "input_scale") return PartMap{};
+      break;
     case formats::QuantScheme::kAwqGemv:
     case formats::QuantScheme::kMxfp4:
       return fail(weight_error(lt, fmt::format("tensor-parallel splits of {} weights are not supported",

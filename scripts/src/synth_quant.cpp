@@ -34,7 +34,7 @@ constexpr std::uint64_t kCodeStream = 1;
 constexpr std::uint64_t kZeroStream = 2;
 constexpr std::uint64_t kScaleStream = 3;
 
-enum class Kind : std::uint8_t { kGptq, kAwq, kFp8, kCtPack, kCtFp8 };
+enum class Kind : std::uint8_t { kGptq, kAwq, kFp8, kCtPack, kCtFp8, kCtNvfp4 };
 
 struct Scheme {
   std::string_view name;
@@ -44,7 +44,7 @@ struct Scheme {
   bool sym = true;                                  // kCtPack: false stores zero points
 };
 
-constexpr std::array<Scheme, 10> kSchemes = {{{"gptq4", Kind::kGptq, 4},
+constexpr std::array<Scheme, 11> kSchemes = {{{"gptq4", Kind::kGptq, 4},
                                               {"gptq3", Kind::kGptq, 3},
                                               {"gptq8", Kind::kGptq, 8},
                                               {"awq", Kind::kAwq, 4},
@@ -53,7 +53,8 @@ constexpr std::array<Scheme, 10> kSchemes = {{{"gptq4", Kind::kGptq, 4},
                                               {"fp8-tensor", Kind::kFp8, 8, QuantizeTarget::kFp8Tensor},
                                               {"ct-pack4", Kind::kCtPack, 4},
                                               {"ct-pack4-asym", Kind::kCtPack, 4, QuantizeTarget::kFp8Row, false},
-                                              {"ct-fp8", Kind::kCtFp8, 8, QuantizeTarget::kFp8Row}}};
+                                              {"ct-fp8", Kind::kCtFp8, 8, QuantizeTarget::kFp8Row},
+                                              {"ct-nvfp4", Kind::kCtNvfp4, 4}}};
 
 constexpr bool names_match() {
   for (std::size_t i = 0; i < kSchemes.size(); ++i)
@@ -226,6 +227,28 @@ Result<std::vector<formats::WriterTensor>> ct_pack_parts(const formats::LogicalT
   return make_parts(prefix, std::move(specs), std::move(compute));
 }
 
+// compressed-tensors NVFP4: random E2M1 pairs, E4M3 group scales in [2^-6, 2^2) and a global
+// scale of 1000 (what calibration gives a weight whose amax is about 2.7).
+Result<std::vector<formats::WriterTensor>> ct_nvfp4_parts(std::string_view prefix, std::uint64_t n, std::uint64_t k,
+                                                          std::uint64_t stream) {
+  Compute compute = [stream](Parts& parts) -> Status {
+    const auto codes = random_codes<std::uint8_t>(mix(stream + kCodeStream), parts[0].size(), 8);
+    std::memcpy(parts[0].data(), codes.data(), codes.size());
+    // E4M3 exponent field 1..8 (biased 7): 2^-6 .. 2^1 times 1.m.
+    const auto scales = random_codes<std::uint8_t>(mix(stream + kScaleStream), parts[1].size(), 6);
+    for (std::size_t i = 0; i < scales.size(); ++i)
+      parts[1][i] = static_cast<std::byte>(((1u + (scales[i] >> 3)) << 3) | (scales[i] & 7u));
+    const float global = 1000.0f;
+    std::memcpy(parts[2].data(), &global, sizeof global);
+    return {};
+  };
+  return make_parts(prefix,
+                    {{"weight_packed", DType::kU8, Shape{n, k / 2}},
+                     {"weight_scale", DType::kF8_E4M3, Shape{n, k / 16}},
+                     {"weight_global_scale", DType::kF32, Shape{1}}},
+                    std::move(compute));
+}
+
 // The unquantized weight quantized with formats::quantize; ct-fp8 stores the F32 per-row scale
 // in the weight's dtype, as compressed-tensors does.
 Result<std::vector<formats::WriterTensor>> fp8_parts(const Scheme& scheme, const SynthOptions& o,
@@ -267,6 +290,13 @@ Status validate_quant(const SynthOptions& o) {
                     fmt::format("--quant {} needs every linear K (in features) to be a multiple of the group size {}: "
                                 "{} is {}",
                                 s->name, kGroupSize, what, k));
+  if (s->kind == Kind::kCtNvfp4)
+    for (const auto& [what, k] : {Size{"hidden", o.hidden}, Size{"intermediate", o.intermediate}})
+      if (k % 16 != 0)
+        return fail(Errc::kInvalidArgument,
+                    fmt::format("--quant ct-nvfp4 scales every 16 columns, so every linear K (in features) must be a "
+                                "multiple of 16: {} is {}",
+                                what, k));
   if (s->kind == Kind::kAwq)
     for (const auto& [what, n] : {Size{"hidden", o.hidden}, Size{"intermediate", o.intermediate},
                                   Size{"kv_heads * head_dim (k_proj, v_proj out features)", kv}})
@@ -310,6 +340,10 @@ nlohmann::json quantization_config(const SynthOptions& o) {
           {{"num_bits", 4}, {"type", "int"}, {"symmetric", s.sym}, {"strategy", "group"}, {"group_size", kGroupSize}});
     case Kind::kCtFp8:
       return ct("float-quantized", {{"num_bits", 8}, {"type", "float"}, {"symmetric", true}, {"strategy", "channel"}});
+    case Kind::kCtNvfp4:
+      return ct(
+          "nvfp4-pack-quantized",
+          {{"num_bits", 4}, {"type", "float"}, {"symmetric", true}, {"strategy", "tensor_group"}, {"group_size", 16}});
     case Kind::kFp8: break;
   }
   // Exactly what `qload convert --quantize` writes (scripts/cli/cmd_convert.cpp).
@@ -344,6 +378,7 @@ Result<std::vector<formats::WriterTensor>> quantized_parts(const SynthOptions& o
     case Kind::kGptq: return gptq_parts(int_tensor(*s, o, name, n, k), prefix, stream);
     case Kind::kAwq: return awq_parts(int_tensor(*s, o, name, n, k), prefix, stream);
     case Kind::kCtPack: return ct_pack_parts(int_tensor(*s, o, name, n, k), prefix, stream);
+    case Kind::kCtNvfp4: return ct_nvfp4_parts(prefix, n, k, stream);
     case Kind::kFp8:
     case Kind::kCtFp8: return fp8_parts(*s, o, prefix, n, k, std::move(original));
   }

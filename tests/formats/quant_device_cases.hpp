@@ -175,6 +175,38 @@ inline Weight mxfp4_weight(std::uint64_t n, std::uint64_t k, Rng& rng) {
   return w;
 }
 
+// The same bytes as compressed-tensors' mxfp4-pack-quantized stores them: weight_packed [N, K/2]
+// and weight_scale [N, K/32].
+inline Weight ct_mxfp4_weight(std::uint64_t n, std::uint64_t k, Rng& rng) {
+  Weight w = mxfp4_weight(n, k, rng);
+  w.t.name = "model.layers.0.mlp.down_proj.weight";
+  w.parts[0] = {"weight_packed", DType::kU8, Shape{n, k / 2}, w.parts[0].bytes};
+  w.parts[1] = {"weight_scale", DType::kU8, Shape{n, k / 32}, w.parts[1].bytes};
+  return w;
+}
+
+// compressed-tensors NVFP4 of random codes, E4M3 scales (NaN codes excluded) and a global scale
+// that is not a power of two, so scale / global_scale rounds.
+inline Weight nvfp4_weight(std::uint64_t n, std::uint64_t k, Rng& rng) {
+  Weight w;
+  w.t.name = "model.layers.0.mlp.up_proj.weight";
+  w.t.params.scheme = formats::QuantScheme::kNvfp4;
+  w.t.params.bits = 4;
+  w.t.params.group_size = 16;
+  w.t.rows = n;
+  w.t.cols = k;
+  Bytes scales = random_bytes(n * k / 16, rng);
+  for (std::byte& s : scales)
+    if ((std::to_integer<unsigned>(s) & 0x7fu) == 0x7fu) s &= std::byte{0xfe};
+  const float global = 2688.0f / 3.7f;
+  Bytes global_bytes(4);
+  std::memcpy(global_bytes.data(), &global, 4);
+  w.add("weight_packed", DType::kU8, Shape{n, k / 2}, random_bytes(n * k / 2, rng));
+  w.add("weight_scale", DType::kF8_E4M3, Shape{n, k / 16}, std::move(scales));
+  w.add("weight_global_scale", DType::kF32, Shape{1}, std::move(global_bytes));
+  return w;
+}
+
 // Every case; `large` adds weights big enough that the GPU kernels' grid strides.
 // A row-parallel GPTQ shard as qload's tensor-parallel plan makes it: the second half of K of
 // `whole` (qweight rows and g_idx sliced), its scales and zeros whole, so g_idx indexes all of
@@ -240,6 +272,8 @@ inline std::vector<Case> device_cases(bool large) {
   for (const GgmlBlockType& type : kGgmlBlockTypes)
     cases.push_back({fmt::format("ggml {}", type.name), ggml_weight(type, 7, 3 * 256, rng)});
   cases.push_back({"mxfp4", mxfp4_weight(7, 96, rng)});
+  cases.push_back({"mxfp4 as compressed-tensors", ct_mxfp4_weight(5, 64, rng)});
+  cases.push_back({"nvfp4", nvfp4_weight(9, 80, rng)});
   if (!large) return cases;
   cases.push_back({"ggml Q4_K large", ggml_weight(kGgmlBlockTypes[8], 2600, 4096, rng)});
   cases.push_back({"gptq 4-bit large act-order", make_gptq({4, 128, 2, false, true, DType::kF16}, 4128, 2600, rng)});

@@ -75,8 +75,8 @@ LoadOptions over(std::uint32_t tp) {
 TEST_CASE("parallel: quantized weights split along their packed dimensions decode to the unsplit weight's slices",
           "[scripts][parallel][quant]") {
   ScratchDir dir;
-  for (const std::string quant :
-       {"gptq4", "gptq8", "awq", "fp8-block", "fp8-channel", "fp8-tensor", "ct-pack4", "ct-pack4-asym", "ct-fp8"}) {
+  for (const std::string quant : {"gptq4", "gptq8", "awq", "fp8-block", "fp8-channel", "fp8-tensor", "ct-pack4",
+                                  "ct-pack4-asym", "ct-fp8", "ct-nvfp4"}) {
     const std::string path = synth(dir, quant);
     auto whole = load_source(path, LoadOptions{});
     REQUIRE(whole);
@@ -156,7 +156,7 @@ TEST_CASE("parallel: compressed-tensors weight_shape says each shard's own N and
 TEST_CASE("parallel: weights dequantized on load under tp, dp and several processes are the unsplit weight's slices",
           "[scripts][parallel][quant]") {
   ScratchDir dir;
-  for (const std::string quant : {"gptq4", "awq", "fp8-block", "ct-pack4-asym", "ct-fp8"}) {
+  for (const std::string quant : {"gptq4", "awq", "fp8-block", "ct-pack4-asym", "ct-fp8", "ct-nvfp4"}) {
     const std::string path = synth(dir, quant);
     auto whole = load_source(path, LoadOptions{});
     REQUIRE(whole);

@@ -53,6 +53,7 @@ Expected expected(const std::string& quant) {
   if (quant == "fp8-channel") return {"fbgemm_fp8", QuantScheme::kFp8, 8, true};
   if (quant.starts_with("ct-pack4")) return {"compressed-tensors", QuantScheme::kCtPacked, 4, false};
   if (quant == "ct-fp8") return {"compressed-tensors", QuantScheme::kFp8, 8, true};
+  if (quant == "ct-nvfp4") return {"compressed-tensors", QuantScheme::kNvfp4, 4, false};
   return {"fp8", QuantScheme::kFp8, 8, true};  // fp8-block, fp8-tensor
 }
 

@@ -40,6 +40,18 @@ QuantLayoutText ggml_layout(const LogicalTensor& t);  // describe_layout's words
 Status dequantize_mxfp4(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t row_begin,
                         std::uint64_t row_end, std::span<float> out);
 Status detect_mxfp4(const Catalog& catalog, QuantizedCatalog& out);
+// The roles of an MXFP4 weight's two parts: gpt-oss's blocks / scales, or compressed-tensors'
+// weight_packed / weight_scale (the same bytes).
+struct Mxfp4Roles {
+  std::string_view blocks, scales;
+};
+Mxfp4Roles mxfp4_roles(std::span<const PartBytes> parts);
+
+// compressed-tensors NVFP4 (nvfp4.cpp).
+Status dequantize_nvfp4(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t row_begin,
+                        std::uint64_t row_end, std::span<float> out);
+// Its global scale, after the part checks (kCorrupt naming the tensor when absent or mis-sized).
+Result<float> nvfp4_global_scale(const LogicalTensor& t, std::span<const PartBytes> parts);
 
 // How an FP8 scale tensor covers the [N, K] weight: weight row n, column k uses scale element
 // (n / rows_per_scale) * scale_cols + k / cols_per_scale.

@@ -173,7 +173,7 @@ struct CtInt {
   }
 };
 
-// OCP MXFP4 (gpt-oss): block g = k / 32 of row n has exponent e8m0[n * groups + g] and its
+// OCP MXFP4 (gpt-oss): block g = k / 32 of row n has exponent scale_codes[n * groups + g] and its
 // element k % 32 in nibble (k % 2) of byte k / 2 of the block (low first). The value is
 // e2m1 * 2^(e - 127), computed as ggml's MXFP4 is (the doubled level times 2^(e - 128)): one
 // rounding of the exact product, as ldexp. Code 8 is -0 (the OCP spec, and transformers' table;
@@ -181,13 +181,36 @@ struct CtInt {
 struct Mxfp4 {
   QLOAD_DEQUANT_HD static float value(const DequantArgs& a, std::uint64_t n, std::uint64_t k) {
     const std::uint64_t block = n * a.groups + k / 32;
-    const std::uint32_t e = a.e8m0[block];
+    const std::uint32_t e = a.scale_codes[block];
     const std::uint8_t pair = a.codes[block * 16 + (k % 32) / 2];
     const unsigned code = (k % 2) == 0 ? pair & 0xFu : pair >> 4;
     constexpr std::uint8_t kMagnitudes[8] = {0, 1, 2, 3, 4, 6, 8, 12};  // doubled
     const float level = as_float(bits::exact_float_bits(kMagnitudes[code & 7]) | ((code & 8u) << 28));
     const float d = as_float(e < 2 ? 0x00200000u << e : (e - 1) << 23);
     return mul_rn(d, level);
+  }
+};
+
+QLOAD_DEQUANT_HD float div_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+
+// compressed-tensors NVFP4: element k of row n is nibble (k % 2) of byte n * K/2 + k/2 (low
+// first), E2M1 with code 8 = -0; its group's E4M3 scale is divided by the global scale, then
+// multiplied, each rounded to f32: compressed-tensors' order (scale / global_scale, then
+// x_q * that, in f32).
+struct Nvfp4 {
+  QLOAD_DEQUANT_HD static float value(const DequantArgs& a, std::uint64_t n, std::uint64_t k) {
+    const std::uint8_t pair = a.codes[n * (a.cols / 2) + k / 2];
+    const unsigned code = (k % 2) == 0 ? pair & 0xFu : pair >> 4;
+    constexpr std::uint8_t kMagnitudes[8] = {0, 1, 2, 3, 4, 6, 8, 12};  // doubled
+    const float level = as_float(bits::exact_float_bits(kMagnitudes[code & 7]) | ((code & 8u) << 28));
+    const float s = as_float(bits::e4m3_to_f32(a.scale_codes[n * a.groups + k / 16]));
+    return mul_rn(mul_rn(level, 0.5f), div_rn(s, a.global_scale));  // level * 0.5: exact
   }
 };
 
@@ -225,6 +248,7 @@ inline float dequantize_element(const DequantArgs& a, std::uint64_t n, std::uint
     case DeviceScheme::kCtInt: return CtInt::value(a, n, k);
     case DeviceScheme::kFp8: return Fp8::value(a, n, k);
     case DeviceScheme::kMxfp4: return Mxfp4::value(a, n, k);
+    case DeviceScheme::kNvfp4: return Nvfp4::value(a, n, k);
     case DeviceScheme::kGgml: {
       float v = 0.0f;
       ggml::with_block_type(a.ggml_type, [&](auto block) { v = ggml::Scheme<decltype(block)>::value(a, n, k); });

@@ -8,7 +8,7 @@
 
 namespace qload::formats::detail {
 
-enum class DeviceScheme : int { kGptq, kAwqGemm, kAwqGemv, kCtPacked, kCtInt, kFp8, kGgml, kMxfp4 };
+enum class DeviceScheme : int { kGptq, kAwqGemm, kAwqGemv, kCtPacked, kCtInt, kFp8, kGgml, kMxfp4, kNvfp4 };
 enum class DeviceFloat : int { kF32, kF16, kBF16 };  // a scale or output element
 enum class DeviceCode : int { kE4M3, kE5M2 };        // an FP8 weight element
 enum class DeviceIndex : int { kNone, kI32, kI64 };  // g_idx, or a CT int zero point
@@ -28,7 +28,10 @@ struct DequantArgs {
   const std::uint8_t* codes = nullptr;    // FP8 codes or int8 values (CT int), [N, K]; GGML blocks
   std::uint32_t ggml_type = 0;            // GGML: the block type (ggml_element.hpp)
   std::uint64_t row_bytes = 0;            // GGML: bytes of blocks per row
-  const std::uint8_t* e8m0 = nullptr;     // MXFP4: one exponent per 32 (codes: the E2M1 pairs)
+  // One scale byte per group (codes: the E2M1 pairs): MXFP4 E8M0 exponents per 32, NVFP4 E4M3
+  // scales per 16, each divided by global_scale.
+  const std::uint8_t* scale_codes = nullptr;
+  float global_scale = 1.0f;
   DeviceCode code = DeviceCode::kE4M3;
   std::uint64_t weight_words = 0;  // words per packed row: AWQ GEMM/GEMV, CT packed
 

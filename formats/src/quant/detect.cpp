@@ -26,6 +26,7 @@ std::string_view quant_scheme_name(QuantScheme scheme) noexcept {
     case QuantScheme::kCtInt: return "ct-int-quantized";
     case QuantScheme::kGgml: return "ggml";
     case QuantScheme::kMxfp4: return "mxfp4";
+    case QuantScheme::kNvfp4: return "nvfp4";
   }
   return "unknown";
 }
@@ -46,7 +47,7 @@ namespace {
 
 using Modules = std::map<std::string, ModuleTensors, std::less<>>;
 
-constexpr std::array<std::string_view, 12> kKnownSuffixes = {"qweight",
+constexpr std::array<std::string_view, 14> kKnownSuffixes = {"qweight",
                                                              "qzeros",
                                                              "scales",
                                                              "g_idx",
@@ -57,11 +58,21 @@ constexpr std::array<std::string_view, 12> kKnownSuffixes = {"qweight",
                                                              "weight_zero_point",
                                                              "weight_shape",
                                                              "weight_g_idx",
-                                                             "input_scale"};
+                                                             "weight_global_scale",
+                                                             "input_scale",
+                                                             "input_global_scale"};
 // Any of these makes a module a quantized one under a config.
-constexpr std::array<std::string_view, 10> kQuantSuffixes = {
-    "qweight",           "qzeros",       "scales",      "g_idx", "weight_scale", "weight_scale_inv", "weight_packed",
-    "weight_zero_point", "weight_shape", "weight_g_idx"};
+constexpr std::array<std::string_view, 11> kQuantSuffixes = {"qweight",
+                                                             "qzeros",
+                                                             "scales",
+                                                             "g_idx",
+                                                             "weight_scale",
+                                                             "weight_scale_inv",
+                                                             "weight_packed",
+                                                             "weight_zero_point",
+                                                             "weight_shape",
+                                                             "weight_g_idx",
+                                                             "weight_global_scale"};
 // Without a config, these mark a checkpoint as quantized (plain models may well have a
 // "scales" or "g_idx" tensor of their own).
 constexpr std::array<std::string_view, 6> kStrongSuffixes = {"qweight",      "qzeros",           "weight_packed",
@@ -101,6 +112,11 @@ std::optional<DType> weight_dtype(const Catalog& catalog, const ModuleTensors& m
   return w ? std::optional<DType>(catalog.tensors[*w].dtype) : std::nullopt;
 }
 
+std::optional<DType> packed_dtype(const Catalog& catalog, const ModuleTensors& m) {
+  const auto p = m.find("weight_packed");
+  return p ? std::optional<DType>(catalog.tensors[*p].dtype) : std::nullopt;
+}
+
 bool is_fp8(std::optional<DType> d) {
   return d == DType::kF8_E4M3 || d == DType::kF8_E5M2;
 }
@@ -126,7 +142,8 @@ std::string_view anchor_of(PartKind kind) {
     case PartKind::kGptq:
     case PartKind::kAwqGemm:
     case PartKind::kAwqGemv: return "qweight";
-    case PartKind::kCtPacked: return "weight_packed";
+    case PartKind::kCtPacked:
+    case PartKind::kCtFp4: return "weight_packed";
     case PartKind::kFp8:
     case PartKind::kCtInt:
     case PartKind::kDense: return "weight";
@@ -138,7 +155,8 @@ std::string_view anchor_of(PartKind kind) {
 bool fits(const Catalog& catalog, const Rule& rule, const ModuleTensors& m) {
   const std::optional<DType> w = weight_dtype(catalog, m);
   switch (rule.kind) {
-    case PartKind::kCtPacked: return m.find("weight_packed").has_value();
+    case PartKind::kCtPacked: return packed_dtype(catalog, m) == DType::kI32;
+    case PartKind::kCtFp4: return packed_dtype(catalog, m) == DType::kU8;
     case PartKind::kCtInt: return w == DType::kI8 && !m.find("weight_packed");
     case PartKind::kFp8: return is_fp8(w) && !m.find("weight_packed");
     default: return false;

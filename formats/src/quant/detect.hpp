@@ -58,7 +58,8 @@ Result<ModulePattern> make_pattern(ModulePattern::Kind kind, std::string text, c
 Result<MatchRank> match_module(const ModulePattern& pattern, std::string_view module);
 
 // Which stored parts a rule expects.
-enum class PartKind : std::uint8_t { kGptq, kAwqGemm, kAwqGemv, kFp8, kCtPacked, kCtInt, kDense };
+// kCtFp4: compressed-tensors nvfp4-pack-quantized (group 16) and mxfp4-pack-quantized (group 32).
+enum class PartKind : std::uint8_t { kGptq, kAwqGemm, kAwqGemv, kFp8, kCtPacked, kCtInt, kCtFp4, kDense };
 
 // One way of quantizing: the whole checkpoint (GPTQ, AWQ, FP8) or one compressed-tensors
 // config group. Group-size dependent fields are resolved per tensor, once K is known.

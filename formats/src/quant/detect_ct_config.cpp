@@ -57,7 +57,7 @@ Status set_layout(const WeightArgs& args, const JsonPlace& place, Rule& rule) {
     rule.layouts = {ScaleLayout::kTensor};
   } else if (args.strategy == "channel") {
     rule.layouts = {ScaleLayout::kRow};
-  } else if (args.strategy == "group") {
+  } else if (args.strategy == "group" || args.strategy == "tensor_group") {  // tensor_group: NVFP4's global scale
     if (args.group_size <= 0)
       return fail(config_error(
           Errc::kCorrupt,
@@ -108,9 +108,23 @@ Status set_kind(const std::string& format, const WeightArgs& args, const JsonPla
     rule.scale_inv_allowed = false;
     return {};
   }
+  if (format == "nvfp4-pack-quantized" || format == "mxfp4-pack-quantized") {
+    const bool nv = format == "nvfp4-pack-quantized";
+    if (args.type != "float")
+      return fail(config_error(
+          Errc::kCorrupt, fmt::format("format {} with weights type {}", format, quote_name(args.type)), place.path));
+    if (args.bits != 4 || !args.sym || args.group_size != (nv ? 16 : 32) ||
+        args.strategy != (nv ? "tensor_group" : "group"))
+      return fail(unsupported(
+          place, fmt::format("{} with {} bits, group {}, strategy {}{} is not supported ({})", format, args.bits,
+                             args.group_size, args.strategy, args.sym ? "" : ", asymmetric",
+                             nv ? "4 bits, group 16, tensor_group, symmetric" : "4 bits, group 32, group, symmetric")));
+    rule.kind = PartKind::kCtFp4;
+    return {};
+  }
   return fail(unsupported(place, fmt::format("compressed-tensors format {} is not supported (qload decodes "
-                                             "pack-quantized, int-quantized, naive-quantized, float-quantized "
-                                             "and dense)",
+                                             "pack-quantized, int-quantized, naive-quantized, float-quantized, "
+                                             "nvfp4-pack-quantized, mxfp4-pack-quantized and dense)",
                                              quote_name(format))));
 }
 

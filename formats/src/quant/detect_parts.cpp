@@ -19,6 +19,9 @@ constexpr std::array kI32 = {DType::kI32};
 constexpr std::array kI8 = {DType::kI8};
 constexpr std::array kFp8Dtypes = {DType::kF8_E4M3, DType::kF8_E5M2};
 constexpr std::array kShapeDtypes = {DType::kI64, DType::kI32};
+constexpr std::array kU8 = {DType::kU8};
+constexpr std::array kE4M3 = {DType::kF8_E4M3};
+constexpr std::array kF32 = {DType::kF32};
 
 std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) {
   return a / b + (a % b != 0 ? 1 : 0);
@@ -335,6 +338,42 @@ Result<LogicalTensor> build_ct_int(Builder& b) {
   return std::move(b.out);
 }
 
+// compressed-tensors FP4: nvfp4-pack-quantized (groups of 16, E4M3 scales divided by a global
+// scale) and mxfp4-pack-quantized (groups of 32, E8M0 exponents stored as U8). Symmetric only.
+Result<LogicalTensor> build_ct_fp4(Builder& b) {
+  const bool nv = b.rule.group_size == 16;
+  const std::uint64_t g = nv ? 16 : 32;
+  QLOAD_ASSIGN_OR_RETURN(const TensorEntry* p, b.anchor("weight_packed", kU8, "[N, K/2]"));
+  const std::uint64_t n = p->shape[0];
+  QLOAD_ASSIGN_OR_RETURN(const std::uint64_t k, checked_mul(p->shape[1], 2));
+  b.facts = fmt::format("FP4, group {}, N {}, K {}", g, n, k);
+  if (k % g != 0)
+    return fail(b.mismatch("weight_packed", *p, "U8", fmt::format("[N, K/2] with K a multiple of {}", g)));
+  if (b.module.find("weight_zero_point"))
+    return fail(Error(Errc::kCorrupt, fmt::format("{} is symmetric, but {} has a weight_zero_point", b.rule.label,
+                                                  quote_name(b.module.module)))
+                    .with_tensor(b.tensor(*b.module.find("weight_zero_point")).name));
+  static const std::array<Shape, 2> kScalar = {Shape{}, Shape{1}};
+  if (nv) {
+    QLOAD_TRY(b.expect("weight_scale", kE4M3, Shape{n, k / g}));
+    QLOAD_TRY(b.expect("weight_global_scale", kF32, kScalar));
+  } else {
+    QLOAD_TRY(b.expect("weight_scale", kU8, Shape{n, k / g}));
+  }
+  QLOAD_TRY(b.expect("input_global_scale", kF32, kScalar, false));
+  QLOAD_TRY(b.input_scale());
+  b.out.rows = n;
+  b.out.cols = k;
+  b.out.params = QuantParams{.scheme = nv ? QuantScheme::kNvfp4 : QuantScheme::kMxfp4,
+                             .bits = 4,
+                             .group_size = g,
+                             .sym = true,
+                             .scale_layout = ScaleLayout::kGroup,
+                             .weight_dtype = DType::kU8,
+                             .scale_dtype = nv ? DType::kF8_E4M3 : DType::kF8_E8M0};
+  return std::move(b.out);
+}
+
 }  // namespace
 
 bool part_allowed(PartKind kind, std::string_view suffix) {
@@ -348,6 +387,8 @@ bool part_allowed(PartKind kind, std::string_view suffix) {
     case PartKind::kCtPacked:
       return in({"weight_packed", "weight_scale", "weight_zero_point", "weight_shape", "weight_g_idx", "input_scale"});
     case PartKind::kCtInt: return in({"weight", "weight_scale", "weight_zero_point", "weight_g_idx", "input_scale"});
+    case PartKind::kCtFp4:
+      return in({"weight_packed", "weight_scale", "weight_global_scale", "input_global_scale", "input_scale"});
     case PartKind::kDense: return in({"weight", "input_scale"});
   }
   return false;
@@ -363,6 +404,7 @@ Result<LogicalTensor> build_logical(const Catalog& catalog, const ModuleTensors&
     case PartKind::kFp8: return build_fp8(b);
     case PartKind::kCtPacked: return build_ct_packed(b);
     case PartKind::kCtInt: return build_ct_int(b);
+    case PartKind::kCtFp4: return build_ct_fp4(b);
     case PartKind::kDense: break;
   }
   return fail(Error(Errc::kInternal, "no parts to build for a dense rule").with_tensor(module.module));

@@ -140,7 +140,8 @@ Status describe_integer(const LogicalTensor& t, const DeviceParts& parts, Dequan
     }
     case QuantScheme::kFp8:
     case QuantScheme::kGgml:
-    case QuantScheme::kMxfp4: break;
+    case QuantScheme::kMxfp4:
+    case QuantScheme::kNvfp4: break;
   }
   return fail(Errc::kInternal, "describe_integer: not an integer scheme");
 }
@@ -202,10 +203,17 @@ Result<DequantArgs> describe_dequantize(const LogicalTensor& tensor, std::span<c
   } else if (tensor.params.scheme == QuantScheme::kGgml) {
     QLOAD_TRY(describe_ggml(tensor, parts, args));
   } else if (tensor.params.scheme == QuantScheme::kMxfp4) {
+    const Mxfp4Roles roles = mxfp4_roles(host_parts);
     args.scheme = DeviceScheme::kMxfp4;
     args.groups = tensor.cols / 32;
-    QLOAD_TRY(bind(parts, "blocks", args.codes));
-    QLOAD_TRY(bind(parts, "scales", args.e8m0));
+    QLOAD_TRY(bind(parts, roles.blocks, args.codes));
+    QLOAD_TRY(bind(parts, roles.scales, args.scale_codes));
+  } else if (tensor.params.scheme == QuantScheme::kNvfp4) {
+    args.scheme = DeviceScheme::kNvfp4;
+    args.groups = tensor.cols / 16;
+    QLOAD_TRY(bind(parts, "weight_packed", args.codes));
+    QLOAD_TRY(bind(parts, "weight_scale", args.scale_codes));
+    QLOAD_ASSIGN_OR_RETURN(args.global_scale, nvfp4_global_scale(tensor, host_parts));
   } else {
     QLOAD_TRY(describe_integer(tensor, parts, args));
   }

@@ -28,6 +28,10 @@ QuantLayoutText describe_layout(const LogicalTensor& w, const Catalog& catalog) 
   if (w.params.scheme == QuantScheme::kGgml) return detail::ggml_layout(w);
   if (w.params.scheme == QuantScheme::kMxfp4)
     return {.scales = "per-group 32", .scale_dtype = "E8M0", .zero_points = "none (symmetric)"};
+  if (w.params.scheme == QuantScheme::kNvfp4)
+    return {.scales = "per-group 16, divided by a per-tensor global scale (F32)",
+            .scale_dtype = "F8_E4M3",
+            .zero_points = "none (symmetric)"};
   QuantLayoutText out;
   out.scales = scale_text(w);
   for (const char* role : {"scales", "weight_scale_inv", "weight_scale"})

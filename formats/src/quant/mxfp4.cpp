@@ -1,5 +1,9 @@
 // OCP MXFP4 as gpt-oss checkpoints ship it (QuantScheme::kMxfp4): finding the weights, and the
 // CPU decoder, which runs the kernels' element arithmetic (dequantize_element.hpp) row by row.
+// compressed-tensors' mxfp4-pack-quantized stores the same bytes as weight_packed [N, K/2] and
+// weight_scale [N, K/32] (detect_parts.cpp finds those).
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "decoders.hpp"
@@ -56,10 +60,17 @@ Status detect_mxfp4(const Catalog& catalog, QuantizedCatalog& out) {
   return {};
 }
 
+Mxfp4Roles mxfp4_roles(std::span<const PartBytes> parts) {
+  if (std::ranges::any_of(parts, [](const PartBytes& p) { return p.role == "weight_packed"; }))
+    return {.blocks = "weight_packed", .scales = "weight_scale"};
+  return {.blocks = "blocks", .scales = "scales"};
+}
+
 Status dequantize_mxfp4(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t row_begin,
                         std::uint64_t row_end, std::span<float> out) {
-  QLOAD_ASSIGN_OR_RETURN(const PartBytes* blocks, find_part(t, parts, "blocks"));
-  QLOAD_ASSIGN_OR_RETURN(const PartBytes* scales, find_part(t, parts, "scales"));
+  const Mxfp4Roles roles = mxfp4_roles(parts);
+  QLOAD_ASSIGN_OR_RETURN(const PartBytes* blocks, find_part(t, parts, roles.blocks));
+  QLOAD_ASSIGN_OR_RETURN(const PartBytes* scales, find_part(t, parts, roles.scales));
   const std::uint64_t groups = t.cols / 32;
   if (t.cols % 32 != 0 || blocks->bytes.size() != t.rows * groups * 16 || scales->bytes.size() != t.rows * groups)
     return fail(Error(Errc::kCorrupt, fmt::format("MXFP4 blocks of {} bytes and scales of {} bytes for {} rows of {}",
@@ -68,7 +79,7 @@ Status dequantize_mxfp4(const LogicalTensor& t, std::span<const PartBytes> parts
   DequantArgs a;
   a.groups = groups;
   a.codes = reinterpret_cast<const std::uint8_t*>(blocks->bytes.data());
-  a.e8m0 = reinterpret_cast<const std::uint8_t*>(scales->bytes.data());
+  a.scale_codes = reinterpret_cast<const std::uint8_t*>(scales->bytes.data());
   float* y = out.data();
   for (std::uint64_t n = row_begin; n < row_end; ++n)
     for (std::uint64_t k = 0; k < t.cols; ++k) *y++ = element::Mxfp4::value(a, n, k);

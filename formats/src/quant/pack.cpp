@@ -116,7 +116,8 @@ Result<PackedShapes> packed_shapes(const LogicalTensor& t) {
       return s;
     case QuantScheme::kFp8:
     case QuantScheme::kGgml:
-    case QuantScheme::kMxfp4: break;
+    case QuantScheme::kMxfp4:
+    case QuantScheme::kNvfp4: break;
   }
   return unsupported(t, fmt::format("{} is not an integer packed scheme", static_cast<int>(p.scheme)));
 }

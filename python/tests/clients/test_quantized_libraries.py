@@ -24,7 +24,8 @@ import torch
 import qload
 from tiny_models import save_tiny
 
-CT_SCHEMES = ["W4A16", "W4A16_ASYM", "W8A16", "W8A8", "FP8", "FP8_DYNAMIC", "FP8_BLOCK"]
+CT_SCHEMES = ["W4A16", "W4A16_ASYM", "W8A16", "W8A8", "FP8", "FP8_DYNAMIC", "FP8_BLOCK", "NVFP4A16", "NVFP4",
+              "MXFP4A16"]
 
 
 def _observed_min_max(weight: torch.Tensor, args):
@@ -36,7 +37,7 @@ def _observed_min_max(weight: torch.Tensor, args):
         return w.amin().reshape(1), w.amax().reshape(1)
     if args.strategy == S.CHANNEL:
         return w.amin(dim=1, keepdim=True), w.amax(dim=1, keepdim=True)
-    if args.strategy == S.GROUP:
+    if args.strategy in (S.GROUP, S.TENSOR_GROUP):
         groups = w.unflatten(-1, (-1, args.group_size))
         return groups.amin(-1), groups.amax(-1)
     if args.strategy == S.BLOCK:
@@ -60,7 +61,7 @@ def compressed_tensors_checkpoint(base_dir: str, out_dir, scheme_name: str) -> d
     the compressed model to `out_dir`, and returns compressed-tensors' own decompression of it."""
     from compressed_tensors.compressors import ModelCompressor
     from compressed_tensors.quantization import QuantizationConfig, apply_quantization_config, preset_name_to_scheme
-    from compressed_tensors.quantization.utils import calculate_qparams
+    from compressed_tensors.quantization.utils import calculate_qparams, generate_gparam
 
     model = _quiet_model(base_dir)
     config = QuantizationConfig(config_groups={"group_0": preset_name_to_scheme(scheme_name, ["Linear"])},
@@ -71,12 +72,20 @@ def compressed_tensors_checkpoint(base_dir: str, out_dir, scheme_name: str) -> d
             if getattr(module, "quantization_scheme", None) is None:
                 continue
             args = module.quantization_scheme.weights
-            scale, zero_point = calculate_qparams(*_observed_min_max(module.weight, args), args)
+            global_scale = None
+            if hasattr(module, "weight_global_scale"):  # NVFP4: from the whole tensor's range, as llm-compressor
+                w = module.weight.float()
+                global_scale = generate_gparam(w.amin(), w.amax())
+                module.weight_global_scale.copy_(global_scale.reshape(module.weight_global_scale.shape))
+            scale, zero_point = calculate_qparams(*_observed_min_max(module.weight, args), args,
+                                                  global_scale=global_scale)
             module.weight_scale.copy_(scale.reshape(module.weight_scale.shape))
             if hasattr(module, "weight_zero_point"):
                 module.weight_zero_point.copy_(zero_point.reshape(module.weight_zero_point.shape))
             if hasattr(module, "input_scale"):  # static activation schemes: any positive value
                 module.input_scale.fill_(0.25)
+            if hasattr(module, "input_global_scale"):
+                module.input_global_scale.fill_(448.0 * 6.0)
     compressor = ModelCompressor.from_pretrained_model(model)
     compressor.compress_model(model)
     model.save_pretrained(str(out_dir))

@@ -53,6 +53,10 @@ enum class QuantScheme : std::uint8_t {
   // OCP MXFP4 (gpt-oss): blocks U8 [..., K/32, 16] of E2M1 pairs (element 2j in the low nibble
   // of byte j), scales U8 [..., K/32] of E8M0 exponents; W = e2m1 * 2^(scale - 127).
   kMxfp4,
+  // compressed-tensors nvfp4-pack-quantized: weight_packed U8 [N, K/2] of E2M1 pairs (element
+  // 2j in the low nibble of byte j), weight_scale F8_E4M3 [N, K/16], weight_global_scale F32
+  // [1]; W = e2m1 * (scale / global_scale), as compressed-tensors' decompressor computes it.
+  kNvfp4,
 };
 std::string_view quant_scheme_name(QuantScheme scheme) noexcept;
 
@@ -107,7 +111,9 @@ struct LogicalTensor {
   Shape shape;
   // role -> index into Catalog::tensors. Roles: qweight, qzeros, scales, g_idx (GPTQ/AWQ);
   // weight, weight_scale, weight_scale_inv, input_scale (FP8); weight_packed, weight_scale,
-  // weight_zero_point, weight_shape, weight_g_idx (compressed-tensors); weight (kCtInt); blocks (kGgml).
+  // weight_zero_point, weight_shape, weight_g_idx (compressed-tensors); weight (kCtInt); blocks (kGgml);
+  // blocks, scales (kMxfp4 as gpt-oss) or weight_packed, weight_scale (kMxfp4 as
+  // compressed-tensors); weight_packed, weight_scale, weight_global_scale (kNvfp4).
   std::vector<std::pair<std::string, std::uint32_t>> parts;
 
   std::optional<std::uint32_t> part(std::string_view role) const;

@@ -53,8 +53,9 @@ struct SynthOptions {
 };
 
 // The values SynthOptions::quant accepts.
-inline constexpr std::array<std::string_view, 10> kSynthQuantNames = {
-    "gptq4", "gptq3", "gptq8", "awq", "fp8-block", "fp8-channel", "fp8-tensor", "ct-pack4", "ct-pack4-asym", "ct-fp8"};
+inline constexpr std::array<std::string_view, 11> kSynthQuantNames = {
+    "gptq4",      "gptq3",    "gptq8",         "awq",    "fp8-block", "fp8-channel",
+    "fp8-tensor", "ct-pack4", "ct-pack4-asym", "ct-fp8", "ct-nvfp4"};
 
 struct SynthReport {
   std::uint64_t tensors = 0;  // stored tensors (a quantized weight counts each of its parts)
