@@ -12,9 +12,9 @@ build=${2:-build-asan}
 work=${FUZZ_WORK:-$build/fuzz-work}
 mkdir -p "$work/artifacts"
 
-declare -A dict=([safetensors_header]=json [gguf_header]=gguf [index_json]=json [model_config]=json [lockfile]=json [recipe]=lua [cli_args]=cli)
+declare -A dict=([safetensors_header]=json [gguf_header]=gguf [torch_zip]=torch [index_json]=json [model_config]=json [lockfile]=json [recipe]=lua [cli_args]=cli)
 failed=()
-read -r -a targets <<<"${FUZZ_TARGETS:-safetensors_header gguf_header index_json model_config lockfile recipe cli_args}"
+read -r -a targets <<<"${FUZZ_TARGETS:-safetensors_header gguf_header torch_zip index_json model_config lockfile recipe cli_args}"
 for target in "${targets[@]}"; do
   bin="$build/fuzz/fuzz_$target"
   [ -x "$bin" ] || { echo "fuzz: $bin is not built (configure with -DQLOAD_FUZZ=ON)" >&2; exit 2; }

@@ -11,11 +11,12 @@
 #include "located_error.hpp"
 #include "qload/formats/driver.hpp"
 #include "safetensors_driver.hpp"
+#include "torch/torch_driver.hpp"
 
 namespace qload::formats {
 
 std::span<const FormatDriver* const> drivers() {
-  static const std::array<const FormatDriver*, 2> all{&safetensors_driver(), &gguf_driver()};
+  static const std::array<const FormatDriver*, 3> all{&safetensors_driver(), &gguf_driver(), &torch_driver()};
   return all;
 }
 

@@ -32,12 +32,14 @@ TEST_CASE("total_tensor_bytes saturates rather than wrapping", "[formats][catalo
   CHECK(catalog.total_tensor_bytes() == UINT64_MAX);
 }
 
-TEST_CASE("the registry lists safetensors and gguf and opens what a driver recognizes", "[formats][registry]") {
+TEST_CASE("the registry lists safetensors, gguf and pytorch and opens what a driver recognizes",
+          "[formats][registry]") {
   REQUIRE_FALSE(formats::drivers().empty());
   CHECK(formats::drivers()[0]->name() == "safetensors");
   CHECK(formats::find_driver("safetensors") == formats::drivers()[0]);
   CHECK(formats::find_driver("gguf") == formats::drivers()[1]);
-  CHECK(formats::find_driver("pytorch") == nullptr);
+  CHECK(formats::find_driver("pytorch") == formats::drivers()[2]);
+  CHECK(formats::find_driver("tensorflow") == nullptr);
   ScratchDir dir;
   write_shard(dir.file("model.safetensors"), {{"w", DType::kU8, Shape{2}}});
   const auto catalog = formats::open_catalog(dir.file("model.safetensors"));
@@ -48,6 +50,6 @@ TEST_CASE("the registry lists safetensors and gguf and opens what a driver recog
               {Errc::kNotFound, "open checkpoint", dir.file("missing"), "", std::nullopt});
   write_text(dir.file("notes.txt"), "hello");
   check_error(formats::open_catalog(dir.file("notes.txt")),
-              {Errc::kUnsupported, "no format driver recognizes this source (tried: safetensors, gguf)",
+              {Errc::kUnsupported, "no format driver recognizes this source (tried: safetensors, gguf, pytorch)",
                dir.file("notes.txt"), "", std::nullopt});
 }

@@ -13,6 +13,7 @@
 
 #include "formats_test_support.hpp"
 #include "gguf_bytes.hpp"
+#include "torch_bytes.hpp"
 
 using namespace qload;
 using namespace qload::testing;
@@ -46,6 +47,22 @@ const std::map<std::string, Sample>& samples() {
                 write_file(path, g.bytes);
               },
               {{"embed", DType::kBF16, Shape{4, 3}}, {"bias", DType::kF32, Shape{3}}}}},
+      {"pytorch", Sample{"pytorch_model.bin",
+                         [](const std::string& path) {
+                           // torch.save's layout: a state-dict pickle and one stored entry per storage.
+                           PickleBytes p;
+                           p.begin_dict()
+                               .tensor("embed", "BFloat16Storage", "0", 12, 0, {4, 3}, {3, 1})
+                               .tensor("bias", "FloatStorage", "1", 3, 0, {3}, {1})
+                               .end_dict();
+                           write_file(path, zip_stored({{"archive/data.pkl", p.bytes},
+                                                        {"archive/byteorder",
+                                                         {std::byte{'l'}, std::byte{'i'}, std::byte{'t'},
+                                                          std::byte{'t'}, std::byte{'l'}, std::byte{'e'}}},
+                                                        {"archive/data/0", random_bytes(24, sample_seed(0))},
+                                                        {"archive/data/1", random_bytes(12, sample_seed(1))}}));
+                         },
+                         {{"embed", DType::kBF16, Shape{4, 3}}, {"bias", DType::kF32, Shape{3}}}}},
   };
   return all;
 }

@@ -1,0 +1,173 @@
+// torch.save files (torch_file.hpp) on bytes built here (torch_bytes.hpp): the zip directory,
+// the restricted unpickler and the catalog over storages. Files torch itself wrote, every
+// dtype and a transformers checkpoint are python.clients (test_torch_bin.py).
+#include <catch2/catch.hpp>
+
+#include <cstring>
+
+#include "formats_test_support.hpp"
+#include "qload/formats/driver.hpp"
+#include "qload/formats/torch_file.hpp"
+#include "torch_bytes.hpp"
+
+using namespace qload;
+using namespace qload::testing;
+
+namespace {
+
+std::vector<std::byte> text(const std::string& s) {
+  std::vector<std::byte> out;
+  for (const char c : s) out.push_back(static_cast<std::byte>(c));
+  return out;
+}
+
+Result<std::vector<formats::PickledTensor>> unpickle(const PickleBytes& p) {
+  return formats::read_state_dict_pickle(p.bytes, "t.pkl");
+}
+
+}  // namespace
+
+TEST_CASE("torch: a state dict pickle becomes its tensors, tied and viewed ones included", "[formats][torch]") {
+  PickleBytes p;
+  p.begin_dict()
+      .tensor("w", "FloatStorage", "0", 6, 0, {2, 3}, {3, 1})
+      .tensor("rows", "FloatStorage", "0", 6, 3, {1, 3}, {3, 1})
+      .tensor("ids", "LongStorage", "1", 8, 2, {4}, {1})
+      .tensor("empty", "HalfStorage", "2", 0, 0, {0, 4}, {4, 1})
+      .end_dict();
+  const auto t = unpickle(p);
+  if (!t) FAIL(t.error().to_string());
+  REQUIRE(t->size() == 4);
+  CHECK((*t)[1].name == "rows");
+  CHECK((*t)[1].storage_offset == 3);
+  CHECK((*t)[2].dtype == DType::kI64);
+  CHECK((*t)[2].storage_bytes == 64);
+  CHECK((*t)[3].size == std::vector<std::uint64_t>{0, 4});
+
+  ScratchDir dir;
+  std::vector<std::byte> floats(24), longs(64);
+  for (int i = 0; i < 6; ++i) {
+    const float f = static_cast<float>(i);
+    std::memcpy(floats.data() + 4 * i, &f, 4);
+  }
+  for (std::int64_t i = 0; i < 8; ++i) std::memcpy(longs.data() + 8 * i, &i, 8);
+  write_file(dir.file("m.pt"), zip_stored({{"m/data.pkl", p.bytes},
+                                           {"m/data/0", floats},
+                                           {"m/data/1", longs},
+                                           {"m/data/2", {}},
+                                           {"m/byteorder", text("little")}}));
+  const auto catalog = formats::open_catalog(dir.file("m.pt"));
+  if (!catalog) FAIL(catalog.error().to_string());
+  CHECK(catalog->format == "pytorch");
+  const formats::TensorEntry* rows = catalog->find("rows");
+  const formats::TensorEntry* w = catalog->find("w");
+  REQUIRE((rows != nullptr && w != nullptr));
+  CHECK(rows->offset == w->offset + 12);  // row 1 of the same storage
+  CHECK(read_file_range(dir.file("m.pt"), rows->offset, 12) ==
+        std::vector<std::byte>(floats.begin() + 12, floats.end()));
+  const formats::TensorEntry* ids = catalog->find("ids");
+  std::int64_t first = 0;
+  std::memcpy(&first, read_file_range(dir.file("m.pt"), ids->offset, 8).data(), 8);
+  CHECK(first == 2);
+  CHECK(catalog->find("empty")->nbytes == 0);
+}
+
+TEST_CASE("torch: pickles that do more than rebuild tensors are refused, naming what they do", "[formats][torch]") {
+  struct Case {
+    const char* label;
+    PickleBytes pickle;
+    Errc code;
+    const char* message;
+  };
+  std::vector<Case> cases;
+  {
+    PickleBytes p;
+    p.op(0x80).op(2).global("posix", "system").str("echo pwned").op(0x85).op('R').op('.');
+    cases.push_back({"os.system", p, Errc::kUnsupported, "refuses global 'posix.system'"});
+  }
+  {
+    PickleBytes p;
+    p.op(0x80).op(2).str("builtins").str("exec").op(0x93).op('.');
+    cases.push_back({"STACK_GLOBAL exec", p, Errc::kUnsupported, "'builtins.exec'"});
+  }
+  {
+    PickleBytes p;
+    p.op(0x80).op(2).op('j').u32(0x7fffffff).op('.');
+    cases.push_back({"huge memo index", p, Errc::kCorrupt, "memo entry 2147483647 was never stored"});
+  }
+  {
+    PickleBytes p;
+    p.op(0x80).op(2);
+    for (int i = 0; i < 100; ++i) p.op(']');
+    for (int i = 0; i < 99; ++i) p.op('a');
+    p.op('.');
+    cases.push_back({"deep nesting", p, Errc::kUnsupported, "nested over 64 deep"});
+  }
+  {
+    PickleBytes p;
+    p.begin_dict().tensor("w", "FloatStorage", "0", 6, 0, {2, 3}, {3, 1});
+    cases.push_back({"no STOP", p, Errc::kCorrupt, "ends without STOP"});
+  }
+  {
+    PickleBytes p;
+    p.op(0x80).op(2).op(']').op('.');
+    cases.push_back({"a list", p, Errc::kUnsupported, "something other than a dict of tensors"});
+  }
+  {
+    PickleBytes p;
+    p.op(0x80).op(2).op('}').op('(').str("n").integer(3).op('u').op('.');
+    cases.push_back({"an int value", p, Errc::kUnsupported, "not a tensor"});
+  }
+  {
+    PickleBytes p;
+    p.op(0x80).op(2).op('B');
+    cases.push_back({"unknown opcode", p, Errc::kUnsupported, "opcode 0x42"});
+  }
+  for (const Case& c : cases) {
+    INFO(c.label);
+    const auto r = unpickle(c.pickle);
+    REQUIRE_FALSE(r);
+    CHECK(r.error().code() == c.code);
+    CHECK_THAT(r.error().to_string(), Catch::Contains(c.message));
+    CHECK(r.error().file() == "t.pkl");
+  }
+}
+
+TEST_CASE("torch: broken archives and storages are refused, naming file and tensor", "[formats][torch]") {
+  PickleBytes p;
+  p.begin_dict().tensor("w", "FloatStorage", "0", 6, 0, {2, 3}, {3, 1}).end_dict();
+  ScratchDir dir;
+  const auto open = [&](const std::vector<std::byte>& bytes) {
+    write_file(dir.file("m.pt"), bytes);
+    return formats::open_catalog(dir.file("m.pt"));
+  };
+  const std::vector<std::byte> good = zip_stored({{"a/data.pkl", p.bytes}, {"a/data/0", std::vector<std::byte>(24)}});
+  REQUIRE(open(good));
+  // A storage shorter than its tensor.
+  auto short_storage = open(zip_stored({{"a/data.pkl", p.bytes}, {"a/data/0", std::vector<std::byte>(20)}}));
+  REQUIRE_FALSE(short_storage);
+  CHECK(short_storage.error().code() == Errc::kCorrupt);
+  CHECK(short_storage.error().tensor() == std::optional<std::string_view>("w"));
+  // A storage the archive lacks.
+  auto missing = open(zip_stored({{"a/data.pkl", p.bytes}}));
+  REQUIRE_FALSE(missing);
+  CHECK_THAT(missing.error().to_string(), Catch::Contains("storage '0' is not in the archive"));
+  // Every truncation of the archive.
+  for (std::size_t cut = 0; cut < good.size(); cut += 7) {
+    INFO("cut at " << cut);
+    const auto r = open(std::vector<std::byte>(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(cut)));
+    REQUIRE_FALSE(r);
+    CHECK(r.error().file() == dir.file("m.pt"));
+  }
+  // No data.pkl: not a torch.save file.
+  auto plain_zip = open(zip_stored({{"a/readme.txt", text("hello")}}));
+  REQUIRE_FALSE(plain_zip);
+  CHECK_THAT(plain_zip.error().to_string(), Catch::Contains("without <archive>/data.pkl"));
+  // A non-contiguous view.
+  PickleBytes t;
+  t.begin_dict().tensor("wt", "FloatStorage", "0", 6, 0, {3, 2}, {1, 3}).end_dict();
+  auto transposed = open(zip_stored({{"a/data.pkl", t.bytes}, {"a/data/0", std::vector<std::byte>(24)}}));
+  REQUIRE_FALSE(transposed);
+  CHECK(transposed.error().code() == Errc::kUnsupported);
+  CHECK(transposed.error().tensor() == std::optional<std::string_view>("wt"));
+}
