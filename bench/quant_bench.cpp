@@ -245,6 +245,37 @@ Result<Weight> make_ct_pack4(std::string name, std::uint64_t n, std::uint64_t k)
   return w;
 }
 
+// FP4: OCP MXFP4 as gpt-oss ships it (E8M0 per 32) or compressed-tensors NVFP4 (E4M3 per 16
+// over an F32 global scale): random codes, scales in a finite range.
+Result<Weight> make_fp4(std::string name, bool nv, std::uint64_t n, std::uint64_t k) {
+  Weight w{.name = std::move(name), .t = {}, .parts = {}};
+  w.t.name = "model.layers.0.mlp.experts.down_proj";
+  w.t.rows = n;
+  w.t.cols = k;
+  w.t.params = {
+      .scheme = nv ? fq::QuantScheme::kNvfp4 : fq::QuantScheme::kMxfp4, .bits = 4, .group_size = nv ? 16u : 32u};
+  const std::vector<std::uint8_t> codes = random_codes(n * k, 8, 51);  // two E2M1 codes a byte
+  Bytes packed(n * k / 2);
+  std::memcpy(packed.data(), codes.data(), packed.size());
+  const std::uint64_t groups = k / w.t.params.group_size;
+  const std::vector<std::uint8_t> s = random_codes(n * groups, 8, 52);
+  Bytes scales(n * groups);
+  for (std::size_t i = 0; i < scales.size(); ++i)  // E4M3 exponents 1..8, or E8M0 around 2^-8
+    scales[i] = static_cast<std::byte>(nv ? (((1u + (s[i] & 7u)) << 3) | (s[i] >> 5)) : 112u + (s[i] & 15u));
+  if (nv) {
+    w.add("weight_packed", DType::kU8, Shape{n, k / 2}, std::move(packed));
+    w.add("weight_scale", DType::kF8_E4M3, Shape{n, groups}, std::move(scales));
+    Bytes global(4);
+    const float g = 1000.0f;
+    std::memcpy(global.data(), &g, 4);
+    w.add("weight_global_scale", DType::kF32, Shape{1}, std::move(global));
+  } else {
+    w.add("blocks", DType::kU8, Shape{n, groups, 16}, std::move(packed));
+    w.add("scales", DType::kU8, Shape{n, groups}, std::move(scales));
+  }
+  return w;
+}
+
 // FP8 E4M3 (per tensor, per row, 128x128 block) or compressed-tensors int8 per row: the bf16
 // weight quantized by formats::quantize, F32 scales.
 Result<Weight> make_quantized(std::string name, fq::QuantizeTarget target, const Bytes& bf16, std::uint64_t n,
@@ -298,6 +329,8 @@ Result<std::vector<Weight>> make_weights(std::uint64_t n, std::uint64_t k) {
   QLOAD_TRY(push(make_quantized("fp8 block 128x128", fq::QuantizeTarget::kFp8Block, bf16, n, k)));
   QLOAD_TRY(push(make_ct_pack4("ct pack-quantized 4b g128", n, k)));
   QLOAD_TRY(push(make_quantized("ct int8 per-row", fq::QuantizeTarget::kInt8Row, bf16, n, k)));
+  QLOAD_TRY(push(make_fp4("mxfp4 (gpt-oss)", false, n, k)));
+  QLOAD_TRY(push(make_fp4("nvfp4 (compressed-tensors)", true, n, k)));
   return out;
 }
 

@@ -173,24 +173,6 @@ struct CtInt {
   }
 };
 
-// OCP MXFP4 (gpt-oss): block g = k / 32 of row n has exponent scale_codes[n * groups + g] and its
-// element k % 32 in nibble (k % 2) of byte k / 2 of the block (low first). The value is
-// e2m1 * 2^(e - 127), computed as ggml's MXFP4 is (the doubled level times 2^(e - 128)): one
-// rounding of the exact product, as ldexp. Code 8 is -0 (the OCP spec, and transformers' table;
-// ggml's MXFP4 has +0 there).
-struct Mxfp4 {
-  QLOAD_DEQUANT_HD static float value(const DequantArgs& a, std::uint64_t n, std::uint64_t k) {
-    const std::uint64_t block = n * a.groups + k / 32;
-    const std::uint32_t e = a.scale_codes[block];
-    const std::uint8_t pair = a.codes[block * 16 + (k % 32) / 2];
-    const unsigned code = (k % 2) == 0 ? pair & 0xFu : pair >> 4;
-    constexpr std::uint8_t kMagnitudes[8] = {0, 1, 2, 3, 4, 6, 8, 12};  // doubled
-    const float level = as_float(bits::exact_float_bits(kMagnitudes[code & 7]) | ((code & 8u) << 28));
-    const float d = as_float(e < 2 ? 0x00200000u << e : (e - 1) << 23);
-    return mul_rn(d, level);
-  }
-};
-
 QLOAD_DEQUANT_HD float div_rn(float a, float b) {
 #if defined(__CUDA_ARCH__)
   return __fdiv_rn(a, b);
@@ -199,18 +181,44 @@ QLOAD_DEQUANT_HD float div_rn(float a, float b) {
 #endif
 }
 
-// compressed-tensors NVFP4: element k of row n is nibble (k % 2) of byte n * K/2 + k/2 (low
-// first), E2M1 with code 8 = -0; its group's E4M3 scale is divided by the global scale, then
-// multiplied, each rounded to f32: compressed-tensors' order (scale / global_scale, then
+// E2M1 (FP4) pairs [N, K/2], as gpt-oss's MXFP4 blocks and compressed-tensors' weight_packed
+// store them: element k of row n is nibble (k % 2) of byte n * K/2 + k/2, low nibble first.
+QLOAD_DEQUANT_HD unsigned e2m1_code(const DequantArgs& a, std::uint64_t n, std::uint64_t k) {
+  const std::uint8_t pair = a.codes[n * (a.cols / 2) + k / 2];
+  return (k % 2) == 0 ? pair & 0xFu : pair >> 4u;
+}
+// Code c's value times 2 (0, 1, 2, 3, 4, 6, 8, 12: exact small integers); bit 3 is the sign,
+// so code 8 is -0 (the OCP spec, transformers' and compressed-tensors' tables).
+QLOAD_DEQUANT_HD float e2m1_doubled(unsigned code) {
+  constexpr std::uint8_t kMagnitudes[8] = {0, 1, 2, 3, 4, 6, 8, 12};
+  return as_float(bits::exact_float_bits(kMagnitudes[code & 7u]) | ((code & 8u) << 28));
+}
+
+// OCP MXFP4 (gpt-oss; compressed-tensors' mxfp4-pack-quantized): block g = k / 32 of row n has
+// exponent scale_codes[n * groups + g]. The value is e2m1 * 2^(e - 127), computed as ggml's
+// MXFP4 is (the doubled level times 2^(e - 128)): one rounding of the exact product, as ldexp.
+// (ggml's GGUF MXFP4 has +0 at code 8: ggml_element.hpp.)
+struct Mxfp4 {
+  QLOAD_DEQUANT_HD static float scale(const DequantArgs& a, std::uint64_t n, std::uint64_t g) {
+    const std::uint32_t e = a.scale_codes[n * a.groups + g];
+    return as_float(e < 2 ? 0x00200000u << e : (e - 1) << 23);  // 2^(e - 128), subnormal below e = 2
+  }
+  QLOAD_DEQUANT_HD static float level(unsigned code) { return e2m1_doubled(code); }
+  QLOAD_DEQUANT_HD static float value(const DequantArgs& a, std::uint64_t n, std::uint64_t k) {
+    return mul_rn(level(e2m1_code(a, n, k)), scale(a, n, k / 32));
+  }
+};
+
+// compressed-tensors NVFP4: the group's E4M3 scale divided by the global scale, then times the
+// E2M1 value, each rounded to f32: compressed-tensors' order (scale / global_scale, then
 // x_q * that, in f32).
 struct Nvfp4 {
+  QLOAD_DEQUANT_HD static float scale(const DequantArgs& a, std::uint64_t n, std::uint64_t g) {
+    return div_rn(as_float(bits::e4m3_to_f32(a.scale_codes[n * a.groups + g])), a.global_scale);
+  }
+  QLOAD_DEQUANT_HD static float level(unsigned code) { return mul_rn(e2m1_doubled(code), 0.5f); }  // exact
   QLOAD_DEQUANT_HD static float value(const DequantArgs& a, std::uint64_t n, std::uint64_t k) {
-    const std::uint8_t pair = a.codes[n * (a.cols / 2) + k / 2];
-    const unsigned code = (k % 2) == 0 ? pair & 0xFu : pair >> 4;
-    constexpr std::uint8_t kMagnitudes[8] = {0, 1, 2, 3, 4, 6, 8, 12};  // doubled
-    const float level = as_float(bits::exact_float_bits(kMagnitudes[code & 7]) | ((code & 8u) << 28));
-    const float s = as_float(bits::e4m3_to_f32(a.scale_codes[n * a.groups + k / 16]));
-    return mul_rn(mul_rn(level, 0.5f), div_rn(s, a.global_scale));  // level * 0.5: exact
+    return mul_rn(level(e2m1_code(a, n, k)), scale(a, n, k / 16));
   }
 };
 

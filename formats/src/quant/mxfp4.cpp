@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 
 #include "decoders.hpp"
-#include "dequantize_element.hpp"
+#include "fp4_rows.hpp"
 
 namespace qload::formats::detail {
 namespace {
@@ -77,12 +77,11 @@ Status dequantize_mxfp4(const LogicalTensor& t, std::span<const PartBytes> parts
                                                   blocks->bytes.size(), scales->bytes.size(), t.rows, t.cols))
                     .with_tensor(t.name));
   DequantArgs a;
+  a.cols = t.cols;
   a.groups = groups;
   a.codes = reinterpret_cast<const std::uint8_t*>(blocks->bytes.data());
   a.scale_codes = reinterpret_cast<const std::uint8_t*>(scales->bytes.data());
-  float* y = out.data();
-  for (std::uint64_t n = row_begin; n < row_end; ++n)
-    for (std::uint64_t k = 0; k < t.cols; ++k) *y++ = element::Mxfp4::value(a, n, k);
+  decode_fp4_rows<element::Mxfp4>(a, 32, row_begin, row_end, out.data());
   return {};
 }
 

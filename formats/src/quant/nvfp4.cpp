@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 
 #include "decoders.hpp"
-#include "dequantize_element.hpp"
+#include "fp4_rows.hpp"
 
 namespace qload::formats::detail {
 
@@ -40,9 +40,7 @@ Status dequantize_nvfp4(const LogicalTensor& t, std::span<const PartBytes> parts
   a.codes = reinterpret_cast<const std::uint8_t*>(packed->bytes.data());
   a.scale_codes = reinterpret_cast<const std::uint8_t*>(scales->bytes.data());
   a.global_scale = global;
-  float* y = out.data();
-  for (std::uint64_t n = row_begin; n < row_end; ++n)
-    for (std::uint64_t k = 0; k < t.cols; ++k) *y++ = element::Nvfp4::value(a, n, k);
+  decode_fp4_rows<element::Nvfp4>(a, 16, row_begin, row_end, out.data());
   return {};
 }
 
