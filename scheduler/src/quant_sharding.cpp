@@ -96,6 +96,7 @@ Result<PartMap> part_map(const formats::LogicalTensor& lt, std::string_view role
       if (role == "weight_global_scale" || role == "input_global_scale" || role == "input_scale") return PartMap{};
       break;
     case formats::QuantScheme::kAwqGemv:
+    case formats::QuantScheme::kBnb4:  // blocks run across rows of the flattened weight
     case formats::QuantScheme::kMxfp4:
       return fail(weight_error(lt, fmt::format("tensor-parallel splits of {} weights are not supported",
                                                formats::quant_scheme_name(p.scheme))));

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -207,6 +208,42 @@ inline Weight nvfp4_weight(std::uint64_t n, std::uint64_t k, Rng& rng) {
   return w;
 }
 
+// bitsandbytes 4-bit: random codes over the flattened weight (K not a multiple of the block,
+// so blocks span rows), the NF4 table, absmax plain or double-quantized.
+inline Weight bnb4_weight(std::uint64_t n, std::uint64_t k, bool nested, Rng& rng) {
+  Weight w;
+  w.t.name = std::string(kName);
+  w.t.rows = n;
+  w.t.cols = k;
+  const std::uint64_t block = 64, blocks = (n * k + block - 1) / block;
+  w.t.params = {.scheme = formats::QuantScheme::kBnb4, .bits = 4, .group_size = block};
+  w.t.params.nested_block = nested ? 256 : 0;
+  w.t.params.nested_offset = nested ? 0.0371f : 0.0f;
+  const auto floats = [](std::vector<float> v) {
+    Bytes b(v.size() * 4);
+    std::memcpy(b.data(), v.data(), b.size());
+    return b;
+  };
+  std::vector<float> nf4 = {-1.0f,   -0.6962f, -0.5251f, -0.3949f, -0.2844f, -0.1848f, -0.0911f, 0.0f,
+                            0.0796f, 0.1609f,  0.2461f,  0.3379f,  0.4407f,  0.5626f,  0.7230f,  1.0f};
+  w.add("weight", DType::kU8, Shape{(n * k + 1) / 2, 1}, random_bytes((n * k + 1) / 2, rng));
+  w.add("quant_map", DType::kF32, Shape{16}, floats(nf4));
+  std::uniform_real_distribution<float> u(0.01f, 0.2f);
+  if (!nested) {
+    std::vector<float> absmax(blocks);
+    for (float& a : absmax) a = u(rng);
+    w.add("absmax", DType::kF32, Shape{blocks}, floats(absmax));
+    return w;
+  }
+  std::vector<float> map(256), nested_absmax((blocks + 255) / 256);
+  for (float& m : map) m = u(rng) * 5.0f - 0.5f;
+  for (float& a : nested_absmax) a = u(rng);
+  w.add("absmax", DType::kU8, Shape{blocks}, random_bytes(blocks, rng));
+  w.add("nested_quant_map", DType::kF32, Shape{256}, floats(map));
+  w.add("nested_absmax", DType::kF32, Shape{nested_absmax.size()}, floats(nested_absmax));
+  return w;
+}
+
 // Every case; `large` adds weights big enough that the GPU kernels' grid strides.
 // A row-parallel GPTQ shard as qload's tensor-parallel plan makes it: the second half of K of
 // `whole` (qweight rows and g_idx sliced), its scales and zeros whole, so g_idx indexes all of
@@ -274,6 +311,8 @@ inline std::vector<Case> device_cases(bool large) {
   cases.push_back({"mxfp4", mxfp4_weight(7, 96, rng)});
   cases.push_back({"mxfp4 as compressed-tensors", ct_mxfp4_weight(5, 64, rng)});
   cases.push_back({"nvfp4", nvfp4_weight(9, 80, rng)});
+  cases.push_back({"bnb nf4", bnb4_weight(7, 100, false, rng)});
+  cases.push_back({"bnb nf4 double-quantized", bnb4_weight(300, 100, true, rng)});  // 469 blocks: 2 nested
   if (!large) return cases;
   cases.push_back({"ggml Q4_K large", ggml_weight(kGgmlBlockTypes[8], 2600, 4096, rng)});
   cases.push_back({"gptq 4-bit large act-order", make_gptq({4, 128, 2, false, true, DType::kF16}, 4128, 2600, rng)});

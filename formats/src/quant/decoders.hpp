@@ -47,6 +47,12 @@ struct Mxfp4Roles {
 };
 Mxfp4Roles mxfp4_roles(std::span<const PartBytes> parts);
 
+// bitsandbytes 4-bit (bnb.cpp): the decoder, and every `<w>.quant_state.bitsandbytes__nf4` /
+// `__fp4` of the catalog (its JSON in Catalog::embedded) as the weight `<w>` with its parts.
+Status dequantize_bnb4(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t row_begin,
+                       std::uint64_t row_end, std::span<float> out);
+Status detect_bnb4(const Catalog& catalog, QuantizedCatalog& out);
+
 // compressed-tensors NVFP4 (nvfp4.cpp).
 Status dequantize_nvfp4(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t row_begin,
                         std::uint64_t row_end, std::span<float> out);

@@ -222,6 +222,31 @@ struct Nvfp4 {
   }
 };
 
+QLOAD_DEQUANT_HD float add_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+
+// bitsandbytes 4-bit: blocks run over the flattened [N, K] weight (a block may span rows);
+// element i is the high nibble of byte i / 2 when i is even. The double-quantized absmax is
+// nested_map[code] * nested_absmax + offset, then the code's value times it, each rounded to f32:
+// bitsandbytes' CPU dequantize_4bit, which qload equals bit for bit (python.clients).
+struct Bnb4 {
+  QLOAD_DEQUANT_HD static float block_absmax(const DequantArgs& a, std::uint64_t block) {
+    if (a.nested_block == 0) return a.absmax[block];
+    return add_rn(mul_rn(a.nested_map[a.scale_codes[block]], a.nested_absmax[block / a.nested_block]), a.nested_offset);
+  }
+  QLOAD_DEQUANT_HD static float value(const DequantArgs& a, std::uint64_t n, std::uint64_t k) {
+    const std::uint64_t i = n * a.cols + k;
+    const std::uint8_t pair = a.codes[i / 2];
+    const unsigned code = (i % 2) == 0 ? pair >> 4u : pair & 0xFu;
+    return mul_rn(a.code_map[code], block_absmax(a, i / a.group_size));
+  }
+};
+
 struct Fp8 {
   QLOAD_DEQUANT_HD static float value(const DequantArgs& a, std::uint64_t n, std::uint64_t k) {
     const std::uint8_t c = a.codes[n * a.cols + k];
@@ -257,6 +282,7 @@ inline float dequantize_element(const DequantArgs& a, std::uint64_t n, std::uint
     case DeviceScheme::kFp8: return Fp8::value(a, n, k);
     case DeviceScheme::kMxfp4: return Mxfp4::value(a, n, k);
     case DeviceScheme::kNvfp4: return Nvfp4::value(a, n, k);
+    case DeviceScheme::kBnb4: return Bnb4::value(a, n, k);
     case DeviceScheme::kGgml: {
       float v = 0.0f;
       ggml::with_block_type(a.ggml_type, [&](auto block) { v = ggml::Scheme<decltype(block)>::value(a, n, k); });

@@ -8,7 +8,7 @@
 
 namespace qload::formats::detail {
 
-enum class DeviceScheme : int { kGptq, kAwqGemm, kAwqGemv, kCtPacked, kCtInt, kFp8, kGgml, kMxfp4, kNvfp4 };
+enum class DeviceScheme : int { kGptq, kAwqGemm, kAwqGemv, kCtPacked, kCtInt, kFp8, kGgml, kMxfp4, kNvfp4, kBnb4 };
 enum class DeviceFloat : int { kF32, kF16, kBF16 };  // a scale or output element
 enum class DeviceCode : int { kE4M3, kE5M2 };        // an FP8 weight element
 enum class DeviceIndex : int { kNone, kI32, kI64 };  // g_idx, or a CT int zero point
@@ -32,6 +32,15 @@ struct DequantArgs {
   // scales per 16, each divided by global_scale.
   const std::uint8_t* scale_codes = nullptr;
   float global_scale = 1.0f;
+  // bitsandbytes 4-bit (codes: the packed nibbles; group_size: the block size): code_map [16],
+  // absmax F32 per block, or (nested_block > 0) scale_codes U8 per block into nested_map [256]
+  // times nested_absmax per nested_block blocks, plus nested_offset.
+  const float* code_map = nullptr;
+  const float* absmax = nullptr;
+  const float* nested_map = nullptr;
+  const float* nested_absmax = nullptr;
+  std::uint64_t nested_block = 0;
+  float nested_offset = 0.0f;
   DeviceCode code = DeviceCode::kE4M3;
   std::uint64_t weight_words = 0;  // words per packed row: AWQ GEMM/GEMV, CT packed
 

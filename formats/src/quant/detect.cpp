@@ -27,12 +27,14 @@ std::string_view quant_scheme_name(QuantScheme scheme) noexcept {
     case QuantScheme::kGgml: return "ggml";
     case QuantScheme::kMxfp4: return "mxfp4";
     case QuantScheme::kNvfp4: return "nvfp4";
+    case QuantScheme::kBnb4: return "bnb-4bit";
   }
   return "unknown";
 }
 
 std::string weight_scheme_name(const QuantParams& params) {
   if (params.scheme == QuantScheme::kGgml) return fmt::format("ggml-{}", ggml_type_name(params.ggml_type));
+  if (params.scheme == QuantScheme::kBnb4) return params.bnb_fp4 ? "bnb-fp4" : "bnb-nf4";
   return std::string(quant_scheme_name(params.scheme));
 }
 
@@ -369,6 +371,7 @@ Result<QuantizedCatalog> detect_quantization(const Catalog& catalog) {
     out.config_source = config->source;
     QLOAD_TRY(detail::detect_with_config(catalog, *config, modules, out));
     if (config->method == "mxfp4") QLOAD_TRY(detail::detect_mxfp4(catalog, out));
+    if (config->method == "bitsandbytes") QLOAD_TRY(detail::detect_bnb4(catalog, out));
   } else {
     QLOAD_TRY(detail::detect_from_names(catalog, modules, out));
   }

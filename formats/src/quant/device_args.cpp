@@ -141,7 +141,8 @@ Status describe_integer(const LogicalTensor& t, const DeviceParts& parts, Dequan
     case QuantScheme::kFp8:
     case QuantScheme::kGgml:
     case QuantScheme::kMxfp4:
-    case QuantScheme::kNvfp4: break;
+    case QuantScheme::kNvfp4:
+    case QuantScheme::kBnb4: break;
   }
   return fail(Errc::kInternal, "describe_integer: not an integer scheme");
 }
@@ -208,6 +209,20 @@ Result<DequantArgs> describe_dequantize(const LogicalTensor& tensor, std::span<c
     args.groups = tensor.cols / 32;
     QLOAD_TRY(bind(parts, roles.blocks, args.codes));
     QLOAD_TRY(bind(parts, roles.scales, args.scale_codes));
+  } else if (tensor.params.scheme == QuantScheme::kBnb4) {
+    args.scheme = DeviceScheme::kBnb4;
+    args.group_size = tensor.params.group_size;
+    args.nested_block = tensor.params.nested_block;
+    args.nested_offset = tensor.params.nested_offset;
+    QLOAD_TRY(bind(parts, "weight", args.codes));
+    QLOAD_TRY(bind(parts, "quant_map", args.code_map));
+    if (args.nested_block == 0) {
+      QLOAD_TRY(bind(parts, "absmax", args.absmax));
+    } else {
+      QLOAD_TRY(bind(parts, "absmax", args.scale_codes));
+      QLOAD_TRY(bind(parts, "nested_quant_map", args.nested_map));
+      QLOAD_TRY(bind(parts, "nested_absmax", args.nested_absmax));
+    }
   } else if (tensor.params.scheme == QuantScheme::kNvfp4) {
     args.scheme = DeviceScheme::kNvfp4;
     args.groups = tensor.cols / 16;

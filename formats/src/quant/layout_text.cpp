@@ -28,6 +28,14 @@ QuantLayoutText describe_layout(const LogicalTensor& w, const Catalog& catalog) 
   if (w.params.scheme == QuantScheme::kGgml) return detail::ggml_layout(w);
   if (w.params.scheme == QuantScheme::kMxfp4)
     return {.scales = "per-group 32", .scale_dtype = "E8M0", .zero_points = "none (symmetric)"};
+  if (w.params.scheme == QuantScheme::kBnb4)
+    return {.scales = w.params.nested_block == 0
+                          ? fmt::format("per-block {} of the flattened weight (absmax)", w.params.group_size)
+                          : fmt::format("per-block {} of the flattened weight (absmax, double-quantized: U8 codes, "
+                                        "an F32 scale per {} blocks)",
+                                        w.params.group_size, w.params.nested_block),
+            .scale_dtype = w.params.nested_block == 0 ? "F32" : "U8",
+            .zero_points = "none (a 16-entry code table)"};
   if (w.params.scheme == QuantScheme::kNvfp4)
     return {.scales = "per-group 16, divided by a per-tensor global scale (F32)",
             .scale_dtype = "F8_E4M3",

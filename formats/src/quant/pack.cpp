@@ -117,7 +117,8 @@ Result<PackedShapes> packed_shapes(const LogicalTensor& t) {
     case QuantScheme::kFp8:
     case QuantScheme::kGgml:
     case QuantScheme::kMxfp4:
-    case QuantScheme::kNvfp4: break;
+    case QuantScheme::kNvfp4:
+    case QuantScheme::kBnb4: break;
   }
   return unsupported(t, fmt::format("{} is not an integer packed scheme", static_cast<int>(p.scheme)));
 }

@@ -5,6 +5,9 @@ must equal the library's own, value for value.
   own scheme presets, qparams (calculate_qparams), compressors and config writer (the path
   llm-compressor takes when it saves), then decompressed by compressed-tensors for the
   reference.
+- bitsandbytes 4-bit: a tiny model quantized on load by transformers with BitsAndBytesConfig
+  (NF4 and FP4, with and without double quantization; bitsandbytes runs on the CPU) and saved by
+  save_pretrained; the reference is bitsandbytes' own `dequantize_4bit` of each module's weight.
 - transformers' fine-grained FP8: weights quantized by transformers' own `Fp8Quantize`
   conversion op (what `FineGrainedFP8Config` runs when it quantizes a model on load, which
   transformers only does on a GPU), written with the config transformers writes, and read back
@@ -13,6 +16,7 @@ must equal the library's own, value for value.
 The only thing computed here rather than by the library is each group's min and max, which
 llm-compressor's min-max observer would compute the same way.
 """
+import copy
 import json
 import os
 import warnings
@@ -198,3 +202,37 @@ def test_mxfp4_experts_dequantize_as_transformers_does(tmp_path, dtype):
                        want.view(torch.int16 if dtype == "bf16" else torch.int32))
     assert torch.equal(got["model.layers.0.mlp.experts.gate_up_proj_bias"],
                        tensors["model.layers.0.mlp.experts.gate_up_proj_bias"])
+
+
+@pytest.mark.parametrize("quant_type", ["nf4", "fp4"])
+@pytest.mark.parametrize("double", [True, False], ids=["double-quant", "plain-absmax"])
+def test_bitsandbytes_4bit_dequantizes_as_bitsandbytes_does(base_model, tmp_path, quant_type, double):
+    import bitsandbytes
+    import bitsandbytes.functional as F
+    import transformers
+
+    config = transformers.BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=quant_type,
+                                             bnb_4bit_use_double_quant=double, bnb_4bit_compute_dtype=torch.bfloat16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = transformers.AutoModelForCausalLM.from_pretrained(base_model, quantization_config=config,
+                                                                  device_map="cpu")
+        model.save_pretrained(str(tmp_path / "bnb"))
+    theirs = {}
+    for name, module in model.named_modules():
+        if isinstance(module, bitsandbytes.nn.Linear4bit):
+            theirs[name + ".weight"] = F.dequantize_4bit(module.weight.data, module.weight.quant_state)
+    assert len(theirs) == 14
+    described = {q["name"]: q for q in qload.load(str(tmp_path / "bnb")).quantized}
+    assert sorted(described) == sorted(theirs)
+    for dtype, torch_dtype in (("bf16", torch.bfloat16), ("f32", torch.float32)):
+        ours = qload.load(str(tmp_path / "bnb"), dequantize=dtype)
+        for name, want in theirs.items():
+            got = ours[name]
+            assert got.shape == want.shape and got.dtype == torch_dtype, name
+            if torch_dtype == torch.float32:  # bitsandbytes' f32 decode of the same state
+                weight = model.get_submodule(name[: -len(".weight")]).weight
+                state = copy.copy(weight.quant_state)
+                state.dtype = torch.float32
+                want = F.dequantize_4bit(weight.data, state)
+            assert torch.equal(got, want), f"{name} ({dtype}) differs in {(got != want).sum().item()} values"

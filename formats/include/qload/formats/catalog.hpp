@@ -39,6 +39,8 @@ struct TensorEntry {
   std::optional<std::uint32_t> ggml_type;
 };
 
+inline constexpr std::uint64_t kEmbeddedMaxBytes = 64 * 1024;
+
 struct Catalog {
   std::string format;  // driver name, e.g. "safetensors"
   std::string source;  // the path the user gave
@@ -48,6 +50,10 @@ struct Catalog {
   std::vector<TensorEntry> tensors;
   std::string config_json;          // config.json text when present (else empty)
   std::string quantization_config;  // its "quantization_config" object as JSON text, if any
+  // Small tensors whose bytes describe other tensors, read when the catalog is built (name ->
+  // bytes): bitsandbytes' `*.quant_state.bitsandbytes__nf4` / `__fp4` JSON, which alone says a
+  // 4-bit weight's shape and block size (kEmbeddedMaxBytes each).
+  std::map<std::string, std::string, std::less<>> embedded;
 
   // The tensor with this name, or nullptr. O(log n).
   const TensorEntry* find(std::string_view name) const;

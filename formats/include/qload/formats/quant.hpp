@@ -57,6 +57,13 @@ enum class QuantScheme : std::uint8_t {
   // 2j in the low nibble of byte j), weight_scale F8_E4M3 [N, K/16], weight_global_scale F32
   // [1]; W = e2m1 * (scale / global_scale), as compressed-tensors' decompressor computes it.
   kNvfp4,
+  // bitsandbytes 4-bit (NF4 / FP4) as transformers serialises it: weight U8 [N*K/2, 1] (element
+  // i of the flattened [N, K] in the high nibble of byte i/2 when i is even), absmax F32
+  // [blocks] or, double-quantized, U8 [blocks] codes into nested_quant_map F32 [256] times
+  // nested_absmax F32 [per 256 blocks] plus nested_offset; quant_map F32 [16];
+  // W[i] = quant_map[code] * absmax[i / blocksize]. Shape and block sizes come from the
+  // quant_state JSON tensor (Catalog::embedded).
+  kBnb4,
 };
 std::string_view quant_scheme_name(QuantScheme scheme) noexcept;
 
@@ -93,6 +100,11 @@ struct QuantParams {
   // writers) or 32/b values per word with the high bits unused (false, before mid 2026).
   bool dense_bitstream = true;
   std::uint32_t ggml_type = 0;  // kGgml: ggml's type id (12 = Q4_K)
+  // kBnb4 (group_size is the block size): "nf4" or "fp4" codes; double quantization's block
+  // size (0: absmax stored as F32) and the offset added to the decoded absmax.
+  bool bnb_fp4 = false;
+  std::uint64_t nested_block = 0;
+  float nested_offset = 0.0f;
 };
 
 // A weight's scheme as users name it: quant_scheme_name, and for GGML the block type too
@@ -113,7 +125,8 @@ struct LogicalTensor {
   // weight, weight_scale, weight_scale_inv, input_scale (FP8); weight_packed, weight_scale,
   // weight_zero_point, weight_shape, weight_g_idx (compressed-tensors); weight (kCtInt); blocks (kGgml);
   // blocks, scales (kMxfp4 as gpt-oss) or weight_packed, weight_scale (kMxfp4 as
-  // compressed-tensors); weight_packed, weight_scale, weight_global_scale (kNvfp4).
+  // compressed-tensors); weight_packed, weight_scale, weight_global_scale (kNvfp4); weight,
+  // absmax, quant_map, nested_absmax, nested_quant_map, quant_state (kBnb4).
   std::vector<std::pair<std::string, std::uint32_t>> parts;
 
   std::optional<std::uint32_t> part(std::string_view role) const;
