@@ -89,6 +89,11 @@ Result<PartMap> part_map(const formats::LogicalTensor& lt, std::string_view role
       if (role == "blocks") return PartMap{.n = {0, 1, 1}, .k = {1, size.bytes, size.elems}};
       break;
     }
+    case formats::QuantScheme::kBnb8:
+      if (role == "weight") return PartMap{.n = {0, 1, 1}, .k = {1, 1, 1}};
+      if (role == "SCB") return PartMap{.n = {0, 1, 1}};
+      if (role == "weight_format") return PartMap{};
+      break;
     case formats::QuantScheme::kNvfp4:
       // Two E2M1 codes a byte, one E4M3 scale per 16 columns; the global scales stay whole.
       if (role == "weight_packed") return PartMap{.n = {0, 1, 1}, .k = {1, 1, 2}};

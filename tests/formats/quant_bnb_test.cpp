@@ -159,3 +159,38 @@ TEST_CASE("bitsandbytes 4-bit: states and parts that disagree are refused, namin
     CHECK_THAT(q.error().to_string(), Catch::Contains("blocksize is not a power of two"));
   }
 }
+
+TEST_CASE("bitsandbytes 8-bit: SCB per row, W = (q * SCB) * f32(1/127)", "[quant][bnb]") {
+  ScratchDir dir;
+  const std::vector<std::int8_t> q = {-127, -1, 0, 1, 64, 127, 5, -5};
+  const std::vector<float> scb = {2.0f, 0.3f};
+  const std::vector<std::uint8_t> format = {0};
+  const auto qb = bytes_of(q), sb = bytes_of(scb), fb = bytes_of(format);
+  const std::vector<formats::WriterTensor> tensors = {{"l.weight", DType::kI8, Shape{2, 4}, qb, {}},
+                                                      {"l.SCB", DType::kF32, Shape{2}, sb, {}},
+                                                      {"l.weight_format", DType::kU8, Shape{}, fb, {}},
+                                                      {"l.bias", DType::kF32, Shape{2}, sb, {}}};
+  REQUIRE(formats::write_safetensors(dir.file("model.safetensors"), tensors));
+  std::ofstream(dir.file("config.json"))
+      << R"({"quantization_config": {"quant_method": "bitsandbytes", "load_in_8bit": true}})";
+  const auto catalog = formats::open_catalog(dir.path().string());
+  REQUIRE(catalog);
+  const auto qc = formats::detect_quantization(*catalog);
+  if (!qc) FAIL(qc.error().to_string());
+  REQUIRE(qc->logical.size() == 1);
+  const formats::LogicalTensor& t = qc->logical.front();
+  CHECK(formats::weight_scheme_name(t.params) == "bnb-int8");
+  CHECK((t.rows == 2 && t.cols == 4));
+  const std::vector<float> got = decode(*catalog, t);
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const float want = (static_cast<float>(q[i]) * scb[i / 4]) * static_cast<float>(7.874015718698502e-3);
+    CHECK(got[i] == want);
+  }
+  // An SCB of the wrong length is refused by name.
+  const std::vector<formats::WriterTensor> short_scb = {{"l.weight", DType::kI8, Shape{2, 4}, qb, {}},
+                                                        {"l.SCB", DType::kF32, Shape{1}, std::span(sb).first(4), {}}};
+  REQUIRE(formats::write_safetensors(dir.file("model.safetensors"), short_scb));
+  const auto bad = formats::detect_quantization(*formats::open_catalog(dir.path().string()));
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error().tensor() == std::optional<std::string_view>("l.SCB"));
+}

@@ -337,8 +337,6 @@ TEST_CASE("awq options qload does not decode are unsupported", "[quant][detect]"
               {.code = Errc::kUnsupported, .message_has = "group size 48"});
   check_error(detect_quantization(make_catalog(ts, R"({"quant_method":"hqq"})")),
               {.code = Errc::kUnsupported, .message_has = "'hqq'"});
-  check_error(detect_quantization(make_catalog(ts, R"({"quant_method":"bitsandbytes","load_in_8bit":true})")),
-              {.code = Errc::kUnsupported, .message_has = "bitsandbytes 8-bit"});
   check_error(detect_quantization(make_catalog(ts, R"({"bits":4})")),
               {.code = Errc::kCorrupt, .message_has = "no quant_method"});
 }

@@ -244,6 +244,18 @@ inline Weight bnb4_weight(std::uint64_t n, std::uint64_t k, bool nested, Rng& rn
   return w;
 }
 
+// bitsandbytes 8-bit: random int8 rows and their SCB.
+inline Weight bnb8_weight(std::uint64_t n, std::uint64_t k, Rng& rng) {
+  Weight w;
+  w.t.name = std::string(kName);
+  w.t.rows = n;
+  w.t.cols = k;
+  w.t.params = {.scheme = formats::QuantScheme::kBnb8, .bits = 8, .group_size = k};
+  w.add("weight", DType::kI8, Shape{n, k}, random_bytes(n * k, rng));
+  w.add("SCB", DType::kF32, Shape{n}, random_scales(n, DType::kF32, rng));
+  return w;
+}
+
 // Every case; `large` adds weights big enough that the GPU kernels' grid strides.
 // A row-parallel GPTQ shard as qload's tensor-parallel plan makes it: the second half of K of
 // `whole` (qweight rows and g_idx sliced), its scales and zeros whole, so g_idx indexes all of
@@ -312,6 +324,7 @@ inline std::vector<Case> device_cases(bool large) {
   cases.push_back({"mxfp4 as compressed-tensors", ct_mxfp4_weight(5, 64, rng)});
   cases.push_back({"nvfp4", nvfp4_weight(9, 80, rng)});
   cases.push_back({"bnb nf4", bnb4_weight(7, 100, false, rng)});
+  cases.push_back({"bnb int8", bnb8_weight(9, 70, rng)});
   cases.push_back({"bnb nf4 double-quantized", bnb4_weight(300, 100, true, rng)});  // 469 blocks: 2 nested
   if (!large) return cases;
   cases.push_back({"ggml Q4_K large", ggml_weight(kGgmlBlockTypes[8], 2600, 4096, rng)});

@@ -174,3 +174,66 @@ Status dequantize_bnb4(const LogicalTensor& t, std::span<const PartBytes> parts,
 }
 
 }  // namespace qload::formats::detail
+
+namespace qload::formats::detail {
+
+Status detect_bnb8(const Catalog& catalog, QuantizedCatalog& out) {
+  constexpr std::string_view kScb = ".SCB";
+  for (std::uint32_t i = 0; i < catalog.tensors.size(); ++i) {
+    const TensorEntry& scb = catalog.tensors[i];
+    if (!scb.name.ends_with(kScb)) continue;
+    const std::string prefix = scb.name.substr(0, scb.name.size() - kScb.size());
+    const std::string& path = catalog.files[scb.file].path;
+    const TensorEntry* weight = catalog.find(prefix + ".weight");
+    if (weight == nullptr || weight->dtype != DType::kI8 || weight->shape.rank() != 2)
+      return fail(located(Errc::kCorrupt, "bitsandbytes SCB without an I8 [N, K] weight beside it", path, scb.name));
+    const std::uint64_t n = weight->shape[0], k = weight->shape[1];
+    if (scb.dtype != DType::kF32 || scb.shape != Shape{n})
+      return fail(located(Errc::kCorrupt,
+                          fmt::format("bitsandbytes SCB: expected F32 [{}], found {} {}", n, dtype_name(scb.dtype),
+                                      scb.shape.to_string()),
+                          path, scb.name, scb.offset));
+    LogicalTensor t{.name = prefix + ".weight",
+                    .params = {.scheme = QuantScheme::kBnb8,
+                               .bits = 8,
+                               .group_size = k,
+                               .scale_layout = ScaleLayout::kRow,
+                               .weight_dtype = DType::kI8,
+                               .scale_dtype = DType::kF32},
+                    .rows = n,
+                    .cols = k};
+    t.parts.emplace_back("weight", static_cast<std::uint32_t>(weight - catalog.tensors.data()));
+    t.parts.emplace_back("SCB", i);
+    if (const TensorEntry* format = catalog.find(prefix + ".weight_format")) {
+      if (format->dtype != DType::kU8 || format->nbytes != 1)
+        return fail(located(Errc::kCorrupt, "bitsandbytes weight_format is not a U8 scalar", path, format->name));
+      t.parts.emplace_back("weight_format", static_cast<std::uint32_t>(format - catalog.tensors.data()));
+    }
+    out.logical.push_back(std::move(t));
+  }
+  return {};
+}
+
+Status dequantize_bnb8(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t row_begin,
+                       std::uint64_t row_end, std::span<float> out) {
+  QLOAD_ASSIGN_OR_RETURN(const PartBytes* weight, find_part(t, parts, "weight"));
+  QLOAD_ASSIGN_OR_RETURN(const PartBytes* scb, find_part(t, parts, "SCB"));
+  if (weight->dtype != DType::kI8 || weight->bytes.size() != t.rows * t.cols || scb->dtype != DType::kF32 ||
+      scb->bytes.size() != t.rows * 4)
+    return fail(Error(Errc::kCorrupt, fmt::format("bitsandbytes 8-bit parts of {} and {} bytes for [{}, {}]",
+                                                  weight->bytes.size(), scb->bytes.size(), t.rows, t.cols))
+                    .with_tensor(t.name));
+  if (const auto format = std::ranges::find(parts, std::string_view("weight_format"), &PartBytes::role);
+      format != parts.end() && (format->bytes.size() != 1 || format->bytes[0] != std::byte{0}))
+    return fail(Error(Errc::kUnsupported, "bitsandbytes weight_format other than 0 (row-major)").with_tensor(t.name));
+  DequantArgs a;
+  a.cols = t.cols;
+  a.codes = reinterpret_cast<const std::uint8_t*>(weight->bytes.data());
+  a.absmax = reinterpret_cast<const float*>(scb->bytes.data());
+  float* y = out.data();
+  for (std::uint64_t n = row_begin; n < row_end; ++n)
+    for (std::uint64_t k = 0; k < t.cols; ++k) *y++ = element::Bnb8::value(a, n, k);
+  return {};
+}
+
+}  // namespace qload::formats::detail

@@ -52,6 +52,10 @@ Mxfp4Roles mxfp4_roles(std::span<const PartBytes> parts);
 Status dequantize_bnb4(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t row_begin,
                        std::uint64_t row_end, std::span<float> out);
 Status detect_bnb4(const Catalog& catalog, QuantizedCatalog& out);
+// bitsandbytes 8-bit: every `<p>.SCB` with its `<p>.weight` (I8) and `<p>.weight_format`.
+Status dequantize_bnb8(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t row_begin,
+                       std::uint64_t row_end, std::span<float> out);
+Status detect_bnb8(const Catalog& catalog, QuantizedCatalog& out);
 
 // compressed-tensors NVFP4 (nvfp4.cpp).
 Status dequantize_nvfp4(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t row_begin,

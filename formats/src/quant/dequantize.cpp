@@ -53,6 +53,7 @@ Status decode_f32(const LogicalTensor& t, std::span<const PartBytes> parts, std:
     case QuantScheme::kMxfp4: return detail::dequantize_mxfp4(t, parts, begin, end, out);
     case QuantScheme::kNvfp4: return detail::dequantize_nvfp4(t, parts, begin, end, out);
     case QuantScheme::kBnb4: return detail::dequantize_bnb4(t, parts, begin, end, out);
+    case QuantScheme::kBnb8: return detail::dequantize_bnb8(t, parts, begin, end, out);
   }
   return fail(Errc::kInternal, "unknown quantization scheme");
 }

@@ -60,6 +60,7 @@ cudaError_t enqueue(const DequantArgs& a, int device, cudaStream_t stream) {
     case DeviceScheme::kMxfp4: return launch<element::Mxfp4>(a, sm_count, stream);
     case DeviceScheme::kNvfp4: return launch<element::Nvfp4>(a, sm_count, stream);
     case DeviceScheme::kBnb4: return launch<element::Bnb4>(a, sm_count, stream);
+    case DeviceScheme::kBnb8: return launch<element::Bnb8>(a, sm_count, stream);
     case DeviceScheme::kGgml: {
       cudaError_t launched = cudaErrorInvalidValue;  // a type with no decoder (the host checked)
       ggml::with_block_type(a.ggml_type,

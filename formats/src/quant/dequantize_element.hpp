@@ -247,6 +247,15 @@ struct Bnb4 {
   }
 };
 
+// bitsandbytes 8-bit: (q * SCB[n]) * f32(7.874015718698502e-3), each rounded to f32, in
+// int8_vectorwise_dequant's order (its constant is 1/127 as a Python float, applied in f32).
+struct Bnb8 {
+  QLOAD_DEQUANT_HD static float value(const DequantArgs& a, std::uint64_t n, std::uint64_t k) {
+    const auto q = static_cast<float>(static_cast<std::int8_t>(a.codes[n * a.cols + k]));
+    return mul_rn(mul_rn(q, a.absmax[n]), static_cast<float>(7.874015718698502e-3));
+  }
+};
+
 struct Fp8 {
   QLOAD_DEQUANT_HD static float value(const DequantArgs& a, std::uint64_t n, std::uint64_t k) {
     const std::uint8_t c = a.codes[n * a.cols + k];
@@ -283,6 +292,7 @@ inline float dequantize_element(const DequantArgs& a, std::uint64_t n, std::uint
     case DeviceScheme::kMxfp4: return Mxfp4::value(a, n, k);
     case DeviceScheme::kNvfp4: return Nvfp4::value(a, n, k);
     case DeviceScheme::kBnb4: return Bnb4::value(a, n, k);
+    case DeviceScheme::kBnb8: return Bnb8::value(a, n, k);
     case DeviceScheme::kGgml: {
       float v = 0.0f;
       ggml::with_block_type(a.ggml_type, [&](auto block) { v = ggml::Scheme<decltype(block)>::value(a, n, k); });

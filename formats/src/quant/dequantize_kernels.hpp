@@ -8,7 +8,19 @@
 
 namespace qload::formats::detail {
 
-enum class DeviceScheme : int { kGptq, kAwqGemm, kAwqGemv, kCtPacked, kCtInt, kFp8, kGgml, kMxfp4, kNvfp4, kBnb4 };
+enum class DeviceScheme : int {
+  kGptq,
+  kAwqGemm,
+  kAwqGemv,
+  kCtPacked,
+  kCtInt,
+  kFp8,
+  kGgml,
+  kMxfp4,
+  kNvfp4,
+  kBnb4,
+  kBnb8
+};
 enum class DeviceFloat : int { kF32, kF16, kBF16 };  // a scale or output element
 enum class DeviceCode : int { kE4M3, kE5M2 };        // an FP8 weight element
 enum class DeviceIndex : int { kNone, kI32, kI64 };  // g_idx, or a CT int zero point
@@ -36,7 +48,7 @@ struct DequantArgs {
   // absmax F32 per block, or (nested_block > 0) scale_codes U8 per block into nested_map [256]
   // times nested_absmax per nested_block blocks, plus nested_offset.
   const float* code_map = nullptr;
-  const float* absmax = nullptr;
+  const float* absmax = nullptr;  // bitsandbytes: 4-bit blocks' absmax; 8-bit: each row's (SCB)
   const float* nested_map = nullptr;
   const float* nested_absmax = nullptr;
   std::uint64_t nested_block = 0;

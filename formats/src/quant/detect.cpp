@@ -28,6 +28,7 @@ std::string_view quant_scheme_name(QuantScheme scheme) noexcept {
     case QuantScheme::kMxfp4: return "mxfp4";
     case QuantScheme::kNvfp4: return "nvfp4";
     case QuantScheme::kBnb4: return "bnb-4bit";
+    case QuantScheme::kBnb8: return "bnb-int8";
   }
   return "unknown";
 }
@@ -371,7 +372,10 @@ Result<QuantizedCatalog> detect_quantization(const Catalog& catalog) {
     out.config_source = config->source;
     QLOAD_TRY(detail::detect_with_config(catalog, *config, modules, out));
     if (config->method == "mxfp4") QLOAD_TRY(detail::detect_mxfp4(catalog, out));
-    if (config->method == "bitsandbytes") QLOAD_TRY(detail::detect_bnb4(catalog, out));
+    if (config->method == "bitsandbytes") {
+      QLOAD_TRY(detail::detect_bnb4(catalog, out));
+      QLOAD_TRY(detail::detect_bnb8(catalog, out));
+    }
   } else {
     QLOAD_TRY(detail::detect_from_names(catalog, modules, out));
   }

@@ -225,16 +225,12 @@ Result<QuantConfig> parse_method_config(const Json& config, const std::string& m
   // OCP MXFP4 as gpt-oss ships it: its weights are "<name>_blocks" / "<name>_scales" pairs,
   // which no rule's module suffixes cover (detect_mxfp4 finds them).
   if (method == "mxfp4") return QuantConfig{.method = "mxfp4", .exclude_key = "modules_to_not_convert"};
-  // bitsandbytes 4-bit: each weight's quant_state tensor describes it (detect_bnb4).
-  if (method == "bitsandbytes") {
-    QLOAD_ASSIGN_OR_RETURN(const auto eight, get_bool(config, "load_in_8bit", place));
-    if (eight.value_or(false))
-      return fail(config_error(Errc::kUnsupported, "bitsandbytes 8-bit (LLM.int8) is not decoded yet", place.path));
-    return QuantConfig{.method = "bitsandbytes", .exclude_key = "llm_int8_skip_modules"};
-  }
+  // bitsandbytes: each 4-bit weight's quant_state tensor describes it (detect_bnb4), each 8-bit
+  // weight its SCB (detect_bnb8).
+  if (method == "bitsandbytes") return QuantConfig{.method = "bitsandbytes", .exclude_key = "llm_int8_skip_modules"};
   return fail(config_error(Errc::kUnsupported,
                            fmt::format("quant_method {} is not supported (qload decodes gptq, awq, fp8, fbgemm_fp8, "
-                                       "modelopt, compressed-tensors, mxfp4 and bitsandbytes 4-bit)",
+                                       "modelopt, compressed-tensors, mxfp4 and bitsandbytes)",
                                        quote_name(method)),
                            place.path));
 }

@@ -142,7 +142,8 @@ Status describe_integer(const LogicalTensor& t, const DeviceParts& parts, Dequan
     case QuantScheme::kGgml:
     case QuantScheme::kMxfp4:
     case QuantScheme::kNvfp4:
-    case QuantScheme::kBnb4: break;
+    case QuantScheme::kBnb4:
+    case QuantScheme::kBnb8: break;
   }
   return fail(Errc::kInternal, "describe_integer: not an integer scheme");
 }
@@ -223,6 +224,10 @@ Result<DequantArgs> describe_dequantize(const LogicalTensor& tensor, std::span<c
       QLOAD_TRY(bind(parts, "nested_quant_map", args.nested_map));
       QLOAD_TRY(bind(parts, "nested_absmax", args.nested_absmax));
     }
+  } else if (tensor.params.scheme == QuantScheme::kBnb8) {
+    args.scheme = DeviceScheme::kBnb8;
+    QLOAD_TRY(bind(parts, "weight", args.codes));
+    QLOAD_TRY(bind(parts, "SCB", args.absmax));
   } else if (tensor.params.scheme == QuantScheme::kNvfp4) {
     args.scheme = DeviceScheme::kNvfp4;
     args.groups = tensor.cols / 16;

@@ -28,6 +28,10 @@ QuantLayoutText describe_layout(const LogicalTensor& w, const Catalog& catalog) 
   if (w.params.scheme == QuantScheme::kGgml) return detail::ggml_layout(w);
   if (w.params.scheme == QuantScheme::kMxfp4)
     return {.scales = "per-group 32", .scale_dtype = "E8M0", .zero_points = "none (symmetric)"};
+  if (w.params.scheme == QuantScheme::kBnb8)
+    return {.scales = "per-channel (SCB, the row's absmax; W = q * SCB / 127)",
+            .scale_dtype = "F32",
+            .zero_points = "none (symmetric)"};
   if (w.params.scheme == QuantScheme::kBnb4)
     return {.scales = w.params.nested_block == 0
                           ? fmt::format("per-block {} of the flattened weight (absmax)", w.params.group_size)

@@ -118,7 +118,8 @@ Result<PackedShapes> packed_shapes(const LogicalTensor& t) {
     case QuantScheme::kGgml:
     case QuantScheme::kMxfp4:
     case QuantScheme::kNvfp4:
-    case QuantScheme::kBnb4: break;
+    case QuantScheme::kBnb4:
+    case QuantScheme::kBnb8: break;
   }
   return unsupported(t, fmt::format("{} is not an integer packed scheme", static_cast<int>(p.scheme)));
 }

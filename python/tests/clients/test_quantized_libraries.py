@@ -236,3 +236,22 @@ def test_bitsandbytes_4bit_dequantizes_as_bitsandbytes_does(base_model, tmp_path
                 state.dtype = torch.float32
                 want = F.dequantize_4bit(weight.data, state)
             assert torch.equal(got, want), f"{name} ({dtype}) differs in {(got != want).sum().item()} values"
+
+
+def test_bitsandbytes_8bit_dequantizes_as_bitsandbytes_does(base_model, tmp_path):
+    import bitsandbytes
+    import bitsandbytes.functional as F
+    import transformers
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            base_model, quantization_config=transformers.BitsAndBytesConfig(load_in_8bit=True), device_map="cpu")
+        model.save_pretrained(str(tmp_path / "int8"))
+    theirs = {name + ".weight": F.int8_vectorwise_dequant(module.weight.data, module.weight.SCB)
+              for name, module in model.named_modules() if isinstance(module, bitsandbytes.nn.Linear8bitLt)}
+    assert len(theirs) == 14
+    assert sorted(q["name"] for q in qload.load(str(tmp_path / "int8")).quantized) == sorted(theirs)
+    ours = qload.load(str(tmp_path / "int8"), dequantize="f32")
+    for name, want in theirs.items():
+        assert torch.equal(ours[name], want), f"{name} differs in {(ours[name] != want).sum().item()} values"

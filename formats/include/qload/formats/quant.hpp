@@ -64,6 +64,10 @@ enum class QuantScheme : std::uint8_t {
   // W[i] = quant_map[code] * absmax[i / blocksize]. Shape and block sizes come from the
   // quant_state JSON tensor (Catalog::embedded).
   kBnb4,
+  // bitsandbytes 8-bit (LLM.int8) as transformers saves it: `<p>.weight` I8 [N, K], `<p>.SCB`
+  // F32 [N] (each row's absmax), `<p>.weight_format` U8 scalar (0: row-major);
+  // W = (q * SCB[n]) * f32(1/127), as bitsandbytes' int8_vectorwise_dequant.
+  kBnb8,
 };
 std::string_view quant_scheme_name(QuantScheme scheme) noexcept;
 
@@ -126,7 +130,8 @@ struct LogicalTensor {
   // weight_zero_point, weight_shape, weight_g_idx (compressed-tensors); weight (kCtInt); blocks (kGgml);
   // blocks, scales (kMxfp4 as gpt-oss) or weight_packed, weight_scale (kMxfp4 as
   // compressed-tensors); weight_packed, weight_scale, weight_global_scale (kNvfp4); weight,
-  // absmax, quant_map, nested_absmax, nested_quant_map, quant_state (kBnb4).
+  // absmax, quant_map, nested_absmax, nested_quant_map, quant_state (kBnb4); weight, SCB,
+  // weight_format (kBnb8).
   std::vector<std::pair<std::string, std::uint32_t>> parts;
 
   std::optional<std::uint32_t> part(std::string_view role) const;
