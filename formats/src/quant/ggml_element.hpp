@@ -16,16 +16,9 @@
 
 namespace qload::formats::detail::ggml {
 
+using element::add_rn;
 using element::as_float;
 using element::mul_rn;
-
-QLOAD_DEQUANT_HD float add_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
 QLOAD_DEQUANT_HD float sub_rn(float a, float b) {
 #if defined(__CUDA_ARCH__)
   return __fsub_rn(a, b);
