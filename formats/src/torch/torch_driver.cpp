@@ -68,6 +68,8 @@ Result<std::pair<std::uint64_t, std::uint64_t>> tensor_range(const PickledTensor
     if (__builtin_mul_overflow(numel, n, &numel))
       return fail(located(Errc::kCorrupt, "the tensor's size overflows", path, t.name));
   if (numel == 0) return std::pair<std::uint64_t, std::uint64_t>{storage.data_offset, 0};
+  if (numel > (std::uint64_t{1} << 62))  // the strides below are int64 products of the sizes
+    return fail(located(Errc::kCorrupt, fmt::format("a tensor of {} elements", numel), path, t.name));
   std::int64_t expected = 1;  // row-major strides; a dimension of size 1 may have any stride
   for (std::size_t d = t.size.size(); d-- > 0;) {
     if (t.size[d] != 1 && t.stride[d] != expected)
