@@ -286,6 +286,7 @@ class Model {
       d["symmetric"] = q.params.sym;
       d["rows"] = q.rows;
       d["cols"] = q.cols;
+      d["experts"] = q.experts;
       d["device"] = q.device;
       nb::dict parts;
       for (const auto& [role, index] : q.parts) parts[nb::str(role.c_str())] = tensors[index].name;

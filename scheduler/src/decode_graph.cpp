@@ -70,10 +70,7 @@ std::pair<formats::LogicalTensor, std::vector<formats::PartBytes>> decoded_weigh
                                                                                   const DecodeJob& job) {
   const formats::LogicalTensor& whole = s.plan.quant->logical[job.logical];
   if (job.shard_inputs.empty()) return {whole, part_bytes(s, whole)};
-  formats::LogicalTensor shard = whole;
-  const Plan::ShardedWeight& sharded = s.plan.sharded_weights.at(job.logical);
-  std::tie(shard.rows, shard.cols) = sharded.dims[job.rank];
-  shard.params.groups = sharded.groups;
+  formats::LogicalTensor shard = s.plan.sharded_weights.at(job.logical).shard(whole, job.rank);
   std::vector<formats::PartBytes> parts;
   const std::byte* base = s.targets[s.plan.scratch_region]->base();
   for (std::size_t p = 0; p < whole.parts.size(); ++p) {

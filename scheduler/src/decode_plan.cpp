@@ -22,6 +22,11 @@ std::string sibling_name(const std::string& weight_name, std::string_view suffix
 Result<std::optional<DecodeJob>> repack_job(const formats::Catalog& catalog, const formats::LogicalTensor& lt,
                                             std::uint32_t l) {
   if (!needs_repack(lt)) return std::optional<DecodeJob>();
+  if (lt.experts > 0)
+    return fail(Error(Errc::kUnsupported, fmt::format("repacking a weight of {} stacked experts is not supported; "
+                                                      "load it as stored or dequantized",
+                                                      lt.experts))
+                    .with_tensor(lt.name));
   DecodeJob job{.kind = DecodeJob::Kind::kRepack, .logical = l, .repacked = repacked_params(lt)};
   for (const auto& [role, index] : lt.parts) job.inputs.push_back(index);
   const formats::TensorEntry& scales = catalog.tensors[*lt.part("scales")];

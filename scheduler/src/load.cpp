@@ -179,7 +179,8 @@ std::vector<QuantizedWeight> describe_quantized(const formats::Catalog& catalog,
     const auto dims = plan.sharded_weights.find(l);
     if (const auto jobs = repacked.find(l); jobs != repacked.end()) {  // each copy's parts, repacked
       for (const DecodeJob* job : jobs->second) {
-        QuantizedWeight w{.name = lt.name, .params = job->repacked, .rows = lt.rows, .cols = lt.cols};
+        QuantizedWeight w{
+            .name = lt.name, .params = job->repacked, .rows = lt.rows, .cols = lt.cols, .experts = lt.experts};
         if (dims != plan.sharded_weights.end()) std::tie(w.rows, w.cols) = dims->second.dims[job->rank];
         for (const DecodeOutput& o : job->outputs) {
           const std::string device = plan.arenas[o.region].device.to_string();
@@ -193,7 +194,7 @@ std::vector<QuantizedWeight> describe_quantized(const formats::Catalog& catalog,
     const TensorPlacement& first_part = plan.tensors[lt.parts.front().second];
     if (first_part.shard_count == 0) {  // kept whole (names are unique then), unless another process holds it
       if (plan.mode == LoadMode::kRead && first_part.region == kNoRegion) continue;
-      QuantizedWeight w{.name = lt.name, .params = lt.params, .rows = lt.rows, .cols = lt.cols};
+      QuantizedWeight w{.name = lt.name, .params = lt.params, .rows = lt.rows, .cols = lt.cols, .experts = lt.experts};
       for (const auto& [role, part] : lt.parts) w.parts.emplace_back(role, index.at(catalog.tensors[part].name));
       w.device = tensors[w.parts.front().second].device;
       out.push_back(std::move(w));
@@ -201,11 +202,12 @@ std::vector<QuantizedWeight> describe_quantized(const formats::Catalog& catalog,
     }
     for (std::uint32_t c = 0; c < first_part.shard_count; ++c) {
       const ShardPlacement& shard = plan.shards[first_part.first_shard + c];
-      QuantizedWeight w{.name = lt.name, .params = lt.params, .rows = lt.rows, .cols = lt.cols};
+      QuantizedWeight w{.name = lt.name, .params = lt.params, .rows = lt.rows, .cols = lt.cols, .experts = lt.experts};
       w.device = plan.arenas[shard.region].device.to_string();
       if (dims != plan.sharded_weights.end()) {
         std::tie(w.rows, w.cols) = dims->second.dims[shard.rank];
         w.params.groups = dims->second.groups;
+        w.experts = dims->second.experts;
       }
       for (const auto& [role, part] : lt.parts)
         w.parts.emplace_back(role, on_device.at({catalog.tensors[part].name, w.device}));

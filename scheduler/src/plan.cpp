@@ -22,6 +22,15 @@
 #include "shared_reads_plan.hpp"
 
 namespace qload::scheduler {
+
+formats::LogicalTensor Plan::ShardedWeight::shard(const formats::LogicalTensor& whole, std::uint32_t rank) const {
+  formats::LogicalTensor t = whole;
+  std::tie(t.rows, t.cols) = dims[rank];
+  t.params.groups = groups;
+  t.experts = experts;
+  t.shape = experts > 0 ? Shape{experts, t.rows / experts, t.cols} : Shape{};
+  return t;
+}
 namespace {
 
 using detail::take;
@@ -129,7 +138,8 @@ Result<std::map<std::uint32_t, PartShards>> plan_quantized_shards(const formats:
                            detail::quantized_shard_slices(catalog, lt, split, options.parallel.tensor, geometry));
     for (std::size_t p = 0; p < lt.parts.size(); ++p)
       out[lt.parts[p].second] = PartShards{.split = split, .slices = std::move(shards.parts[p])};
-    plan.sharded_weights[l] = Plan::ShardedWeight{.dims = std::move(shards.dims), .groups = shards.groups};
+    plan.sharded_weights[l] =
+        Plan::ShardedWeight{.dims = std::move(shards.dims), .groups = shards.groups, .experts = shards.experts};
   }
   return out;
 }
@@ -266,7 +276,7 @@ Status shard_decode_outputs(const formats::Catalog& catalog, const Plan& plan, s
   const auto& [rows, cols] = sharded.dims[rank];
   if (copy.kind == DecodeJob::Kind::kDequantize) {
     DecodeOutput& out = copy.outputs.front();
-    out.shape = Shape{rows, cols};
+    out.shape = sharded.shard(plan.quant->logical[copy.logical], rank).dequantized_shape();
     QLOAD_ASSIGN_OR_RETURN(out.bytes, out.shape.nbytes(out.dtype));
     return {};
   }
@@ -278,10 +288,7 @@ Status shard_decode_outputs(const formats::Catalog& catalog, const Plan& plan, s
     copy.outputs[1].bytes = layout.scale_bytes;
     return {};
   }
-  formats::LogicalTensor shard = plan.quant->logical[copy.logical];
-  shard.rows = rows;
-  shard.cols = cols;
-  shard.params.groups = sharded.groups;
+  const formats::LogicalTensor shard = sharded.shard(plan.quant->logical[copy.logical], rank);
   const std::uint32_t scales = *shard.part("scales");
   const auto in = std::ranges::find(copy.shard_inputs, scales, &DecodeJob::ShardInput::tensor);
   const std::uint32_t region = copy.outputs.front().region;

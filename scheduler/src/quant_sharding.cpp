@@ -152,10 +152,48 @@ Status rewrite_weight_shape(const formats::LogicalTensor& lt, const formats::Ten
   return {};
 }
 
+// Stacked experts [E, N, K]: every part carries E as its leading dim, so an experts split
+// (or `rows`, dim 0 of the [E, N, K] weight) cuts every part along it and each rank's parts are
+// a stacked weight of E / ranks experts. Splitting inside each expert is not done yet.
+Result<QuantShards> stacked_shard_slices(const formats::Catalog& catalog, const formats::LogicalTensor& lt, Split split,
+                                         std::uint32_t ranks) {
+  const std::uint64_t experts = lt.experts, n = lt.rows / lt.experts;
+  const bool whole = split == Split::kReplicate;
+  if (!whole && split != Split::kRows && split != Split::kExperts)
+    return fail(weight_error(lt, fmt::format("a split by {} inside each of its {} stacked experts is not supported; "
+                                             "split them by experts",
+                                             split_name(split), experts)));
+  if (!whole && experts % ranks != 0)
+    return fail(Error(Errc::kInvalidArgument,
+                      fmt::format("cannot split {} stacked experts over {} ranks: {} is not a multiple of {}", experts,
+                                  ranks, experts, ranks))
+                    .with_tensor(lt.name));
+  const std::uint64_t per = whole ? experts : experts / ranks;
+  QuantShards out;
+  out.experts = per;
+  out.dims.assign(ranks, {per * n, lt.cols});
+  for (const auto& [role, index] : lt.parts) {
+    const formats::TensorEntry& part = catalog.tensors[index];
+    std::uint64_t rest = 1;
+    for (std::size_t i = 1; i < part.shape.rank(); ++i) rest *= part.shape[i];
+    std::vector<std::uint64_t> dims(part.shape.dims().begin(), part.shape.dims().end());
+    dims.front() = per;
+    std::vector<ShardSlice> slices;
+    for (std::uint32_t r = 0; r < ranks; ++r) {
+      const std::uint64_t first = whole ? 0 : r * per;
+      slices.push_back(
+          ShardSlice{.col_begin = 0, .col_end = rest, .rows = {{first, first + per}}, .shape = Shape(dims)});
+    }
+    out.parts.push_back(std::move(slices));
+  }
+  return out;
+}
+
 }  // namespace
 
 Result<QuantShards> quantized_shard_slices(const formats::Catalog& catalog, const formats::LogicalTensor& lt,
                                            Split split, std::uint32_t ranks, const formats::ModelGeometry& geometry) {
+  if (lt.experts > 0) return stacked_shard_slices(catalog, lt, split, ranks);
   // The logical split, as a plain [N, K] tensor would take it.
   formats::TensorEntry logical;
   logical.name = lt.name;

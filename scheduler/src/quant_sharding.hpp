@@ -11,6 +11,8 @@
 //   CT int8   weight [N, K]; scale / zero point per tensor, row or group; weight_g_idx as GPTQ's
 //   CT packed weight_packed [N, K*b/32]; weight_zero_point [N*b/32, G]; scales and weight_g_idx
 //             as CT int8; weight_shape, (N, K) of the whole weight, rewritten as each shard's
+//   stacked experts [E, N, K] (any scheme): every part cut along its leading E, a rank holding
+//             E / ranks whole experts (split `experts` or `rows`); splits inside experts refused
 // A rank boundary inside a packed word, a group or a scale block is refused, naming the
 // weight, the part and the sizes. AWQ GEMV is refused.
 #pragma once
@@ -30,6 +32,7 @@ struct QuantShards {
   std::vector<std::vector<ShardSlice>> parts;                 // [part, in lt.parts order][rank]
   std::vector<std::pair<std::uint64_t, std::uint64_t>> dims;  // [rank]: the shard's N, K
   std::uint64_t groups = 0;                                   // QuantParams::groups of every shard (0: from its K)
+  std::uint64_t experts = 0;                                  // stacked experts: each shard's count
 };
 
 Result<QuantShards> quantized_shard_slices(const formats::Catalog& catalog, const formats::LogicalTensor& lt,

@@ -35,20 +35,29 @@ std::string_view split_name(Split split) noexcept {
     case Split::kCols: return "cols";
     case Split::kHeads: return "heads";
     case Split::kHalves: return "halves";
+    case Split::kExperts: return "experts";
   }
   return "?";
 }
 
 Result<Split> parse_split(std::string_view text) {
-  for (Split s : {Split::kReplicate, Split::kRows, Split::kCols, Split::kHeads, Split::kHalves})
+  for (Split s : {Split::kReplicate, Split::kRows, Split::kCols, Split::kHeads, Split::kHalves, Split::kExperts})
     if (split_name(s) == text) return s;
-  return fail(Errc::kInvalidArgument, fmt::format("split '{}' is not replicate, rows, cols, heads or halves", text));
+  return fail(Errc::kInvalidArgument,
+              fmt::format("split '{}' is not replicate, rows, cols, heads, halves or experts", text));
 }
 
 Split llama_split(std::string_view name) {
   const bool weight = name.ends_with(".weight");
   const bool bias = name.ends_with(".bias");
   if (!weight && !bias) return Split::kReplicate;
+  // Stacked experts ("mlp.experts.gate_up_proj.weight", [E, N, K]) are not split by default:
+  // a rule names how (`experts`). Per-expert weights ("mlp.experts.3.up_proj.weight") split
+  // like any linear layer.
+  if (const std::size_t at = name.find(".experts."); at != std::string_view::npos) {
+    const std::size_t next = at + std::string_view(".experts.").size();
+    if (next < name.size() && (name[next] < '0' || name[next] > '9')) return Split::kReplicate;
+  }
   if (contains(name, "q_proj.") || contains(name, "k_proj.") || contains(name, "v_proj.") ||
       contains(name, "qkv_proj."))
     return Split::kHeads;
@@ -73,6 +82,7 @@ Result<std::vector<ShardSlice>> shard_slices(const formats::TensorEntry& t, Spli
       for (Rows& r : rows) r = {{0, dim0}};
       break;
     case Split::kRows:
+    case Split::kExperts:
       if (dim0 % ranks != 0)
         return fail(split_error(t, fmt::format("cannot split dim 0 of {} over {} ranks: {} is not a multiple of {}",
                                                shape.to_string(), ranks, dim0, ranks)));

@@ -309,8 +309,8 @@ inline CtIntShard ct_int_second_half_of_k(Rng& rng) {
   return out;
 }
 
-inline std::vector<Case> device_cases(bool large) {
-  Rng rng(0x6770755f64657121);
+inline std::vector<Case> device_cases(bool large, std::uint64_t seed = 0x6770755f64657121) {
+  Rng rng(seed);
   std::vector<Case> cases;
   add_integer_cases(cases, rng);
   add_float_cases(cases, rng);
@@ -331,6 +331,38 @@ inline std::vector<Case> device_cases(bool large) {
   cases.push_back({"gptq 4-bit large act-order", make_gptq({4, 128, 2, false, true, DType::kF16}, 4128, 2600, rng)});
   cases.push_back({"fp8 block large", fp8_weight(DType::kF8_E4M3, ScaleLayout::kBlock, DType::kF32, 2600, 4128, rng)});
   return cases;
+}
+
+// Experts of one geometry stacked as a MoE weight [E, N, K]: every part gains a leading dim E
+// (vLLM's fused-MoE layout, LogicalTensor::experts).
+inline Weight stack_experts(const std::vector<const Weight*>& experts) {
+  Weight w;
+  const Weight& first = *experts.front();
+  const std::uint64_t e = experts.size();
+  w.t = first.t;
+  w.t.experts = e;
+  w.t.shape = Shape{e, first.t.rows, first.t.cols};
+  w.t.rows = e * first.t.rows;
+  for (std::size_t p = 0; p < first.parts.size(); ++p) {
+    std::vector<std::uint64_t> dims{e};
+    dims.insert(dims.end(), first.parts[p].shape.dims().begin(), first.parts[p].shape.dims().end());
+    Bytes bytes;
+    for (const Weight* x : experts) bytes.insert(bytes.end(), x->parts[p].bytes.begin(), x->parts[p].bytes.end());
+    w.add(first.parts[p].role, first.parts[p].dtype, Shape(dims), std::move(bytes));
+  }
+  return w;
+}
+
+// Every device case bitsandbytes 4-bit aside (its blocks run across the whole flattened
+// weight, and no writer stacks it) as 3 stacked experts of different values.
+inline std::vector<Case> stacked_cases() {
+  std::vector<Case> out;
+  const std::vector<Case> a = device_cases(false, 1), b = device_cases(false, 2), c = device_cases(false, 3);
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (a[i].weight.t.params.scheme == QuantScheme::kBnb4) continue;
+    out.push_back({a[i].label + " x3 experts", stack_experts({&a[i].weight, &b[i].weight, &c[i].weight})});
+  }
+  return out;
 }
 
 // The CPU decoder's rows [a, b) of the case's weight as `out_dtype`.

@@ -92,3 +92,19 @@ TEST_CASE("device dequantization gives the CPU decoders' bits for every scheme a
     }
   }
 }
+
+TEST_CASE("device dequantization of stacked experts launches per expert and gives the CPU decoders' bits", "[gpu]") {
+  CudaInfo info;
+  if (!have_gpu(info)) return;
+  auto stream = cuda::Stream::create(info.devices.front().index);
+  REQUIRE(stream);
+  for (const Case& c : stacked_cases()) {
+    INFO(c.label);
+    const DeviceWeight d = upload(c.weight, *stream);
+    const std::uint64_t n = c.weight.t.rows / c.weight.t.experts;
+    for (DType out : {DType::kF32, DType::kBF16}) {
+      check_rows(c, d, 0, c.weight.t.rows, out, *stream);
+      check_rows(c, d, n - 1, 2 * n + 1, out, *stream);  // across all three experts
+    }
+  }
+}

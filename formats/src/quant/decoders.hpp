@@ -14,6 +14,13 @@ namespace qload::formats::detail {
 Result<const PartBytes*> find_part(const LogicalTensor& tensor, std::span<const PartBytes> parts,
                                    std::string_view role);
 
+// Whether a stacked weight (LogicalTensor::experts > 1) decodes as one flat [E * N, K] weight:
+// GGML and MXFP4 rows carry their own scales. Every other scheme decodes expert by expert
+// (expert_view).
+inline bool stacked_rows_are_flat(const LogicalTensor& t) noexcept {
+  return t.params.scheme == QuantScheme::kGgml || t.params.scheme == QuantScheme::kMxfp4;
+}
+
 // GPTQ, AWQ (GEMM and GEMV), compressed-tensors pack-quantized and int-quantized.
 Status dequantize_gptq(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t row_begin,
                        std::uint64_t row_end, std::span<float> out);

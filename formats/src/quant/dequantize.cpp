@@ -62,12 +62,59 @@ Status decode_f32(const LogicalTensor& t, std::span<const PartBytes> parts, std:
 // setup in the decoders (the g_idx group map is O(K)) is amortised over tens of rows.
 constexpr std::uint64_t kSlabFloats = std::uint64_t{1} << 18;
 
+// Stacked experts: each expert's rows decoded as the 2-D weight it is.
+Status decode_experts(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t begin, std::uint64_t end,
+                      DType out_dtype, std::span<std::byte> out) {
+  const std::uint64_t n = t.rows / t.experts;
+  const std::uint64_t row_bytes = t.cols * dtype_info(out_dtype).block_bytes;
+  for (std::uint64_t e = begin / std::max<std::uint64_t>(n, 1); e < t.experts && e * n < end; ++e) {
+    const std::uint64_t a = std::max(begin, e * n), b = std::min(end, (e + 1) * n);
+    QLOAD_ASSIGN_OR_RETURN(const ExpertView view, expert_view(t, parts, e));
+    QLOAD_TRY(dequantize_rows(
+        view.tensor, view.parts, a - e * n, b - e * n, out_dtype,
+        out.subspan(static_cast<std::size_t>((a - begin) * row_bytes), static_cast<std::size_t>((b - a) * row_bytes))));
+  }
+  return {};
+}
+
 }  // namespace
+
+Result<ExpertView> expert_view(const LogicalTensor& tensor, std::span<const PartBytes> parts, std::uint64_t expert) {
+  const std::uint64_t experts = tensor.experts;
+  if (experts == 0 || expert >= experts || tensor.rows % experts != 0)
+    return fail(Error(Errc::kInvalidArgument,
+                      fmt::format("expert {} of a weight of {} experts and {} rows", expert, experts, tensor.rows))
+                    .with_tensor(tensor.name));
+  ExpertView view{.tensor = tensor, .parts = {}};
+  view.tensor.rows = tensor.rows / experts;
+  view.tensor.shape = Shape{};
+  view.tensor.experts = 0;
+  for (const PartBytes& p : parts) {
+    if (p.shape.rank() == 0 || p.shape[0] != experts || p.bytes.size() % experts != 0)
+      return fail(Error(Errc::kCorrupt, fmt::format("part '{}' of a weight of {} stacked experts is {} ({} bytes): "
+                                                    "expected its leading dim to be {}",
+                                                    p.role, experts, p.shape.to_string(), p.bytes.size(), experts))
+                      .with_tensor(tensor.name));
+    const std::size_t size = p.bytes.size() / static_cast<std::size_t>(experts);
+    view.parts.push_back({.role = p.role,
+                          .dtype = p.dtype,
+                          .shape = Shape(std::vector<std::uint64_t>(p.shape.dims().begin() + 1, p.shape.dims().end())),
+                          .bytes = p.bytes.subspan(static_cast<std::size_t>(expert) * size, size)});
+  }
+  return view;
+}
 
 Status check_quantized_parts(const LogicalTensor& tensor, std::span<const PartBytes> parts) {
   // Decoding no rows runs every check that does not depend on the row: part presence, dtypes,
   // shapes, weight_shape and g_idx ranges. CT int zero points are checked as rows are decoded,
   // so they are scanned here.
+  if (tensor.experts > 0 && !detail::stacked_rows_are_flat(tensor)) {
+    for (std::uint64_t e = 0; e < tensor.experts; ++e) {
+      QLOAD_ASSIGN_OR_RETURN(const ExpertView view, expert_view(tensor, parts, e));
+      QLOAD_TRY(check_quantized_parts(view.tensor, view.parts));
+    }
+    return {};
+  }
   QLOAD_TRY(decode_f32(tensor, parts, 0, 0, {}));
   if (tensor.params.scheme == QuantScheme::kCtInt) QLOAD_TRY(detail::check_ct_int_zeros(tensor, parts));
   return {};
@@ -87,6 +134,8 @@ Status dequantize_rows(const LogicalTensor& tensor, std::span<const PartBytes> p
     return fail(Error(Errc::kInvalidArgument, fmt::format("output of {} bytes for {} rows of {} {}", out.size(),
                                                           row_end - row_begin, cols, dtype_name(out_dtype)))
                     .with_tensor(tensor.name));
+  if (tensor.experts > 0 && !detail::stacked_rows_are_flat(tensor))
+    return decode_experts(tensor, parts, row_begin, row_end, out_dtype, out);
   if (out_dtype == DType::kF32 && reinterpret_cast<std::uintptr_t>(out.data()) % alignof(float) == 0) {
     auto* f = reinterpret_cast<float*>(out.data());
     return decode_f32(tensor, parts, row_begin, row_end,

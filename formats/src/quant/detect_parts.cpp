@@ -4,6 +4,8 @@
 // and the found dtype and shape.
 #include <algorithm>
 #include <array>
+#include <map>
+#include <optional>
 #include <span>
 
 #include <fmt/format.h>
@@ -49,13 +51,21 @@ struct Builder {
   const Rule& rule;
   LogicalTensor out;
   std::string facts;  // "4-bit, group 128, K 4096, N 11008": what the expected shapes follow from
+  // Stacked experts: each part as one expert's slice of it (the leading dim dropped), which
+  // the per-scheme checks below see in place of the catalog's entry.
+  std::uint64_t experts = 0;
+  std::map<std::uint32_t, TensorEntry> per_expert;
 
-  const TensorEntry& tensor(std::uint32_t index) const { return catalog.tensors[index]; }
+  const TensorEntry& tensor(std::uint32_t index) const {
+    const auto it = per_expert.find(index);
+    return it == per_expert.end() ? catalog.tensors[index] : it->second;
+  }
 
   Error mismatch(std::string_view role, const TensorEntry& t, std::string_view dtypes, std::string_view shapes) const {
-    Error error(Errc::kCorrupt, fmt::format("{} part {}{}: expected {} {}, found {} {}", rule.label, role,
-                                            facts.empty() ? "" : " (" + facts + ")", dtypes, shapes,
-                                            dtype_name(t.dtype), t.shape.to_string()));
+    const std::string per = experts > 0 ? fmt::format(" per expert of {}", experts) : "";
+    Error error(Errc::kCorrupt, fmt::format("{} part {}{}: expected {} {}{}, found {} {}{}", rule.label, role,
+                                            facts.empty() ? "" : " (" + facts + ")", dtypes, shapes, per,
+                                            dtype_name(t.dtype), t.shape.to_string(), per));
     if (t.file < catalog.files.size()) static_cast<void>(std::move(error).with_file(catalog.files[t.file].path));
     return std::move(error).with_tensor(t.name);
   }
@@ -394,10 +404,10 @@ bool part_allowed(PartKind kind, std::string_view suffix) {
   return false;
 }
 
-Result<LogicalTensor> build_logical(const Catalog& catalog, const ModuleTensors& module, const Rule& rule) {
-  Builder b{
-      .catalog = catalog, .module = module, .rule = rule, .out = LogicalTensor{.name = module.module + ".weight"}};
-  switch (rule.kind) {
+namespace {
+
+Result<LogicalTensor> build_by_kind(Builder& b) {
+  switch (b.rule.kind) {
     case PartKind::kGptq: return build_gptq(b);
     case PartKind::kAwqGemm:
     case PartKind::kAwqGemv: return build_awq(b);
@@ -407,7 +417,62 @@ Result<LogicalTensor> build_logical(const Catalog& catalog, const ModuleTensors&
     case PartKind::kCtFp4: return build_ct_fp4(b);
     case PartKind::kDense: break;
   }
-  return fail(Error(Errc::kInternal, "no parts to build for a dense rule").with_tensor(module.module));
+  return fail(Error(Errc::kInternal, "no parts to build for a dense rule").with_tensor(b.module.module));
+}
+
+// The part whose shape gives N and K.
+std::string_view anchor_role(PartKind kind) {
+  switch (kind) {
+    case PartKind::kGptq:
+    case PartKind::kAwqGemm:
+    case PartKind::kAwqGemv: return "qweight";
+    case PartKind::kCtPacked:
+    case PartKind::kCtFp4: return "weight_packed";
+    case PartKind::kFp8:
+    case PartKind::kCtInt:
+    case PartKind::kDense: return "weight";
+  }
+  return "weight";
+}
+
+// A 3-D anchor means stacked experts [E, ...]: every part must then carry E as its leading
+// dim (vLLM's fused-MoE layout), and is checked as one expert's slice.
+Status stack_experts(Builder& b) {
+  const std::optional<std::uint32_t> anchor = b.module.find(anchor_role(b.rule.kind));
+  if (!anchor || b.catalog.tensors[*anchor].shape.rank() != 3) return {};
+  const std::uint64_t experts = b.catalog.tensors[*anchor].shape[0];
+  if (experts == 0) return {};  // the anchor check refuses the empty stack
+  for (const auto& [suffix, index] : b.module.parts) {
+    const TensorEntry& t = b.catalog.tensors[index];
+    if (t.shape.rank() == 0 || t.shape[0] != experts) {
+      Error error(Errc::kCorrupt, fmt::format("{} part {} of {} stacked experts is {}: expected [{}, ...]",
+                                              b.rule.label, suffix, experts, t.shape.to_string(), experts));
+      if (t.file < b.catalog.files.size()) static_cast<void>(std::move(error).with_file(b.catalog.files[t.file].path));
+      return fail(std::move(error).with_tensor(t.name));
+    }
+    TensorEntry slice = t;
+    slice.shape = Shape(std::vector<std::uint64_t>(t.shape.dims().begin() + 1, t.shape.dims().end()));
+    slice.nbytes = t.nbytes / experts;
+    b.per_expert.emplace(index, std::move(slice));
+  }
+  b.experts = experts;
+  return {};
+}
+
+}  // namespace
+
+Result<LogicalTensor> build_logical(const Catalog& catalog, const ModuleTensors& module, const Rule& rule) {
+  Builder b{
+      .catalog = catalog, .module = module, .rule = rule, .out = LogicalTensor{.name = module.module + ".weight"}};
+  QLOAD_TRY(stack_experts(b));
+  QLOAD_ASSIGN_OR_RETURN(LogicalTensor out, build_by_kind(b));
+  if (b.experts > 0) {
+    QLOAD_ASSIGN_OR_RETURN(const std::uint64_t rows, checked_mul(out.rows, b.experts));
+    out.shape = Shape{b.experts, out.rows, out.cols};
+    out.rows = rows;
+    out.experts = b.experts;
+  }
+  return out;
 }
 
 }  // namespace qload::formats::detail

@@ -62,6 +62,7 @@ Result<LogicalTensor> ggml_weight(const Catalog& catalog, std::uint32_t index) {
       break;
     }
   for (std::size_t d = 0; d + 1 < dims.size(); ++d) t.rows *= dims[d];  // the parser bounded numel
+  if (dims.size() == 3) t.experts = dims[0];
   return t;
 }
 

@@ -55,6 +55,7 @@ Status detect_mxfp4(const Catalog& catalog, QuantizedCatalog& out) {
                     .shape = Shape(dims),
                     .parts = {{"blocks", i}, {"scales", static_cast<std::uint32_t>(scales - catalog.tensors.data())}}};
     for (std::size_t d = 0; d + 1 < dims.size(); ++d) t.rows *= dims[d];  // bounded by the blocks' byte size
+    if (dims.size() == 3) t.experts = dims[0];
     out.logical.push_back(std::move(t));
   }
   return {};

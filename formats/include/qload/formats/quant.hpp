@@ -125,6 +125,10 @@ struct LogicalTensor {
   // The dequantized weight's shape when it is not [rows, cols] (GGML: [K] or [E, N, K], rows
   // being the product of the outer dims); empty: [rows, cols].
   Shape shape;
+  // Stacked MoE experts, shape [E, N, K] (rows = E * N): every part carries E as its leading
+  // dim, and expert e's slice of each part is a complete 2-D weight of N x K (expert_view in
+  // quant_codec.hpp). 0: not stacked.
+  std::uint64_t experts = 0;
   // role -> index into Catalog::tensors. Roles: qweight, qzeros, scales, g_idx (GPTQ/AWQ);
   // weight, weight_scale, weight_scale_inv, input_scale (FP8); weight_packed, weight_scale,
   // weight_zero_point, weight_shape, weight_g_idx (compressed-tensors); weight (kCtInt); blocks (kGgml);

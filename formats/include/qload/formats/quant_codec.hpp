@@ -26,6 +26,15 @@ struct PartBytes {
   std::span<const std::byte> bytes;
 };
 
+// Expert `expert` of a stacked weight (LogicalTensor::experts > 1): the 2-D weight of
+// rows / experts x cols, and each part's slice along its leading dim (shape without it).
+// kCorrupt naming the tensor and the part when a part's leading dim is not the expert count.
+struct ExpertView {
+  LogicalTensor tensor;
+  std::vector<PartBytes> parts;
+};
+Result<ExpertView> expert_view(const LogicalTensor& tensor, std::span<const PartBytes> parts, std::uint64_t expert);
+
 // Rows [row_begin, row_end) of the dequantized [N, K] weight, row-major, into `out`
 // ((row_end - row_begin) * K elements of `out_dtype`: F32, BF16 or F16). kInvalidArgument for
 // sizes that do not match, kCorrupt for a g_idx entry out of range (naming the part and index).

@@ -51,9 +51,10 @@ struct DeviceTensor {
 struct QuantizedWeight {
   std::string name;  // "<prefix>.weight" (not itself a tensor of the model)
   formats::QuantParams params;
-  std::uint64_t rows = 0;  // N (of this device's shard under tensor parallelism)
-  std::uint64_t cols = 0;  // K (likewise)
-  std::string device;      // where its parts are: a parallel layout describes every copy
+  std::uint64_t rows = 0;     // N (of this device's shard under tensor parallelism; of all its experts)
+  std::uint64_t cols = 0;     // K (likewise)
+  std::uint64_t experts = 0;  // stacked experts [E, N, K] on this device (rows = E * N); 0: not stacked
+  std::string device;         // where its parts are: a parallel layout describes every copy
   // role ("qweight", "scales", "weight_scale_inv", ...) -> index into Model::tensors()
   std::vector<std::pair<std::string, std::uint32_t>> parts;
 };

@@ -325,8 +325,11 @@ struct Plan {
   // Tensor parallel: each rank's shard of each quantized weight (by index into quant->logical),
   // whose parts are split consistently (every part's ShardPlacement::rank).
   struct ShardedWeight {
-    std::vector<std::pair<std::uint64_t, std::uint64_t>> dims;  // [rank]: N, K
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> dims;  // [rank]: N, K (N of all its experts)
     std::uint64_t groups = 0;                                   // formats::QuantParams::groups
+    std::uint64_t experts = 0;                                  // stacked experts: each rank's count
+    // The weight rank `rank` holds, as a weight of its own geometry (rows, cols, groups, experts).
+    formats::LogicalTensor shard(const formats::LogicalTensor& whole, std::uint32_t rank) const;
   };
   std::map<std::uint32_t, ShardedWeight> sharded_weights;
   SharedReads shared_reads = SharedReads::kNone;  // ParallelLayout::share_reads

@@ -28,9 +28,11 @@
 
 namespace qload::scheduler {
 
-enum class Split : std::uint8_t { kReplicate, kRows, kCols, kHeads, kHalves };
+// kExperts: dim 0 in equal parts like kRows, named for stacked MoE experts [E, N, K] (expert
+// parallelism: each rank holds E / ranks whole experts, quantized parts included).
+enum class Split : std::uint8_t { kReplicate, kRows, kCols, kHeads, kHalves, kExperts };
 std::string_view split_name(Split split) noexcept;
-// "replicate", "rows", "cols", "heads", "halves"; kInvalidArgument otherwise.
+// "replicate", "rows", "cols", "heads", "halves", "experts"; kInvalidArgument otherwise.
 Result<Split> parse_split(std::string_view text);
 
 // The default rule for llama-style names (Llama, Mistral, Qwen2, ...): see the table above.

@@ -71,7 +71,7 @@ struct QuantRule {
 };
 
 // One parallel.rules entry: which tensors (a glob or a Lua pattern) split how over the tensor
-// ranks (sharding.hpp: "rows", "cols", "heads", "halves", "replicate").
+// ranks (sharding.hpp: "rows", "cols", "heads", "halves", "experts", "replicate").
 struct SplitRule {
   std::string glob;
   std::string pattern;
