@@ -4,7 +4,8 @@ must equal the library's own, value for value.
 - compressed-tensors: a tiny model saved by transformers is quantized with compressed-tensors'
   own scheme presets, qparams (calculate_qparams), compressors and config writer (the path
   llm-compressor takes when it saves), then decompressed by compressed-tensors for the
-  reference.
+  reference. The same parts stacked as MoE experts ([E, ...], vLLM's fused-MoE layout) must
+  dequantize to the library's decompressions stacked the same way.
 - bitsandbytes 4-bit: a tiny model quantized on load by transformers with BitsAndBytesConfig
   (NF4 and FP4, with and without double quantization; bitsandbytes runs on the CPU) and saved by
   save_pretrained; the reference is bitsandbytes' own `dequantize_4bit` of each module's weight.
@@ -125,6 +126,28 @@ def test_compressed_tensors_checkpoint_dequantizes_as_compressed_tensors_does(ba
     original = safetensors.torch.load_file(os.path.join(base_model, "model.safetensors"))
     q = "model.layers.0.self_attn.q_proj.weight"
     assert not torch.equal(model[q], original[q])
+    check_stacked_experts(out, tmp_path / f"{scheme}-experts", theirs)
+
+
+def check_stacked_experts(compressed_dir, out_dir, theirs: dict) -> None:
+    """The 4 gate/up projections of the 2 layers, every stored part stacked along a new leading
+    dim (vLLM's fused-MoE layout), must dequantize to compressed-tensors' own decompressions of
+    those modules, stacked the same way."""
+    stored = safetensors.torch.load_file(os.path.join(compressed_dir, "model.safetensors"))
+    modules = [f"model.layers.{layer}.mlp.{proj}" for layer in (0, 1) for proj in ("gate_proj", "up_proj")]
+    suffixes = sorted(name[len(modules[0]) + 1:] for name in stored if name.startswith(modules[0] + "."))
+    assert "weight" in suffixes or "weight_packed" in suffixes
+    stacked = "model.layers.0.mlp.experts.gate_up_proj"
+    out_dir.mkdir()
+    safetensors.torch.save_file({f"{stacked}.{s}": torch.stack([stored[f"{m}.{s}"] for m in modules])
+                                 for s in suffixes}, str(out_dir / "model.safetensors"))
+    (out_dir / "config.json").write_text((compressed_dir / "config.json").read_text())
+    packed = qload.load(str(out_dir), framework="pt").quantized
+    assert [(q["name"], q["experts"], q["rows"]) for q in packed] == [(f"{stacked}.weight", 4, 4 * 512)]
+    got = qload.load(str(out_dir), dequantize="bf16", framework="pt")[f"{stacked}.weight"]
+    want = torch.stack([theirs[f"{m}.weight"] for m in modules])
+    assert got.dtype == want.dtype and got.shape == want.shape
+    assert torch.equal(got, want), f"stacked experts differ in {(got != want).sum().item()} of {want.numel()} values"
 
 
 def transformers_fp8_checkpoint(base_dir: str, out_dir, block) -> None:
