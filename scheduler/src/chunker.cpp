@@ -95,9 +95,9 @@ void add_direct_shards(const formats::TensorEntry& t, std::uint32_t index, const
     std::uint32_t shard = 0;
     std::uint64_t shard_offset = 0;
   };
-  const std::uint64_t row_bytes = t.nbytes / (t.shape.rank() == 0 ? 1 : t.shape[0]);
   std::vector<Range> ranges;
   for (std::uint32_t k = placed.first_shard; k < placed.first_shard + placed.shard_count; ++k) {
+    const std::uint64_t row_bytes = t.nbytes / std::max<std::uint64_t>(1, view_row_count(t.shape, shards[k].slice));
     std::uint64_t at = 0;
     for (const auto& [first, last] : shards[k].slice.rows) {
       ranges.push_back({first * row_bytes, (last - first) * row_bytes, k, at});
@@ -127,13 +127,14 @@ void add_direct_shards(const formats::TensorEntry& t, std::uint32_t index, const
 std::vector<std::pair<std::uint64_t, std::uint64_t>> shard_ranges(const formats::TensorEntry& t,
                                                                   std::span<const ShardPlacement> shards) {
   std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;
-  const std::uint64_t row_bytes = t.nbytes / (t.shape.rank() == 0 || t.shape[0] == 0 ? 1 : t.shape[0]);
   const std::uint64_t element = dtype_info(t.dtype).block_bytes;
-  for (const ShardPlacement& shard : shards)
+  for (const ShardPlacement& shard : shards) {
+    const std::uint64_t row_bytes = t.nbytes / std::max<std::uint64_t>(1, view_row_count(t.shape, shard.slice));
     for (const auto& [first, last] : shard.slice.rows)
       if (first < last)
         ranges.emplace_back(first * row_bytes + shard.slice.col_begin * element,
                             (last - 1) * row_bytes + shard.slice.col_end * element);
+  }
   std::ranges::sort(ranges);
   std::vector<std::pair<std::uint64_t, std::uint64_t>> merged;
   for (const auto& r : ranges) {

@@ -214,9 +214,8 @@ Status place_shards(const formats::Catalog& catalog, std::uint32_t i, std::uint3
   bool eligible = dtype == t.dtype && options.direct_min_bytes > 0 && t.nbytes >= options.direct_min_bytes;
   for (std::uint32_t k = placed.first_shard; eligible && k < placed.first_shard + placed.shard_count; ++k) {
     const ShardPlacement& shard = plan.shards[k];
-    eligible =
-        options.devices[shard.region].is_cpu() && shard.slice.literal.empty() && shard.slice.col_begin == 0 &&
-        shard.slice.col_end * dtype_info(t.dtype).block_bytes * (t.shape.rank() == 0 ? 1 : t.shape[0]) == t.nbytes;
+    eligible = options.devices[shard.region].is_cpu() && shard.slice.literal.empty() && shard.slice.col_begin == 0 &&
+               shard.slice.col_end * dtype_info(t.dtype).block_bytes * view_row_count(t.shape, shard.slice) == t.nbytes;
     total += shard.bytes;
   }
   placed.direct = eligible && total == (placed.partial ? needed : t.nbytes);

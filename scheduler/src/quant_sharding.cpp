@@ -1,5 +1,6 @@
 #include "quant_sharding.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <numeric>
 
@@ -100,9 +101,16 @@ Result<PartMap> part_map(const formats::LogicalTensor& lt, std::string_view role
       if (role == "weight_scale") return scale_map(1, 1);
       if (role == "weight_global_scale" || role == "input_global_scale" || role == "input_scale") return PartMap{};
       break;
+    case formats::QuantScheme::kMxfp4:
+      // gpt-oss: blocks [N, K/32, 16] and scales [N, K/32]; compressed-tensors: weight_packed
+      // [N, K/2] and weight_scale [N, K/32]. K cuts on 32-column groups.
+      if (role == "blocks" || role == "scales") return PartMap{.n = {0, 1, 1}, .k = {1, 1, 32}};
+      if (role == "weight_packed") return PartMap{.n = {0, 1, 1}, .k = {1, 1, 2}};
+      if (role == "weight_scale") return scale_map(1, 1);
+      if (role == "input_global_scale" || role == "input_scale") return PartMap{};
+      break;
     case formats::QuantScheme::kAwqGemv:
     case formats::QuantScheme::kBnb4:  // blocks run across rows of the flattened weight
-    case formats::QuantScheme::kMxfp4:
       return fail(weight_error(lt, fmt::format("tensor-parallel splits of {} weights are not supported",
                                                formats::quant_scheme_name(p.scheme))));
   }
@@ -135,21 +143,105 @@ Status rewrite_weight_shape(const formats::LogicalTensor& lt, const formats::Ten
                             const std::vector<Range>& dims, std::vector<ShardSlice>& slices) {
   if (part.dtype != DType::kI64 && part.dtype != DType::kI32)
     return fail(weight_error(lt, fmt::format("its 'weight_shape' part is {}, not I64 or I32", dtype_name(part.dtype))));
+  // One (N, K) pair, or one per expert of a stacked weight (N being each expert's).
+  const std::uint64_t pairs = std::max<std::uint64_t>(1, lt.experts);
   for (std::size_t r = 0; r < slices.size(); ++r) {
-    const std::uint64_t values[2] = {dims[r].first, dims[r].second};
+    const std::uint64_t values[2] = {dims[r].first / pairs, dims[r].second};
     std::vector<std::byte>& bytes = slices[r].literal;
     bytes.resize(static_cast<std::size_t>(part.nbytes));
-    for (std::size_t i = 0; i < 2; ++i) {
+    for (std::size_t i = 0; i < 2 * pairs && (i + 1) * dtype_info(part.dtype).block_bytes <= bytes.size(); ++i) {
       if (part.dtype == DType::kI64) {
-        const auto v = static_cast<std::int64_t>(values[i]);
+        const auto v = static_cast<std::int64_t>(values[i % 2]);
         std::memcpy(bytes.data() + i * 8, &v, 8);
       } else {
-        const auto v = static_cast<std::int32_t>(values[i]);  // a shard is no larger than the weight it records
+        const auto v = static_cast<std::int32_t>(values[i % 2]);  // a shard is no larger than the weight it records
         std::memcpy(bytes.data() + i * 4, &v, 4);
       }
     }
   }
   return {};
+}
+
+// A split inside every expert of a stacked weight: each expert's [N, K] splits as a 2-D
+// weight would (rows, halves or cols), and every part [E, ...] is cut the same way in each
+// expert, as one column range of a view that folds E (and the dims before the cut) into rows.
+Result<QuantShards> inside_expert_slices(const formats::Catalog& catalog, const formats::LogicalTensor& lt, Split split,
+                                         std::uint32_t ranks) {
+  const std::uint64_t experts = lt.experts, n = lt.rows / lt.experts, k = lt.cols;
+  formats::LogicalTensor one = lt;  // one expert, as the part maps and packed shapes see it
+  one.rows = n;
+  one.experts = 0;
+  one.shape = lt.params.scheme == formats::QuantScheme::kGgml ? Shape{n, k} : Shape{};
+  const Split flat = split == Split::kExpertRows     ? Split::kRows
+                     : split == Split::kExpertHalves ? Split::kHalves
+                                                     : Split::kCols;
+  formats::TensorEntry logical;
+  logical.name = lt.name;
+  logical.shape = Shape{n, k};
+  QLOAD_ASSIGN_OR_RETURN(const std::vector<ShardSlice> logical_slices,
+                         shard_slices(logical, flat, ranks, formats::ModelGeometry{}));
+  QuantShards out;
+  out.experts = experts;
+  for (const ShardSlice& s : logical_slices) {
+    std::uint64_t rows = 0;
+    for (const Range& r : s.rows) rows += r.second - r.first;
+    out.dims.emplace_back(experts * rows, s.col_end - s.col_begin);
+  }
+  const bool splits_k = flat == Split::kCols;
+  const bool global_groups = splits_k && (lt.part("g_idx") || lt.part("weight_g_idx"));  // as for 2-D weights
+  if (global_groups) {
+    QLOAD_ASSIGN_OR_RETURN(const formats::PackedShapes whole, formats::packed_shapes(one));
+    out.groups = whole.groups;
+  }
+  for (const auto& [role, index] : lt.parts) {
+    QLOAD_ASSIGN_OR_RETURN(PartMap map, part_map(one, role));
+    const formats::TensorEntry& part = catalog.tensors[index];
+    const bool group_indexed =
+        role == "scales" || role == "qzeros" || role == "weight_scale" || role == "weight_zero_point";
+    if (global_groups && group_indexed) map.k.dim = -1;
+    const Axis& axis = splits_k ? map.k : map.n;
+    const std::size_t d = static_cast<std::size_t>(axis.dim + 1);  // the cut dim of the stacked part
+    std::vector<ShardSlice> slices;
+    for (std::uint32_t r = 0; r < ranks; ++r) {
+      const ShardSlice& ls = logical_slices[r];
+      std::uint64_t rest = 1;
+      for (std::size_t i = 1; i < part.shape.rank(); ++i) rest *= part.shape[i];
+      ShardSlice s{.col_begin = 0, .col_end = rest, .rows = {{0, part.shape[0]}}, .shape = part.shape};
+      if (axis.dim >= 0) {
+        if (d >= part.shape.rank())
+          return fail(
+              weight_error(lt, fmt::format("its '{}' part {} has no dim {} to cut", role, part.shape.to_string(), d)));
+        std::vector<Range> stored;
+        for (const Range& range : splits_k ? std::vector<Range>{{ls.col_begin, ls.col_end}} : ls.rows) {
+          QLOAD_ASSIGN_OR_RETURN(const Range st,
+                                 stored_range(one, role, splits_k ? 'K' : 'N', range, splits_k ? k : n, axis));
+          stored.push_back(st);
+        }
+        const std::uint64_t a = part.shape[d];
+        std::uint64_t outer = 1, inner = 1;
+        for (std::size_t i = 0; i < d; ++i) outer *= part.shape[i];
+        for (std::size_t i = d + 1; i < part.shape.rank(); ++i) inner *= part.shape[i];
+        const bool halves = stored.size() == 2;
+        if (halves &&
+            (a % 2 != 0 || stored[1].first != a / 2 + stored[0].first || stored[1].second != a / 2 + stored[0].second))
+          return fail(weight_error(lt, fmt::format("its '{}' part {} does not hold the two halves of every expert's "
+                                                   "N in two equal halves of dim {}",
+                                                   role, part.shape.to_string(), d)));
+        const std::uint64_t width = stored[0].second - stored[0].first;
+        s.view_rows = halves ? 2 * outer : outer;
+        s.rows = {{0, s.view_rows}};
+        s.col_begin = stored[0].first * inner;
+        s.col_end = stored[0].second * inner;
+        std::vector<std::uint64_t> dims(part.shape.dims().begin(), part.shape.dims().end());
+        dims[d] = halves ? 2 * width : width;
+        s.shape = Shape(std::move(dims));
+      }
+      slices.push_back(std::move(s));
+    }
+    if (role == "weight_shape") QLOAD_TRY(rewrite_weight_shape(lt, part, out.dims, slices));
+    out.parts.push_back(std::move(slices));
+  }
+  return out;
 }
 
 // Stacked experts [E, N, K]: every part carries E as its leading dim, so an experts split
@@ -158,10 +250,12 @@ Status rewrite_weight_shape(const formats::LogicalTensor& lt, const formats::Ten
 Result<QuantShards> stacked_shard_slices(const formats::Catalog& catalog, const formats::LogicalTensor& lt, Split split,
                                          std::uint32_t ranks) {
   const std::uint64_t experts = lt.experts, n = lt.rows / lt.experts;
+  if (splits_inside_experts(split)) return inside_expert_slices(catalog, lt, split, ranks);
   const bool whole = split == Split::kReplicate;
   if (!whole && split != Split::kRows && split != Split::kExperts)
-    return fail(weight_error(lt, fmt::format("a split by {} inside each of its {} stacked experts is not supported; "
-                                             "split them by experts",
+    return fail(weight_error(lt, fmt::format("a split by {} of its {} stacked experts is not supported: split them "
+                                             "by experts, or inside every expert with expert_rows, expert_halves or "
+                                             "expert_cols",
                                              split_name(split), experts)));
   if (!whole && experts % ranks != 0)
     return fail(Error(Errc::kInvalidArgument,

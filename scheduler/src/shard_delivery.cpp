@@ -15,8 +15,8 @@ void for_each_run(const formats::TensorEntry& t, const ShardPlacement& shard, co
   const ShardSlice& s = shard.slice;
   const std::uint64_t stored_element = dtype_info(t.dtype).block_bytes;
   const std::uint64_t placed_element = dtype_info(shard.dtype).block_bytes;
-  const std::uint64_t dim0 = t.shape.rank() == 0 ? 1 : t.shape[0];
-  const std::uint64_t row_bytes = dim0 == 0 ? 0 : t.nbytes / dim0;  // stored bytes of one row of the [dim0, rest] view
+  const std::uint64_t dim0 = view_row_count(t.shape, s);
+  const std::uint64_t row_bytes = dim0 == 0 ? 0 : t.nbytes / dim0;  // stored bytes of one row of the [rows, rest] view
   const std::uint64_t width = s.col_end - s.col_begin;              // elements per shard row
   const std::uint64_t begin = piece.tensor_offset;
   const std::uint64_t end = piece.tensor_offset + piece.bytes;

@@ -36,15 +36,25 @@ std::string_view split_name(Split split) noexcept {
     case Split::kHeads: return "heads";
     case Split::kHalves: return "halves";
     case Split::kExperts: return "experts";
+    case Split::kExpertRows: return "expert_rows";
+    case Split::kExpertHalves: return "expert_halves";
+    case Split::kExpertCols: return "expert_cols";
   }
   return "?";
 }
 
+bool splits_inside_experts(Split split) noexcept {
+  return split == Split::kExpertRows || split == Split::kExpertHalves || split == Split::kExpertCols;
+}
+
 Result<Split> parse_split(std::string_view text) {
-  for (Split s : {Split::kReplicate, Split::kRows, Split::kCols, Split::kHeads, Split::kHalves, Split::kExperts})
+  for (Split s : {Split::kReplicate, Split::kRows, Split::kCols, Split::kHeads, Split::kHalves, Split::kExperts,
+                  Split::kExpertRows, Split::kExpertHalves, Split::kExpertCols})
     if (split_name(s) == text) return s;
   return fail(Errc::kInvalidArgument,
-              fmt::format("split '{}' is not replicate, rows, cols, heads, halves or experts", text));
+              fmt::format("split '{}' is not replicate, rows, cols, heads, halves, experts, expert_rows, "
+                          "expert_halves or expert_cols",
+                          text));
 }
 
 Split llama_split(std::string_view name) {
@@ -69,8 +79,38 @@ Split llama_split(std::string_view name) {
   return Split::kReplicate;
 }
 
+namespace {
+
+// A split inside every expert of a stacked [E, N, K] tensor: N (rows, halves) or K (cols) cut
+// the same way in each expert, one column range of the [E, N*K], [2E, N/2*K] or [E*N, K] view.
+Result<std::vector<ShardSlice>> expert_slices(const formats::TensorEntry& t, Split split, std::uint32_t ranks) {
+  const Shape& shape = t.shape;
+  const bool halves = split == Split::kExpertHalves, cols = split == Split::kExpertCols;
+  const std::uint64_t parts = halves ? 2 * std::uint64_t{ranks} : ranks;
+  if (shape.rank() != 3 || (cols ? shape[2] : shape[1]) % parts != 0)
+    return fail(split_error(t, fmt::format("cannot split {} of every expert of {} over {} ranks: it must be 3-D "
+                                           "[E, N, K] with {} a multiple of {}",
+                                           cols ? "K" : "N", shape.to_string(), ranks, cols ? "K" : "N", parts)));
+  const std::uint64_t e = shape[0], n = shape[1], k = shape[2];
+  const std::uint64_t rows = cols ? e * n : halves ? 2 * e : e;  // of the view
+  const std::uint64_t width = cols ? k / ranks : n / parts * k;  // each rank's columns of it
+  std::vector<ShardSlice> out(ranks);
+  for (std::uint32_t r = 0; r < ranks; ++r) {
+    ShardSlice& s = out[r];
+    s.view_rows = rows;
+    s.rows = {{0, rows}};
+    s.col_begin = r * width;
+    s.col_end = (r + 1) * width;
+    s.shape = cols ? Shape{e, n, k / ranks} : Shape{e, n / ranks, k};
+  }
+  return out;
+}
+
+}  // namespace
+
 Result<std::vector<ShardSlice>> shard_slices(const formats::TensorEntry& t, Split split, std::uint32_t ranks,
                                              const formats::ModelGeometry& g) {
+  if (splits_inside_experts(split)) return expert_slices(t, split, ranks);
   const Shape& shape = t.shape;
   const std::uint64_t dim0 = shape.rank() == 0 ? 1 : shape[0];
   std::uint64_t rest = 1;
@@ -107,6 +147,9 @@ Result<std::vector<ShardSlice>> shard_slices(const formats::TensorEntry& t, Spli
         rows[r].push_back(second.front());
       }
       break;
+    case Split::kExpertRows:
+    case Split::kExpertHalves:
+    case Split::kExpertCols: return expert_slices(t, split, ranks);  // taken above
     case Split::kHeads: {
       if (!g.heads || !g.kv_heads || !g.head_dim)
         return fail(split_error(t,

@@ -109,6 +109,7 @@ class PlanPieces {
                           {"offset", shard.offset},
                           {"dtype", std::string(dtype_name(shard.dtype))},
                           {"bytes", shard.bytes}});
+        if (shard.slice.view_rows != 0) shards.back()["view_rows"] = shard.slice.view_rows;
       }
       entry["shards"] = std::move(shards);
     } else if (p.region != scheduler::kNoRegion) {

@@ -20,14 +20,14 @@ using namespace qload::testing;
 
 namespace {
 
-constexpr std::uint64_t kE = 4, kN = 256, kK = 192;
+constexpr std::uint64_t kE = 4, kN = 512, kK = 256;
 constexpr const char* kGateUp = "model.layers.0.mlp.experts.gate_up_proj.weight";
 constexpr const char* kScale = "model.layers.0.mlp.experts.gate_up_proj.weight_scale_inv";
 constexpr const char* kDown = "model.layers.0.mlp.experts.down_proj";  // plain bf16 [E, K, N / 2]
 
 struct ExpertsCheckpoint {
   ScratchDir dir;
-  std::vector<std::byte> weight, scale, down;  // as stored: [E, N, K] F8, [E, 2, 2] F32, [E, K, N/2] BF16
+  std::vector<std::byte> weight, scale, down;  // as stored: [E, N, K] F8, [E, 4, 2] F32, [E, K, N/2] BF16
   formats::QuantizedLayout layout = formats::quantized_layout(kN, kK, formats::QuantizeTarget::kFp8Block);
 
   ExpertsCheckpoint() {
@@ -45,10 +45,9 @@ struct ExpertsCheckpoint {
     down.resize(kE * kK * (kN / 2) * 2);
     for (std::size_t i = 0; i < down.size(); ++i) down[i] = static_cast<std::byte>(rng());
     const Shape s = layout.scale_shape;
-    const std::vector<formats::WriterTensor> tensors = {
-        {kGateUp, DType::kF8_E4M3, Shape{kE, kN, kK}, weight, {}},
-        {kScale, DType::kF32, Shape{kE, s[0], s[1]}, scale, {}},
-        {kDown, DType::kBF16, Shape{kE, kK, kN / 2}, down, {}}};
+    const std::vector<formats::WriterTensor> tensors = {{kGateUp, DType::kF8_E4M3, Shape{kE, kN, kK}, weight, {}},
+                                                        {kScale, DType::kF32, Shape{kE, s[0], s[1]}, scale, {}},
+                                                        {kDown, DType::kBF16, Shape{kE, kK, kN / 2}, down, {}}};
     REQUIRE(formats::write_safetensors(dir.file("model.safetensors"), tensors));
     std::ofstream(dir.file("config.json"))
         << R"({"quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}})";
@@ -98,6 +97,28 @@ LoadOptions expert_parallel(std::uint32_t ranks, Split split) {
     return std::optional<Split>();
   };
   return o;
+}
+
+// Rank r of 2's part of a stacked [E, A, B] tensor (`element` bytes each) under a split inside
+// every expert, cut independently of the plan: A in halves (rows), A's two halves each in
+// halves (halves), or B in halves (cols).
+std::vector<std::byte> inside_experts(std::span<const std::byte> bytes, std::uint64_t a, std::uint64_t b, Split split,
+                                      std::uint32_t r) {
+  const std::uint64_t e = kE, element = bytes.size() / (e * a * b);
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> rows = {{r * a / 2, (r + 1) * a / 2}};
+  if (split == Split::kExpertHalves)
+    rows = {{r * a / 4, (r + 1) * a / 4}, {a / 2 + r * a / 4, a / 2 + (r + 1) * a / 4}};
+  if (split == Split::kExpertCols) rows = {{0, a}};
+  const std::uint64_t c0 = split == Split::kExpertCols ? r * b / 2 : 0,
+                      c1 = split == Split::kExpertCols ? c0 + b / 2 : b;
+  std::vector<std::byte> out;
+  for (std::uint64_t x = 0; x < e; ++x)
+    for (const auto& [first, last] : rows)
+      for (std::uint64_t row = first; row < last; ++row) {
+        const std::byte* p = bytes.data() + ((x * a + row) * b) * element;
+        out.insert(out.end(), p + c0 * element, p + c1 * element);
+      }
+  return out;
 }
 
 bool same_bytes(const DeviceTensor& t, std::span<const std::byte> want) {
@@ -179,9 +200,43 @@ TEST_CASE("experts: by default stacked experts stay whole; splits inside experts
   auto inside = load_source(c.dir.path().string(), expert_parallel(2, Split::kCols));
   REQUIRE_FALSE(inside);
   CHECK(inside.error().code() == Errc::kUnsupported);
-  CHECK_THAT(inside.error().message(), Catch::Contains("inside each of its 4 stacked experts"));
+  CHECK_THAT(inside.error().message(), Catch::Contains("a split by cols of its 4 stacked experts is not supported"));
   CHECK(inside.error().tensor() == std::optional<std::string_view>(kGateUp));
   auto uneven = load_source(c.dir.path().string(), expert_parallel(3, Split::kExperts));
   REQUIRE_FALSE(uneven);
   CHECK_THAT(uneven.error().message(), Catch::Contains("cannot split 4 stacked experts over 3 ranks"));
+}
+
+TEST_CASE("experts: splits inside every expert give each rank its slice of every part, kept or dequantized",
+          "[scheduler][experts][parallel]") {
+  const ExpertsCheckpoint c;
+  const std::vector<std::byte> decoded = c.reference(0, kE);
+  const Shape s = c.layout.scale_shape;
+  for (const Split split : {Split::kExpertRows, Split::kExpertHalves, Split::kExpertCols}) {
+    DYNAMIC_SECTION(split_name(split)) {
+      auto kept = load_source(c.dir.path().string(), expert_parallel(2, split));
+      if (!kept) FAIL(kept.error().to_string());
+      LoadOptions d = expert_parallel(2, split);
+      d.plan.dequantize = DType::kBF16;
+      auto model = load_source(c.dir.path().string(), d);
+      if (!model) FAIL(model.error().to_string());
+      for (std::uint32_t r = 0; r < 2; ++r) {
+        const std::string device = Device{.index = static_cast<int>(r)}.to_string();
+        INFO(device);
+        const DeviceTensor* w = kept->find(kGateUp, device);
+        const DeviceTensor* sc = kept->find(kScale, device);
+        const DeviceTensor* down = kept->find(kDown, device);
+        REQUIRE((w != nullptr && sc != nullptr && down != nullptr));
+        CHECK(w->shape == (split == Split::kExpertCols ? Shape{kE, kN, kK / 2} : Shape{kE, kN / 2, kK}));
+        CHECK(same_bytes(*w, inside_experts(c.weight, kN, kK, split, r)));
+        CHECK(same_bytes(*sc, inside_experts(c.scale, s[0], s[1], split, r)));
+        CHECK(same_bytes(*down, inside_experts(c.down, kK, kN / 2, split, r)));
+        const DeviceTensor* dw = model->find(kGateUp, device);
+        REQUIRE(dw != nullptr);
+        CHECK(same_bytes(*dw, inside_experts(decoded, kN, kK, split, r)));
+      }
+      for (const QuantizedWeight& q : kept->quantized())
+        CHECK((q.experts == kE && q.rows * q.cols == kE * kN * kK / 2));
+    }
+  }
 }

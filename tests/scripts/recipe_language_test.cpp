@@ -266,7 +266,8 @@ TEST_CASE("a recipe's parallel layout and split rules become load options", "[sc
   const std::pair<const char*, const char*> malformed[] = {
       {"return qload.recipe { source = 'm', parallel = { tensor = 2, rules = { { match = '*', split = 'diagonal' } } } "
        "}",
-       "parallel.rules[1]: split 'diagonal' is not replicate, rows, cols, heads, halves or experts"},
+       "parallel.rules[1]: split 'diagonal' is not replicate, rows, cols, heads, halves, experts, expert_rows, "
+       "expert_halves or expert_cols"},
       {"return qload.recipe { source = 'm', parallel = { tensor = 2, rules = { { match = '*', splt = 'rows' } } } }",
        "unknown key 'splt' in parallel.rules[1] (did you mean 'split'?)"},
       {"return qload.recipe { source = 'm', parallel = { tensor = 2, rules = { { split = 'rows' } } } }",

@@ -11,6 +11,12 @@
 //             qkv_proj (its q, k and v sections, each split so)
 //   kHalves   dim 0 as two stacked halves, each split in equal parts (fused gate_up_proj)
 //   kReplicate every rank gets the whole tensor (norms, row-parallel biases, ...)
+// Stacked MoE experts [E, N, K] (3-D):
+//   kExperts       dim 0 in equal parts, like kRows: E / ranks whole experts (expert parallel)
+//   kExpertRows    N of every expert in equal parts (column-parallel experts)
+//   kExpertHalves  N of every expert as two halves, each in equal parts (fused gate_up experts)
+//   kExpertCols    K of every expert in equal parts (row-parallel experts: down_proj)
+// These view the tensor as [E, N*K], [2E, N/2*K] and [E*N, K] (ShardSlice::view_rows).
 // A split that does not divide evenly (rows, columns, heads) is refused, naming the tensor,
 // the dimension and the sizes: a shard never cuts an element, a head or a row in two.
 #pragma once
@@ -30,9 +36,21 @@ namespace qload::scheduler {
 
 // kExperts: dim 0 in equal parts like kRows, named for stacked MoE experts [E, N, K] (expert
 // parallelism: each rank holds E / ranks whole experts, quantized parts included).
-enum class Split : std::uint8_t { kReplicate, kRows, kCols, kHeads, kHalves, kExperts };
+enum class Split : std::uint8_t {
+  kReplicate,
+  kRows,
+  kCols,
+  kHeads,
+  kHalves,
+  kExperts,
+  kExpertRows,
+  kExpertHalves,
+  kExpertCols
+};
 std::string_view split_name(Split split) noexcept;
-// "replicate", "rows", "cols", "heads", "halves", "experts"; kInvalidArgument otherwise.
+// "replicate", "rows", "cols", "heads", "halves", "experts", "expert_rows", "expert_halves",
+// "expert_cols"; kInvalidArgument otherwise.
+bool splits_inside_experts(Split split) noexcept;  // kExpertRows, kExpertHalves, kExpertCols
 Result<Split> parse_split(std::string_view text);
 
 // The default rule for llama-style names (Llama, Mistral, Qwen2, ...): see the table above.
@@ -43,12 +61,21 @@ Split llama_split(std::string_view name);
 struct ShardSlice {
   std::uint64_t col_begin = 0;
   std::uint64_t col_end = 0;
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> rows;  // [begin, end) ranges of dim 0
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> rows;  // [begin, end) ranges of the view's rows
   Shape shape;                                                // of the shard
+  // The view's row count when it is not dim 0 (splits inside stacked experts view [E, N, K]
+  // as [E*N, K] or [2E, N/2*K]); 0: dim 0.
+  std::uint64_t view_rows = 0;
   // Non-empty: the shard's bytes are these, not the tensor's (a part that records the whole
   // weight's geometry, rewritten for the shard: compressed-tensors weight_shape).
   std::vector<std::byte> literal;
 };
+
+// Rows of the [rows, rest] view `slice` cuts `shape` into (1 for a scalar).
+inline std::uint64_t view_row_count(const Shape& shape, const ShardSlice& slice) noexcept {
+  if (slice.view_rows != 0) return slice.view_rows;
+  return shape.rank() == 0 ? 1 : shape[0];
+}
 
 // The slices of `tensor` for ranks 0..ranks-1. kInvalidArgument naming the tensor for a
 // split that does not fit (sizes, heads) or needs a geometry config.json does not give.

@@ -71,7 +71,8 @@ struct QuantRule {
 };
 
 // One parallel.rules entry: which tensors (a glob or a Lua pattern) split how over the tensor
-// ranks (sharding.hpp: "rows", "cols", "heads", "halves", "experts", "replicate").
+// ranks (sharding.hpp: "rows", "cols", "heads", "halves", "experts", "expert_rows", "expert_halves", "expert_cols",
+// "replicate").
 struct SplitRule {
   std::string glob;
   std::string pattern;
