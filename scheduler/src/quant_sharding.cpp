@@ -97,9 +97,11 @@ Result<PartMap> part_map(const formats::LogicalTensor& lt, std::string_view role
       break;
     case formats::QuantScheme::kNvfp4:
       // Two E2M1 codes a byte, one E4M3 scale per 16 columns; the global scales stay whole.
-      if (role == "weight_packed") return PartMap{.n = {0, 1, 1}, .k = {1, 1, 2}};
+      if (role == "weight_packed" || role == "weight") return PartMap{.n = {0, 1, 1}, .k = {1, 1, 2}};
       if (role == "weight_scale") return scale_map(1, 1);
-      if (role == "weight_global_scale" || role == "input_global_scale" || role == "input_scale") return PartMap{};
+      if (role == "weight_global_scale" || role == "weight_scale_2" || role == "input_global_scale" ||
+          role == "input_scale")
+        return PartMap{};
       break;
     case formats::QuantScheme::kMxfp4:
       // gpt-oss: blocks [N, K/32, 16] and scales [N, K/32]; compressed-tensors: weight_packed

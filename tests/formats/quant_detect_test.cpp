@@ -454,8 +454,11 @@ TEST_CASE("modelopt fp8 from hf_quant_config.json or config.json", "[quant][dete
   check_error(
       detect_quantization(make_catalog(row, R"({"quant_method":"modelopt","quant_algo":"FP8"})")),
       {.code = Errc::kCorrupt, .message_has = "expected F16, BF16 or F32 [] or [1]", .tensor = "l.weight_scale"});
+  check_error(detect_quantization(make_catalog(row, R"({"quant_method":"modelopt","quant_algo":"W4A16_AWQ"})")),
+              {.code = Errc::kUnsupported, .message_has = "'W4A16_AWQ'"});
+  // NVFP4 is decoded (quant_fp4_test.cpp); FP8 tensors under it contradict the config.
   check_error(detect_quantization(make_catalog(row, R"({"quant_method":"modelopt","quant_algo":"NVFP4"})")),
-              {.code = Errc::kUnsupported, .message_has = "'NVFP4'"});
+              {.code = Errc::kCorrupt, .message_has = "modelopt NVFP4 part weight: expected U8 [N, K/2]"});
   // Only the KV cache quantized: the weights must be plain.
   const auto kv = detect_quantization(
       make_catalog({{"l.weight", DType::kBF16, Shape{4, 4}}}, R"({"quant_method":"modelopt","quant_algo":null})"));

@@ -208,6 +208,19 @@ inline Weight nvfp4_weight(std::uint64_t n, std::uint64_t k, Rng& rng) {
   return w;
 }
 
+// The same codes and scales as ModelOpt stores them: weight, weight_scale and weight_scale_2
+// (the inverse of the global scale, multiplied).
+inline Weight modelopt_nvfp4_weight(std::uint64_t n, std::uint64_t k, Rng& rng) {
+  Weight w = nvfp4_weight(n, k, rng);
+  w.part("weight_packed").role = "weight";
+  const float scale_2 = 3.7f / 2688.0f;
+  Bytes bytes(4);
+  std::memcpy(bytes.data(), &scale_2, 4);
+  w.drop("weight_global_scale");
+  w.add("weight_scale_2", DType::kF32, Shape{}, std::move(bytes));
+  return w;
+}
+
 // bitsandbytes 4-bit: random codes over the flattened weight (K not a multiple of the block,
 // so blocks span rows), the NF4 table, absmax plain or double-quantized.
 inline Weight bnb4_weight(std::uint64_t n, std::uint64_t k, bool nested, Rng& rng) {
@@ -323,6 +336,7 @@ inline std::vector<Case> device_cases(bool large, std::uint64_t seed = 0x6770755
   cases.push_back({"mxfp4", mxfp4_weight(7, 96, rng)});
   cases.push_back({"mxfp4 as compressed-tensors", ct_mxfp4_weight(5, 64, rng)});
   cases.push_back({"nvfp4", nvfp4_weight(9, 80, rng)});
+  cases.push_back({"nvfp4 as ModelOpt", modelopt_nvfp4_weight(7, 48, rng)});
   cases.push_back({"bnb nf4", bnb4_weight(7, 100, false, rng)});
   cases.push_back({"bnb int8", bnb8_weight(9, 70, rng)});
   cases.push_back({"bnb nf4 double-quantized", bnb4_weight(300, 100, true, rng)});  // 469 blocks: 2 nested

@@ -120,3 +120,49 @@ TEST_CASE("nvfp4 decodes E2M1 times scale / global_scale, each rounded to f32, c
   CHECK(bad.error().code() == Errc::kCorrupt);
   CHECK(bad.error().tensor() == std::optional<std::string_view>("w"));
 }
+
+TEST_CASE("ModelOpt NVFP4 from hf_quant_config.json: weight U8, weight_scale E4M3, weight_scale_2 multiplies",
+          "[quant][fp4][detect]") {
+  const std::string cfg =
+      R"({"quant_method":"modelopt","quant_algo":"NVFP4","group_size":16,"exclude_modules":["lm_head"]})";
+  std::vector<T> ts = {{"l.weight", DType::kU8, Shape{64, 48}},
+                       {"l.weight_scale", DType::kF8_E4M3, Shape{64, 6}},
+                       {"l.weight_scale_2", DType::kF32, Shape{}},
+                       {"l.input_scale", DType::kF32, Shape{}},
+                       {"lm_head.weight", DType::kBF16, Shape{32, 96}}};
+  const auto q = detect_quantization(make_catalog(ts, cfg));
+  REQUIRE(q);
+  CHECK(q->method == "modelopt");
+  const LogicalTensor& t = only_logical(*q);
+  CHECK((t.name == "l.weight" && t.rows == 64 && t.cols == 96));
+  CHECK(t.params.scheme == QuantScheme::kNvfp4);
+  CHECK(t.part("weight_scale_2").has_value());
+  CHECK(describe_layout(t, make_catalog(ts, cfg)).scales == "per-group 16, times a per-tensor weight_scale_2 (F32)");
+  check_error(detect_quantization(make_catalog(with(ts, "l.weight_scale", DType::kF8_E4M3, Shape{64, 3}), cfg)),
+              {.code = Errc::kCorrupt, .message_has = "part weight_scale", .tensor = "l.weight_scale"});
+  check_error(detect_quantization(make_catalog(without(ts, "l.weight_scale_2"), cfg)),
+              {.code = Errc::kCorrupt, .message_has = "weight_scale_2"});
+  check_error(
+      detect_quantization(make_catalog(ts, R"({"quant_method":"modelopt","quant_algo":"NVFP4","group_size":32})")),
+      {.code = Errc::kUnsupported, .message_has = "NVFP4 scales groups of 16"});
+}
+
+TEST_CASE("ModelOpt NVFP4 decodes E2M1 times (scale * weight_scale_2), each rounded to f32", "[quant][fp4]") {
+  LogicalTensor t{.name = "w", .rows = 1, .cols = 16};
+  t.params = {.scheme = QuantScheme::kNvfp4, .bits = 4, .group_size = 16};
+  std::vector<std::uint8_t> packed = {0x10, 0x32, 0x54, 0x76, 0x98, 0xBA, 0xDC, 0xFE};
+  const std::vector<std::uint8_t> scales = {0x40};  // E4M3 2.0
+  // weight_scale_2 is ModelOpt's amax / (6 * 448): the block scale is scale * it, rounded to f32.
+  const float scale_2 = 1.0f / 3.0f;
+  const std::vector<PartBytes> parts = {
+      {"weight", DType::kU8, Shape{1, 8}, std::as_bytes(std::span(packed))},
+      {"weight_scale", DType::kF8_E4M3, Shape{1, 1}, std::as_bytes(std::span(scales))},
+      {"weight_scale_2", DType::kF32, Shape{}, std::as_bytes(std::span(&scale_2, 1))}};
+  const std::vector<float> got = decode(t, parts);
+  const std::vector<float> levels = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6};
+  const float block = 2.0f * scale_2;
+  for (std::size_t k = 0; k < 16; ++k) {
+    INFO(k);
+    CHECK(std::bit_cast<std::uint32_t>(got[k]) == std::bit_cast<std::uint32_t>(levels[k] * block));
+  }
+}

@@ -64,11 +64,18 @@ Status dequantize_bnb8(const LogicalTensor& t, std::span<const PartBytes> parts,
                        std::uint64_t row_end, std::span<float> out);
 Status detect_bnb8(const Catalog& catalog, QuantizedCatalog& out);
 
-// compressed-tensors NVFP4 (nvfp4.cpp).
+// NVFP4 (nvfp4.cpp): compressed-tensors' weight_packed / weight_global_scale (each scale
+// divided by the global scale) or ModelOpt's weight / weight_scale_2 (multiplied by it).
 Status dequantize_nvfp4(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t row_begin,
                         std::uint64_t row_end, std::span<float> out);
-// Its global scale, after the part checks (kCorrupt naming the tensor when absent or mis-sized).
-Result<float> nvfp4_global_scale(const LogicalTensor& t, std::span<const PartBytes> parts);
+struct Nvfp4Global {
+  std::string_view packed;  // the role of the E2M1 pairs
+  float value = 1.0f;
+  bool multiplies = false;  // ModelOpt's weight_scale_2
+};
+// Its packed role and global scale, after the part checks (kCorrupt naming the tensor when
+// the global scale is absent or mis-sized).
+Result<Nvfp4Global> nvfp4_global(const LogicalTensor& t, std::span<const PartBytes> parts);
 
 // How an FP8 scale tensor covers the [N, K] weight: weight row n, column k uses scale element
 // (n / rows_per_scale) * scale_cols + k / cols_per_scale.

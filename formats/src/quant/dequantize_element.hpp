@@ -214,7 +214,8 @@ struct Mxfp4 {
 // x_q * that, in f32).
 struct Nvfp4 {
   QLOAD_DEQUANT_HD static float scale(const DequantArgs& a, std::uint64_t n, std::uint64_t g) {
-    return div_rn(as_float(bits::e4m3_to_f32(a.scale_codes[n * a.groups + g])), a.global_scale);
+    const float s = as_float(bits::e4m3_to_f32(a.scale_codes[n * a.groups + g]));
+    return a.global_multiplies ? mul_rn(s, a.global_scale) : div_rn(s, a.global_scale);
   }
   QLOAD_DEQUANT_HD static float level(unsigned code) { return mul_rn(e2m1_doubled(code), 0.5f); }  // exact
   QLOAD_DEQUANT_HD static float value(const DequantArgs& a, std::uint64_t n, std::uint64_t k) {

@@ -41,9 +41,11 @@ struct DequantArgs {
   std::uint32_t ggml_type = 0;            // GGML: the block type (ggml_element.hpp)
   std::uint64_t row_bytes = 0;            // GGML: bytes of blocks per row
   // One scale byte per group (codes: the E2M1 pairs): MXFP4 E8M0 exponents per 32, NVFP4 E4M3
-  // scales per 16, each divided by global_scale.
+  // scales per 16, each divided by global_scale (compressed-tensors) or multiplied by it
+  // (ModelOpt's weight_scale_2, global_multiplies).
   const std::uint8_t* scale_codes = nullptr;
   float global_scale = 1.0f;
+  bool global_multiplies = false;
   // bitsandbytes 4-bit (codes: the packed nibbles; group_size: the block size): code_map [16],
   // absmax F32 per block, or (nested_block > 0) scale_codes U8 per block into nested_map [256]
   // times nested_absmax per nested_block blocks, plus nested_offset.

@@ -50,7 +50,7 @@ namespace {
 
 using Modules = std::map<std::string, ModuleTensors, std::less<>>;
 
-constexpr std::array<std::string_view, 14> kKnownSuffixes = {"qweight",
+constexpr std::array<std::string_view, 15> kKnownSuffixes = {"qweight",
                                                              "qzeros",
                                                              "scales",
                                                              "g_idx",
@@ -62,10 +62,11 @@ constexpr std::array<std::string_view, 14> kKnownSuffixes = {"qweight",
                                                              "weight_shape",
                                                              "weight_g_idx",
                                                              "weight_global_scale",
+                                                             "weight_scale_2",
                                                              "input_scale",
                                                              "input_global_scale"};
 // Any of these makes a module a quantized one under a config.
-constexpr std::array<std::string_view, 11> kQuantSuffixes = {"qweight",
+constexpr std::array<std::string_view, 12> kQuantSuffixes = {"qweight",
                                                              "qzeros",
                                                              "scales",
                                                              "g_idx",
@@ -75,7 +76,8 @@ constexpr std::array<std::string_view, 11> kQuantSuffixes = {"qweight",
                                                              "weight_zero_point",
                                                              "weight_shape",
                                                              "weight_g_idx",
-                                                             "weight_global_scale"};
+                                                             "weight_global_scale",
+                                                             "weight_scale_2"};
 // Without a config, these mark a checkpoint as quantized (plain models may well have a
 // "scales" or "g_idx" tensor of their own).
 constexpr std::array<std::string_view, 6> kStrongSuffixes = {"qweight",      "qzeros",           "weight_packed",
@@ -138,20 +140,6 @@ bool is_quantized(const Catalog& catalog, const QuantConfig& config, const Modul
   return std::any_of(config.rules.begin(), config.rules.end(), [&](const Rule& r) {
     return (r.kind == PartKind::kFp8 && is_fp8(w)) || (r.kind == PartKind::kCtInt && w == DType::kI8);
   });
-}
-
-std::string_view anchor_of(PartKind kind) {
-  switch (kind) {
-    case PartKind::kGptq:
-    case PartKind::kAwqGemm:
-    case PartKind::kAwqGemv: return "qweight";
-    case PartKind::kCtPacked:
-    case PartKind::kCtFp4: return "weight_packed";
-    case PartKind::kFp8:
-    case PartKind::kCtInt:
-    case PartKind::kDense: return "weight";
-  }
-  return "weight";
 }
 
 // Whether a module's stored parts could be `rule`'s (used to split overlapping targets).
@@ -332,6 +320,22 @@ Status detect_from_names(const Catalog& catalog, const Modules& modules, Quantiz
 }
 
 }  // namespace
+
+std::string_view anchor_of(PartKind kind) {
+  switch (kind) {
+    case PartKind::kGptq:
+    case PartKind::kAwqGemm:
+    case PartKind::kAwqGemv: return "qweight";
+    case PartKind::kCtPacked:
+    case PartKind::kCtFp4: return "weight_packed";
+    case PartKind::kFp8:
+    case PartKind::kCtInt:
+    case PartKind::kModeloptFp4:
+    case PartKind::kDense: return "weight";
+  }
+  return "weight";
+}
+
 }  // namespace detail
 
 namespace {

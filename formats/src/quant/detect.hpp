@@ -59,7 +59,11 @@ Result<MatchRank> match_module(const ModulePattern& pattern, std::string_view mo
 
 // Which stored parts a rule expects.
 // kCtFp4: compressed-tensors nvfp4-pack-quantized (group 16) and mxfp4-pack-quantized (group 32).
-enum class PartKind : std::uint8_t { kGptq, kAwqGemm, kAwqGemv, kFp8, kCtPacked, kCtInt, kCtFp4, kDense };
+// kModeloptFp4: ModelOpt NVFP4 (weight U8, weight_scale E4M3, weight_scale_2 F32).
+enum class PartKind : std::uint8_t { kGptq, kAwqGemm, kAwqGemv, kFp8, kCtPacked, kCtInt, kCtFp4, kModeloptFp4, kDense };
+
+// The part whose shape gives a rule's N and K ("qweight", "weight_packed" or "weight").
+std::string_view anchor_of(PartKind kind);
 
 // One way of quantizing: the whole checkpoint (GPTQ, AWQ, FP8) or one compressed-tensors
 // config group. Group-size dependent fields are resolved per tensor, once K is known.

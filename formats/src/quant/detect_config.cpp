@@ -203,10 +203,20 @@ Result<QuantConfig> parse_modelopt(const Json& config, const JsonPlace& outer) {
     rule.layouts = {ScaleLayout::kTensor};
   else if (a == "fp8_per_channel_per_token")
     rule.layouts = {ScaleLayout::kRow};
-  else
+  else if (a == "nvfp4") {
+    QLOAD_ASSIGN_OR_RETURN(const auto group, get_int(body, "group_size", place));
+    if (group && *group != 16)
+      return fail(
+          config_error(Errc::kUnsupported,
+                       fmt::format("ModelOpt NVFP4 {} {} (NVFP4 scales groups of 16)", place.key("group_size"), *group),
+                       place.path));
+    rule.kind = PartKind::kModeloptFp4;
+    rule.bits = 4;
+    rule.group_size = 16;
+  } else
     return fail(config_error(Errc::kUnsupported,
-                             fmt::format("ModelOpt quant_algo {} is not supported (qload decodes FP8 and "
-                                         "FP8_PER_CHANNEL_PER_TOKEN)",
+                             fmt::format("ModelOpt quant_algo {} is not supported (qload decodes FP8, "
+                                         "FP8_PER_CHANNEL_PER_TOKEN and NVFP4)",
                                          quote_name(*algo)),
                              place.path));
   out.rules.push_back(std::move(rule));

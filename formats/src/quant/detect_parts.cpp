@@ -384,6 +384,31 @@ Result<LogicalTensor> build_ct_fp4(Builder& b) {
   return std::move(b.out);
 }
 
+// ModelOpt NVFP4 (hf_quant_config.json quant_algo NVFP4): weight U8 [N, K/2] of E2M1 pairs,
+// weight_scale E4M3 [N, K/16], weight_scale_2 F32 scalar, multiplied (not divided, as
+// compressed-tensors' global scale is).
+Result<LogicalTensor> build_modelopt_fp4(Builder& b) {
+  QLOAD_ASSIGN_OR_RETURN(const TensorEntry* w, b.anchor("weight", kU8, "[N, K/2]"));
+  const std::uint64_t n = w->shape[0];
+  QLOAD_ASSIGN_OR_RETURN(const std::uint64_t k, checked_mul(w->shape[1], 2));
+  b.facts = fmt::format("NVFP4, group 16, N {}, K {}", n, k);
+  if (k % 16 != 0) return fail(b.mismatch("weight", *w, "U8", "[N, K/2] with K a multiple of 16"));
+  static const std::array<Shape, 2> kScalar = {Shape{}, Shape{1}};
+  QLOAD_TRY(b.expect("weight_scale", kE4M3, Shape{n, k / 16}));
+  QLOAD_TRY(b.expect("weight_scale_2", kF32, kScalar));
+  QLOAD_TRY(b.input_scale());
+  b.out.rows = n;
+  b.out.cols = k;
+  b.out.params = QuantParams{.scheme = QuantScheme::kNvfp4,
+                             .bits = 4,
+                             .group_size = 16,
+                             .sym = true,
+                             .scale_layout = ScaleLayout::kGroup,
+                             .weight_dtype = DType::kU8,
+                             .scale_dtype = DType::kF8_E4M3};
+  return std::move(b.out);
+}
+
 }  // namespace
 
 bool part_allowed(PartKind kind, std::string_view suffix) {
@@ -399,6 +424,7 @@ bool part_allowed(PartKind kind, std::string_view suffix) {
     case PartKind::kCtInt: return in({"weight", "weight_scale", "weight_zero_point", "weight_g_idx", "input_scale"});
     case PartKind::kCtFp4:
       return in({"weight_packed", "weight_scale", "weight_global_scale", "input_global_scale", "input_scale"});
+    case PartKind::kModeloptFp4: return in({"weight", "weight_scale", "weight_scale_2", "input_scale"});
     case PartKind::kDense: return in({"weight", "input_scale"});
   }
   return false;
@@ -415,30 +441,16 @@ Result<LogicalTensor> build_by_kind(Builder& b) {
     case PartKind::kCtPacked: return build_ct_packed(b);
     case PartKind::kCtInt: return build_ct_int(b);
     case PartKind::kCtFp4: return build_ct_fp4(b);
+    case PartKind::kModeloptFp4: return build_modelopt_fp4(b);
     case PartKind::kDense: break;
   }
   return fail(Error(Errc::kInternal, "no parts to build for a dense rule").with_tensor(b.module.module));
 }
 
-// The part whose shape gives N and K.
-std::string_view anchor_role(PartKind kind) {
-  switch (kind) {
-    case PartKind::kGptq:
-    case PartKind::kAwqGemm:
-    case PartKind::kAwqGemv: return "qweight";
-    case PartKind::kCtPacked:
-    case PartKind::kCtFp4: return "weight_packed";
-    case PartKind::kFp8:
-    case PartKind::kCtInt:
-    case PartKind::kDense: return "weight";
-  }
-  return "weight";
-}
-
 // A 3-D anchor means stacked experts [E, ...]: every part must then carry E as its leading
 // dim (vLLM's fused-MoE layout), and is checked as one expert's slice.
 Status stack_experts(Builder& b) {
-  const std::optional<std::uint32_t> anchor = b.module.find(anchor_role(b.rule.kind));
+  const std::optional<std::uint32_t> anchor = b.module.find(anchor_of(b.rule.kind));
   if (!anchor || b.catalog.tensors[*anchor].shape.rank() != 3) return {};
   const std::uint64_t experts = b.catalog.tensors[*anchor].shape[0];
   if (experts == 0) return {};  // the anchor check refuses the empty stack

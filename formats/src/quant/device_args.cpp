@@ -231,9 +231,11 @@ Result<DequantArgs> describe_dequantize(const LogicalTensor& tensor, std::span<c
   } else if (tensor.params.scheme == QuantScheme::kNvfp4) {
     args.scheme = DeviceScheme::kNvfp4;
     args.groups = tensor.cols / 16;
-    QLOAD_TRY(bind(parts, "weight_packed", args.codes));
+    QLOAD_ASSIGN_OR_RETURN(const Nvfp4Global global, nvfp4_global(tensor, host_parts));
+    QLOAD_TRY(bind(parts, global.packed, args.codes));
     QLOAD_TRY(bind(parts, "weight_scale", args.scale_codes));
-    QLOAD_ASSIGN_OR_RETURN(args.global_scale, nvfp4_global_scale(tensor, host_parts));
+    args.global_scale = global.value;
+    args.global_multiplies = global.multiplies;
   } else {
     QLOAD_TRY(describe_integer(tensor, parts, args));
   }

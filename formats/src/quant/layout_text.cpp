@@ -41,7 +41,8 @@ QuantLayoutText describe_layout(const LogicalTensor& w, const Catalog& catalog) 
             .scale_dtype = w.params.nested_block == 0 ? "F32" : "U8",
             .zero_points = "none (a 16-entry code table)"};
   if (w.params.scheme == QuantScheme::kNvfp4)
-    return {.scales = "per-group 16, divided by a per-tensor global scale (F32)",
+    return {.scales = w.part("weight_scale_2") ? "per-group 16, times a per-tensor weight_scale_2 (F32)"
+                                               : "per-group 16, divided by a per-tensor global scale (F32)",
             .scale_dtype = "F8_E4M3",
             .zero_points = "none (symmetric)"};
   QuantLayoutText out;

@@ -56,6 +56,9 @@ enum class QuantScheme : std::uint8_t {
   // compressed-tensors nvfp4-pack-quantized: weight_packed U8 [N, K/2] of E2M1 pairs (element
   // 2j in the low nibble of byte j), weight_scale F8_E4M3 [N, K/16], weight_global_scale F32
   // [1]; W = e2m1 * (scale / global_scale), as compressed-tensors' decompressor computes it.
+  // ModelOpt's NVFP4 stores the same codes and scales as weight and weight_scale with
+  // weight_scale_2 F32 [] (= 1 / global scale): W = e2m1 * (scale * weight_scale_2), as
+  // ModelOpt's NVFP4QTensor.dequantize computes it.
   kNvfp4,
   // bitsandbytes 4-bit (NF4 / FP4) as transformers serialises it: weight U8 [N*K/2, 1] (element
   // i of the flattened [N, K] in the high nibble of byte i/2 when i is even), absmax F32
@@ -133,7 +136,8 @@ struct LogicalTensor {
   // weight, weight_scale, weight_scale_inv, input_scale (FP8); weight_packed, weight_scale,
   // weight_zero_point, weight_shape, weight_g_idx (compressed-tensors); weight (kCtInt); blocks (kGgml);
   // blocks, scales (kMxfp4 as gpt-oss) or weight_packed, weight_scale (kMxfp4 as
-  // compressed-tensors); weight_packed, weight_scale, weight_global_scale (kNvfp4); weight,
+  // compressed-tensors); weight_packed, weight_scale, weight_global_scale (kNvfp4), or weight,
+  // weight_scale, weight_scale_2 (kNvfp4 as ModelOpt); weight,
   // absmax, quant_map, nested_absmax, nested_quant_map, quant_state (kBnb4); weight, SCB,
   // weight_format (kBnb8).
   std::vector<std::pair<std::string, std::uint32_t>> parts;
