@@ -164,6 +164,33 @@ Status rewrite_weight_shape(const formats::LogicalTensor& lt, const formats::Ten
   return {};
 }
 
+// A K split of a weight with g_idx: g_idx keeps the whole weight's group indices, so the
+// group-indexed parts (scales, zero points) stay whole and the shards say how many groups.
+bool keeps_global_groups(const formats::LogicalTensor& lt, bool splits_k) {
+  return splits_k && (lt.part("g_idx") || lt.part("weight_g_idx"));
+}
+
+// How part `role` is cut: its part map, with group-indexed parts whole under global groups.
+Result<PartMap> cut_map(const formats::LogicalTensor& lt, std::string_view role, bool global_groups) {
+  QLOAD_ASSIGN_OR_RETURN(PartMap map, part_map(lt, role));
+  const bool group_indexed =
+      role == "scales" || role == "qzeros" || role == "weight_scale" || role == "weight_zero_point";
+  if (global_groups && group_indexed) map.k.dim = -1;
+  return map;
+}
+
+// Each rank's (N, K) from the logical slices of one [N, K] weight, N times `experts` (1: not stacked).
+std::vector<std::pair<std::uint64_t, std::uint64_t>> shard_dims(const std::vector<ShardSlice>& logical,
+                                                                std::uint64_t experts) {
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> dims;
+  for (const ShardSlice& s : logical) {
+    std::uint64_t rows = 0;
+    for (const Range& r : s.rows) rows += r.second - r.first;
+    dims.emplace_back(experts * rows, s.col_end - s.col_begin);
+  }
+  return dims;
+}
+
 // A split inside every expert of a stacked weight: each expert's [N, K] splits as a 2-D
 // weight would (rows, halves or cols), and every part [E, ...] is cut the same way in each
 // expert, as one column range of a view that folds E (and the dims before the cut) into rows.
@@ -182,25 +209,16 @@ Result<QuantShards> inside_expert_slices(const formats::Catalog& catalog, const 
   logical.shape = Shape{n, k};
   QLOAD_ASSIGN_OR_RETURN(const std::vector<ShardSlice> logical_slices,
                          shard_slices(logical, flat, ranks, formats::ModelGeometry{}));
-  QuantShards out;
-  out.experts = experts;
-  for (const ShardSlice& s : logical_slices) {
-    std::uint64_t rows = 0;
-    for (const Range& r : s.rows) rows += r.second - r.first;
-    out.dims.emplace_back(experts * rows, s.col_end - s.col_begin);
-  }
+  QuantShards out{.parts = {}, .dims = shard_dims(logical_slices, experts), .groups = 0, .experts = experts};
   const bool splits_k = flat == Split::kCols;
-  const bool global_groups = splits_k && (lt.part("g_idx") || lt.part("weight_g_idx"));  // as for 2-D weights
+  const bool global_groups = keeps_global_groups(lt, splits_k);
   if (global_groups) {
     QLOAD_ASSIGN_OR_RETURN(const formats::PackedShapes whole, formats::packed_shapes(one));
     out.groups = whole.groups;
   }
   for (const auto& [role, index] : lt.parts) {
-    QLOAD_ASSIGN_OR_RETURN(PartMap map, part_map(one, role));
+    QLOAD_ASSIGN_OR_RETURN(const PartMap map, cut_map(one, role, global_groups));
     const formats::TensorEntry& part = catalog.tensors[index];
-    const bool group_indexed =
-        role == "scales" || role == "qzeros" || role == "weight_scale" || role == "weight_zero_point";
-    if (global_groups && group_indexed) map.k.dim = -1;
     const Axis& axis = splits_k ? map.k : map.n;
     const std::size_t d = static_cast<std::size_t>(axis.dim + 1);  // the cut dim of the stacked part
     std::vector<ShardSlice> slices;
@@ -295,26 +313,16 @@ Result<QuantShards> quantized_shard_slices(const formats::Catalog& catalog, cons
   logical.name = lt.name;
   logical.shape = Shape{lt.rows, lt.cols};
   QLOAD_ASSIGN_OR_RETURN(const std::vector<ShardSlice> logical_slices, shard_slices(logical, split, ranks, geometry));
-  QuantShards out;
-  for (const ShardSlice& s : logical_slices) {
-    std::uint64_t n = 0;
-    for (const Range& r : s.rows) n += r.second - r.first;
-    out.dims.emplace_back(n, s.col_end - s.col_begin);
-  }
+  QuantShards out{.parts = {}, .dims = shard_dims(logical_slices, 1), .groups = 0, .experts = 0};
   const bool splits_k = split == Split::kCols;
-  // A K split of a weight with g_idx: g_idx keeps the whole weight's group indices, so the
-  // group-indexed parts (scales, zero points) stay whole and the shards say how many groups.
-  const bool global_groups = splits_k && (lt.part("g_idx") || lt.part("weight_g_idx"));
+  const bool global_groups = keeps_global_groups(lt, splits_k);
   if (global_groups) {
     QLOAD_ASSIGN_OR_RETURN(const formats::PackedShapes whole, formats::packed_shapes(lt));
     out.groups = whole.groups;
   }
   for (const auto& [role, index] : lt.parts) {
-    QLOAD_ASSIGN_OR_RETURN(PartMap map, part_map(lt, role));
+    QLOAD_ASSIGN_OR_RETURN(const PartMap map, cut_map(lt, role, global_groups));
     const formats::TensorEntry& part = catalog.tensors[index];
-    const bool group_indexed =
-        role == "scales" || role == "qzeros" || role == "weight_scale" || role == "weight_zero_point";
-    if (global_groups && group_indexed) map.k.dim = -1;
     const std::uint64_t dim0 = part.shape.rank() == 0 ? 1 : part.shape[0];
     std::uint64_t rest = 1;
     for (std::size_t i = 1; i < part.shape.rank(); ++i) rest *= part.shape[i];

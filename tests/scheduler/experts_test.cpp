@@ -12,6 +12,7 @@
 #include "qload/formats/quant_codec.hpp"
 #include "qload/formats/safetensors_writer.hpp"
 #include "qload/scheduler/load.hpp"
+#include "scheduler/scheduler_test_support.hpp"
 #include "support/scratch.hpp"
 
 using namespace qload;
@@ -78,15 +79,6 @@ struct ExpertsCheckpoint {
     return out;
   }
 };
-
-LoadOptions host_devices(int n) {
-  LoadOptions o;
-  o.plan.devices.clear();
-  for (int i = 0; i < n; ++i) o.plan.devices.push_back(Device{.index = i});
-  o.plan.chunk_bytes = o.staging.slot_bytes = 16 << 10;  // tensors span chunks
-  o.staging.total_bytes = 4 * o.staging.slot_bytes;
-  return o;
-}
 
 // Tensor parallel over `ranks` host devices, stacked experts split by `split`.
 LoadOptions expert_parallel(std::uint32_t ranks, Split split) {

@@ -12,6 +12,7 @@
 #include "qload/formats/quant_codec.hpp"
 #include "qload/formats/safetensors_writer.hpp"
 #include "qload/scheduler/load.hpp"
+#include "scheduler/scheduler_test_support.hpp"
 #include "support/scratch.hpp"
 
 using namespace qload;
@@ -77,15 +78,6 @@ void write_fp8_checkpoint(Fp8Checkpoint& c) {
   }
   REQUIRE(formats::write_safetensors(c.dir.file("model.safetensors"), tensors));
   std::ofstream(c.dir.file("config.json")) << R"({"quantization_config": {"quant_method": "fbgemm_fp8"}})";
-}
-
-LoadOptions host_devices(int n) {
-  LoadOptions o;
-  o.plan.devices.clear();
-  for (int i = 0; i < n; ++i) o.plan.devices.push_back(Device{.index = i});
-  o.plan.chunk_bytes = o.staging.slot_bytes = 16 << 10;  // weights span chunks
-  o.staging.total_bytes = 4 * o.staging.slot_bytes;
-  return o;
 }
 
 // `decoded` (a weight of `dtype` as a dequantize-only load returned it) quantized by the codec.

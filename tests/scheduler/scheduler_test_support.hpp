@@ -107,6 +107,17 @@ inline void mix_float_dtypes(SyntheticCheckpoint& ckpt) {
   }
 }
 
+// `n` host devices ("cpu:0" ...), with chunks and staging slots of 16 KiB so that even small
+// tensors span chunks.
+inline scheduler::LoadOptions host_devices(int n) {
+  scheduler::LoadOptions o;
+  o.plan.devices.clear();
+  for (int i = 0; i < n; ++i) o.plan.devices.push_back(Device{.index = i});
+  o.plan.chunk_bytes = o.staging.slot_bytes = 16 << 10;
+  o.staging.total_bytes = 4 * o.staging.slot_bytes;
+  return o;
+}
+
 inline int thread_count() {
   DIR* dir = ::opendir("/proc/self/task");
   int n = 0;
