@@ -419,7 +419,8 @@ qload_status qload_model_quantized_info(const qload_model* model, size_t index, 
                                 .device = w.device.c_str(),
                                 .part_count = model->parts[index].size(),
                                 .part_roles = model->roles[index].data(),
-                                .part_tensors = model->parts[index].data()};
+                                .part_tensors = model->parts[index].data(),
+                                .experts = w.experts};
     return QLOAD_OK;
   });
 }

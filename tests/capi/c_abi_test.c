@@ -247,6 +247,7 @@ static void quantized(const char* checkpoint) {
     qload_quantized_info q;
     CHECK(qload_model_quantized_info(model, i, &q) == QLOAD_OK);
     CHECK(q.part_count >= 2);
+    CHECK(q.experts == 0); /* the synthesized checkpoint's weights are 2-D */
     for (p = 0; p < q.part_count; ++p) {
       qload_tensor_info part;
       CHECK(q.part_tensors[p] < tensors);

@@ -93,12 +93,13 @@ typedef struct qload_quantized_info {
   const char* scheme; /* "gptq", "awq", "fp8", "compressed-tensors", ... */
   uint32_t bits;
   uint64_t group_size; /* columns per group; 0 when the scheme has no groups */
-  uint64_t rows;       /* N */
+  uint64_t rows;       /* N (of all its experts when stacked) */
   uint64_t cols;       /* K */
   const char* device;
   size_t part_count;
   const char* const* part_roles; /* "qweight", "scales", "qzeros", "g_idx", ... */
   const size_t* part_tensors;    /* index of each part for qload_model_tensor_* */
+  uint64_t experts;              /* stacked MoE experts [E, N, K] (rows = E x N); 0: a 2-D weight */
 } qload_quantized_info;
 
 QLOAD_API const char* qload_version(void); /* "0.1.0" */
