@@ -2,8 +2,10 @@
 # GGUF dequantization benchmark: for each block type, a GGUF of 8 random [4096, 4096] weights
 # (finite scales) is loaded warm by `qload load --dequantize f32` and dequantized by gguf-py
 # (GGUFReader + gguf.quants.dequantize, llama.cpp's own Python package) in the same run; the
-# raw-block load (`qload load`, no decode) is the floor. Best of RUNS (default 3) each, printed
-# as seconds, GB/s of f32 output, and gguf-py's time over qload's. qload's outputs are the same
+# raw-block load (`qload load`, no decode) is the floor, and is set against a load of the same
+# blocks written as a safetensors file (U8 tensors of the same bytes) in the same run.
+# Best of RUNS (default 3) each, printed as seconds, GB/s of f32 output, gguf-py's time over
+# qload's, and the GGUF raw load's time over the safetensors one's. qload's outputs are the same
 # bits as gguf-py's (python/tests/gguf), so this compares equal work.
 #
 # Usage: bench/gguf_dequant_bench.sh [BUILD_DIR] [WORK_DIR]   (defaults: build, /tmp/qload-gguf-bench)
@@ -42,6 +44,22 @@ for name in types:
             blocks[:, 0] = rng.integers(110, 130, size=len(blocks))
         w.add_tensor(f"blk.{layer}.ffn_up.weight", blocks.reshape(4096, -1), raw_dtype=qtype)
     w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+for name in types:  # the same blocks as U8 tensors of a safetensors file (no decode either way)
+    path = os.path.join(work, f"{name}.safetensors")
+    if os.path.exists(path):
+        continue
+    import json, struct
+    tensors = [(t.name, np.ascontiguousarray(t.data)) for t in gguf.GGUFReader(os.path.join(work, f"{name}.gguf")).tensors]
+    header, at = {}, 0
+    for tname, data in tensors:
+        header[tname] = {"dtype": "U8", "shape": list(data.shape), "data_offsets": [at, at + data.nbytes]}
+        at += data.nbytes
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text)
+        for _, data in tensors:
+            f.write(data.tobytes())
 PY
 
 best() { sort -g | head -n 1; }
@@ -67,13 +85,16 @@ PY
   done | best
 }
 
-printf '%-7s %12s %14s %10s %14s %12s\n' type raw_load_s qload_deq_s GB/s_out gguf_py_deq_s gguf_py/qload
+printf '%-7s %12s %12s %10s %14s %10s %14s %12s\n' type raw_load_s st_load_s gguf/st qload_deq_s GB/s_out \
+  gguf_py_deq_s gguf_py/qload
 for name in "${types[@]}"; do
   file="$work/$name.gguf"
   raw=$(qload_seconds "$file")
+  st=$(qload_seconds "$work/$name.safetensors")
   deq=$(qload_seconds "$file" --dequantize f32)
   ref=$(gguf_py_seconds "$file")
   out_gb=$(awk 'BEGIN { print 8 * 4096 * 4096 * 4 / 1e9 }')
-  printf '%-7s %12.3f %14.3f %10.2f %14.3f %12.1f\n' "$name" "$raw" "$deq" "$(awk -v g="$out_gb" -v s="$deq" 'BEGIN { print g / s }')" \
+  printf '%-7s %12.3f %12.3f %10.2f %14.3f %10.2f %14.3f %12.1f\n' "$name" "$raw" "$st" \
+    "$(awk -v g="$raw" -v s="$st" 'BEGIN { print g / s }')" "$deq" "$(awk -v g="$out_gb" -v s="$deq" 'BEGIN { print g / s }')" \
     "$ref" "$(awk -v r="$ref" -v d="$deq" 'BEGIN { print r / d }')"
 done
