@@ -442,6 +442,11 @@ nb::dict inspect(const std::string& source) {
     t["file"] = in.catalog.files[e.file].path;
     t["offset"] = e.offset;
     t["nbytes"] = e.nbytes;
+    if (!e.strides.empty()) {  // a strided view: nbytes is the span it reads
+      nb::list strides;
+      for (const std::uint64_t s : e.strides) strides.append(s);
+      t["strides"] = strides;
+    }
     tensors.append(t);
   }
   d["tensors"] = tensors;

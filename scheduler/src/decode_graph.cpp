@@ -7,8 +7,10 @@
 
 #include <fmt/format.h>
 
+#include "qload/formats/convert.hpp"
 #include "qload/formats/quant_codec.hpp"
 #include "qload/formats/quant_pack.hpp"
+#include "qload/formats/strided.hpp"
 #include "shard_delivery.hpp"
 
 namespace qload::scheduler::detail {
@@ -46,19 +48,34 @@ Status produce(ReadLoadState& s, const DecodeOutput& out, std::uint64_t offset, 
   return target.deliver(std::span(&d, 1));
 }
 
+// A strided view's elements gathered row-major (formats/strided.hpp).
+Result<std::vector<std::byte>> gathered(const ReadLoadState& s, std::uint32_t tensor) {
+  const formats::TensorEntry& t = s.catalog.tensors[tensor];
+  std::vector<std::byte> dense(static_cast<std::size_t>(formats::contiguous_entry(t).nbytes));
+  QLOAD_TRY(formats::gather_strided(t, scratch_bytes(s, tensor), dense));
+  return dense;
+}
+
 // A tensor rank's shard: cuts each whole part (in scratch) to the rank's slice, into its own
-// place in scratch, with the same runs that cut a stored tensor into shards.
+// place in scratch, with the same runs that cut a stored tensor into shards (a strided view is
+// gathered row-major first).
 Status cut_shard_parts(ReadLoadState& s, const DecodeJob& job) {
   ArenaTarget& scratch = *s.targets[s.plan.scratch_region];
   std::vector<Delivery> runs;
   std::vector<ShardPlacement> shards;  // a rewritten slice's bytes are the shard's own: alive until delivered
   shards.reserve(job.shard_inputs.size());
+  std::vector<std::vector<std::byte>> dense;  // gathered views: alive until delivered
   for (const DecodeJob::ShardInput& in : job.shard_inputs) {
-    const formats::TensorEntry& t = s.catalog.tensors[in.tensor];
+    const formats::TensorEntry t = formats::contiguous_entry(s.catalog.tensors[in.tensor]);
+    const std::byte* stored = scratch_bytes(s, in.tensor).data();
+    if (!s.catalog.tensors[in.tensor].strides.empty()) {
+      QLOAD_ASSIGN_OR_RETURN(dense.emplace_back(), gathered(s, in.tensor));
+      stored = dense.back().data();
+    }
     const ShardPlacement& shard = shards.emplace_back(ShardPlacement{
         .tensor = in.tensor, .offset = in.offset, .dtype = t.dtype, .bytes = in.bytes, .slice = in.slice});
     const ChunkPiece whole{.tensor = in.tensor, .tensor_offset = 0, .bytes = t.nbytes};
-    shard_deliveries(t, shard, whole, scratch_bytes(s, in.tensor).data(), runs);
+    shard_deliveries(t, shard, whole, stored, runs);
   }
   return scratch.deliver(runs);
 }
@@ -107,15 +124,42 @@ Status quantize_into_outputs(ReadLoadState& s, const DecodeJob& job, std::span<c
   });
 }
 
-// The whole weight, or a tensor rank's shard of it (cut into scratch by cut_shard_parts).
-Status quantize_task(ReadLoadState& s, const DecodeJob& job) {
-  std::span<const std::byte> in = scratch_bytes(s, job.input);
+// The input of a quantize or contiguous job, row-major: the rank's slice cut by cut_shard_parts,
+// the stored tensor itself, or (a strided view) its elements gathered into `dense`.
+Result<std::span<const std::byte>> row_major_input(const ReadLoadState& s, const DecodeJob& job,
+                                                   std::vector<std::byte>& dense) {
   if (!job.shard_inputs.empty()) {
     const DecodeJob::ShardInput& shard = job.shard_inputs.front();
-    in = std::span<const std::byte>(s.targets[s.plan.scratch_region]->base() + shard.offset,
-                                    static_cast<std::size_t>(shard.bytes));
+    return std::span<const std::byte>(s.targets[s.plan.scratch_region]->base() + shard.offset,
+                                      static_cast<std::size_t>(shard.bytes));
   }
+  if (s.catalog.tensors[job.input].strides.empty()) return scratch_bytes(s, job.input);
+  QLOAD_ASSIGN_OR_RETURN(dense, gathered(s, job.input));
+  return std::span<const std::byte>(dense);
+}
+
+// The whole weight, or a tensor rank's shard of it.
+Status quantize_task(ReadLoadState& s, const DecodeJob& job) {
+  std::vector<std::byte> dense;
+  QLOAD_ASSIGN_OR_RETURN(const std::span<const std::byte> in, row_major_input(s, job, dense));
   return quantize_into_outputs(s, job, in, s.catalog.tensors[job.input].dtype);
+}
+
+// A strided view made row-major in its placed dtype: the whole tensor, or a tensor rank's slice.
+Status contiguous_task(ReadLoadState& s, const DecodeJob& job) {
+  const formats::TensorEntry& t = s.catalog.tensors[job.input];
+  const DecodeOutput& out = job.outputs.front();
+  return produce(s, out, 0, out.bytes, [&](std::span<std::byte> dst) -> Status {
+    if (job.shard_inputs.empty() && out.dtype == t.dtype)  // straight into place
+      return formats::gather_strided(t, scratch_bytes(s, job.input), dst);
+    std::vector<std::byte> dense;
+    QLOAD_ASSIGN_OR_RETURN(const std::span<const std::byte> in, row_major_input(s, job, dense));
+    if (out.dtype == t.dtype) {
+      std::memcpy(dst.data(), in.data(), dst.size());
+      return Status{};
+    }
+    return formats::convert(in, t.dtype, dst, out.dtype);
+  });
 }
 
 // The whole weight (or a tensor rank's shard) decoded to `through` in host memory, then
@@ -213,6 +257,10 @@ std::vector<std::vector<TaskId>> add_decode_tasks(TaskGraph& g, ReadLoadState& s
     }
     if (job.kind == DecodeJob::Kind::kQuantize) {
       add(fmt::format("quantize {}", out.name), out.bytes, [&s, &job] { return quantize_task(s, job); });
+      continue;
+    }
+    if (job.kind == DecodeJob::Kind::kContiguous) {
+      add(fmt::format("gather {} row-major", out.name), out.bytes, [&s, &job] { return contiguous_task(s, job); });
       continue;
     }
     if (job.kind == DecodeJob::Kind::kRequantize) {

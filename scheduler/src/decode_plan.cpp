@@ -219,9 +219,41 @@ Result<std::vector<DecodeJob>> plan_decode_jobs(const formats::Catalog& catalog,
     QLOAD_ASSIGN_OR_RETURN(DecodeJob job, quantize_job(catalog, i, policy.target));
     quantize.push_back(std::move(job));
   }
+  QLOAD_ASSIGN_OR_RETURN(std::vector<DecodeJob> gathers, contiguous_jobs(catalog, parts, quantize, options));
   std::vector<DecodeJob> jobs = std::move(dequantize);
   for (DecodeJob& j : repack) jobs.push_back(std::move(j));
   for (DecodeJob& j : quantize) jobs.push_back(std::move(j));
+  for (DecodeJob& j : gathers) jobs.push_back(std::move(j));
+  // Catalog order for quantize and contiguous jobs together (each has one input).
+  std::stable_sort(jobs.end() - static_cast<std::ptrdiff_t>(quantize.size() + gathers.size()), jobs.end(),
+                   [](const DecodeJob& a, const DecodeJob& b) { return a.input < b.input; });
+  return jobs;
+}
+
+Result<std::vector<DecodeJob>> contiguous_jobs(const formats::Catalog& catalog, const std::vector<bool>& parts,
+                                               const std::vector<DecodeJob>& taken, const PlanOptions& options) {
+  std::vector<bool> gathered(catalog.tensors.size(), false);
+  for (const DecodeJob& job : taken)
+    for (const std::uint32_t i : job.inputs) gathered[i] = true;
+  std::vector<DecodeJob> jobs;
+  for (std::uint32_t i = 0; i < catalog.tensors.size(); ++i) {
+    const formats::TensorEntry& t = catalog.tensors[i];
+    if (t.strides.empty() || gathered[i]) continue;
+    if (i < parts.size() && parts[i])
+      return fail(Error(Errc::kUnsupported,
+                        "a part of a quantized weight stored as a non-contiguous view: qload decodes parts stored "
+                        "row-major (save them with .contiguous())")
+                      .with_tensor(t.name)
+                      .with_file(catalog.files[t.file].path)
+                      .with_offset(t.offset));
+    const DType dtype = options.dtype && is_floating(t.dtype) ? *options.dtype : t.dtype;
+    QLOAD_ASSIGN_OR_RETURN(const std::uint64_t bytes, t.shape.nbytes(dtype));
+    jobs.push_back(
+        DecodeJob{.kind = DecodeJob::Kind::kContiguous,
+                  .input = i,
+                  .inputs = {i},
+                  .outputs = {DecodeOutput{.name = t.name, .dtype = dtype, .shape = t.shape, .bytes = bytes}}});
+  }
   return jobs;
 }
 

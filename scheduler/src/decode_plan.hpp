@@ -27,9 +27,17 @@ Result<std::vector<DecodeOutput>> repack_outputs(const formats::LogicalTensor& l
 bool is_quantizable_weight(const formats::TensorEntry& t);
 
 // Jobs in a deterministic order: dequantize and requantize jobs by logical name, then repack
-// jobs, then quantize jobs in catalog order. Outputs have name, dtype, shape and bytes; inputs list catalog indices.
+// jobs, then quantize and contiguous jobs in catalog order. Outputs have name, dtype, shape and
+// bytes; inputs list catalog indices.
 Result<std::vector<DecodeJob>> plan_decode_jobs(const formats::Catalog& catalog, const formats::QuantizedCatalog& quant,
                                                 const PlanOptions& options);
+
+// A kContiguous job for each strided view (formats::TensorEntry::strides) among the tensors
+// `parts` does not mark as parts of a quantized weight and no job in `taken` already gathers, in
+// catalog order; these need one with or without a policy. A strided part of a quantized weight
+// is kUnsupported naming it.
+Result<std::vector<DecodeJob>> contiguous_jobs(const formats::Catalog& catalog, const std::vector<bool>& parts,
+                                               const std::vector<DecodeJob>& taken, const PlanOptions& options);
 
 // Per catalog tensor: true when it is a part of a quantized weight (never dtype-converted).
 std::vector<bool> quantized_parts(const formats::Catalog& catalog, const formats::QuantizedCatalog& quant);

@@ -17,6 +17,7 @@
 #include "qload/formats/convert.hpp"
 #include "qload/formats/model_config.hpp"
 #include "qload/formats/quant_codec.hpp"
+#include "qload/formats/strided.hpp"
 #include "qload/io/reader.hpp"
 #include "quant_sharding.hpp"
 #include "shared_reads_plan.hpp"
@@ -54,12 +55,18 @@ Status validate_tensor(const formats::Catalog& catalog, const formats::TensorEnt
   if (*end > file_size)
     return fail(tensor_error(catalog, t, Errc::kTruncated,
                              fmt::format("tensor ends at byte {}, past the file's {} bytes", *end, file_size)));
-  auto expected = t.shape.nbytes(t.dtype);
+  auto expected =
+      t.strides.empty() ? t.shape.nbytes(t.dtype) : formats::strided_span_bytes(t.shape, t.strides, t.dtype);
   if (!expected) return fail(tensor_error(catalog, t, expected.error().code(), expected.error().message()));
   if (*expected != t.nbytes)
-    return fail(tensor_error(catalog, t, Errc::kCorrupt,
-                             fmt::format("{} bytes stored, but {} {} needs {}", t.nbytes, dtype_name(t.dtype),
-                                         t.shape.to_string(), *expected)));
+    return fail(
+        tensor_error(catalog, t, Errc::kCorrupt,
+                     fmt::format("{} bytes stored, but {} {}{} needs {}", t.nbytes, dtype_name(t.dtype),
+                                 t.shape.to_string(), t.strides.empty() ? "" : " (a strided view)", *expected)));
+  if (!t.strides.empty()) {  // gathered into a row-major tensor of dtype x shape bytes
+    auto dense = t.shape.nbytes(t.dtype);
+    if (!dense) return fail(tensor_error(catalog, t, dense.error().code(), dense.error().message()));
+  }
   return {};
 }
 
@@ -250,7 +257,7 @@ Status check_parallel(const PlanOptions& options, const Plan& plan) {
 // quantized alone (its own scales: what each rank of a server quantizing online holds).
 Status shard_quantize_job(const formats::Catalog& catalog, const PlanOptions& options,
                           const formats::ModelGeometry& geometry, std::uint32_t rank, DecodeJob& copy) {
-  const formats::TensorEntry& t = catalog.tensors[copy.input];
+  const formats::TensorEntry t = formats::contiguous_entry(catalog.tensors[copy.input]);  // as quantized
   QLOAD_ASSIGN_OR_RETURN(const Split split, split_of(options, t.name));
   QLOAD_ASSIGN_OR_RETURN(const std::vector<ShardSlice> slices,
                          shard_slices(t, split, options.parallel.tensor, geometry));
@@ -262,6 +269,25 @@ Status shard_quantize_job(const formats::Catalog& catalog, const PlanOptions& op
   copy.outputs[1].shape = layout.scale_shape;
   copy.outputs[1].bytes = layout.scale_bytes;
   QLOAD_ASSIGN_OR_RETURN(const std::uint64_t bytes, slice.shape.nbytes(t.dtype));
+  copy.shard_inputs.push_back({.tensor = copy.input, .slice = slice, .offset = 0, .bytes = bytes});
+  return {};
+}
+
+// A contiguous job's copy for tensor rank `rank`: the rank's slice of the view, gathered and cut
+// in scratch (cut_shard_parts), then placed as a stored tensor's shard would be. A replicated
+// tensor is gathered whole.
+Status shard_contiguous_job(const formats::Catalog& catalog, const PlanOptions& options,
+                            const formats::ModelGeometry& geometry, std::uint32_t rank, DecodeJob& copy) {
+  const formats::TensorEntry dense = formats::contiguous_entry(catalog.tensors[copy.input]);
+  QLOAD_ASSIGN_OR_RETURN(const Split split, split_of(options, dense.name));
+  if (split == Split::kReplicate) return {};
+  QLOAD_ASSIGN_OR_RETURN(const std::vector<ShardSlice> slices,
+                         shard_slices(dense, split, options.parallel.tensor, geometry));
+  const ShardSlice& slice = slices[rank];
+  DecodeOutput& out = copy.outputs.front();
+  out.shape = slice.shape;
+  QLOAD_ASSIGN_OR_RETURN(out.bytes, slice.shape.nbytes(out.dtype));
+  QLOAD_ASSIGN_OR_RETURN(const std::uint64_t bytes, slice.shape.nbytes(dense.dtype));
   copy.shard_inputs.push_back({.tensor = copy.input, .slice = slice, .offset = 0, .bytes = bytes});
   return {};
 }
@@ -324,6 +350,8 @@ Status place_decode_jobs(const formats::Catalog& catalog, const PlanOptions& opt
         for (DecodeOutput& out : copy.outputs) out.region = *here;
         if (par.tensor > 1 && job.kind == DecodeJob::Kind::kQuantize) {
           QLOAD_TRY(shard_quantize_job(catalog, options, geometry, r, copy));
+        } else if (par.tensor > 1 && job.kind == DecodeJob::Kind::kContiguous) {
+          QLOAD_TRY(shard_contiguous_job(catalog, options, geometry, r, copy));
         } else if (par.tensor > 1) {
           for (const std::uint32_t input : job.inputs) {
             const ShardSlice& slice = part_shards.at(input).slices[r];
@@ -462,16 +490,19 @@ Result<TensorRoles> plan_quantization(const formats::Catalog& catalog, const Pla
         lt.params.gptq_v1_whole_word = *options.gptq_v1_whole_word;
   if (!options.dtype && !options.dequantize && !options.quantize && !options.repack && !options.weight_policy) {
     // Nothing depends on it: a scheme qload cannot describe still loads as raw tensors.
-    if (detected)
+    if (detected) {
       plan.quant = std::move(*detected);
-    else
+      roles.quantized_part = detail::quantized_parts(catalog, *plan.quant);
+    } else {
       plan.quant_warning = detected.error().to_string();
-    return roles;
+    }
+    QLOAD_ASSIGN_OR_RETURN(plan.decodes, detail::contiguous_jobs(catalog, roles.quantized_part, {}, options));
+  } else {
+    if (!detected) return fail(std::move(detected).error());
+    plan.quant = std::move(*detected);
+    roles.quantized_part = detail::quantized_parts(catalog, *plan.quant);
+    QLOAD_ASSIGN_OR_RETURN(plan.decodes, detail::plan_decode_jobs(catalog, *plan.quant, options));
   }
-  if (!detected) return fail(std::move(detected).error());
-  plan.quant = std::move(*detected);
-  roles.quantized_part = detail::quantized_parts(catalog, *plan.quant);
-  QLOAD_ASSIGN_OR_RETURN(plan.decodes, detail::plan_decode_jobs(catalog, *plan.quant, options));
   for (const DecodeJob& job : plan.decodes)
     for (const std::uint32_t i : job.inputs) roles.to_scratch[i] = true;
   return roles;
@@ -606,6 +637,11 @@ Result<Plan> make_plan(const formats::Catalog& catalog, const PlanOptions& optio
   }
   const std::vector<std::uint32_t> order = file_order(catalog);
   if (options.mode == LoadMode::kMmap) {
+    for (const formats::TensorEntry& t : catalog.tensors)
+      if (!t.strides.empty())
+        return fail(tensor_error(catalog, t, Errc::kUnsupported,
+                                 "a non-contiguous view cannot be mapped as the row-major tensor it is loaded as; "
+                                 "load in read mode (load_mode read), which gathers it"));
     QLOAD_TRY(plan_quantization(catalog, options, plan));  // describes kept quantized weights
     plan_mappings(catalog, order, plan);
     plan.placed_bytes = plan.tensor_bytes;

@@ -1,5 +1,6 @@
 // `qload inspect PATH [--json]`: what a checkpoint holds, without reading tensor data.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <nlohmann/json.hpp>
 
@@ -44,13 +45,15 @@ json to_json(const formats::Catalog& c, const formats::QuantizedCatalog& q) {
   for (const auto& f : c.files)
     files.push_back({{"path", f.path}, {"bytes", f.size}, {"data_offset", f.data_offset}, {"metadata", f.metadata}});
   json tensors = json::array();
-  for (const auto& t : c.tensors)
+  for (const auto& t : c.tensors) {
     tensors.push_back({{"name", t.name},
                        {"dtype", std::string(dtype_name(t.dtype))},
                        {"shape", shape_json(t.shape)},
                        {"bytes", t.nbytes},
                        {"file", t.file},
                        {"offset", t.offset}});
+    if (!t.strides.empty()) tensors.back()["strides"] = t.strides;  // a strided view (bytes: its span)
+  }
   json quant = c.quantization_config.empty() ? json(nullptr) : json::parse(c.quantization_config, nullptr, false);
   return {{"schema", "qload.inspect/1"},
           {"format", c.format},
@@ -74,8 +77,9 @@ void print_text(const formats::Catalog& c, const formats::QuantizedCatalog& q) {
   fmt::print("tensors: {}, {} in all\n", c.tensors.size(), format_bytes(c.total_tensor_bytes()));
   fmt::print("  {:<48} {:<8} {:<20} {:>12} {:>4} {:>12}\n", "name", "dtype", "shape", "bytes", "file", "offset");
   for (const auto& t : c.tensors)
-    fmt::print("  {:<48} {:<8} {:<20} {:>12} {:>4} {:>12}\n", escape_for_terminal(t.name), dtype_name(t.dtype),
-               t.shape.to_string(), t.nbytes, t.file, t.offset);
+    fmt::print("  {:<48} {:<8} {:<20} {:>12} {:>4} {:>12}{}\n", escape_for_terminal(t.name), dtype_name(t.dtype),
+               t.shape.to_string(), t.nbytes, t.file, t.offset,
+               t.strides.empty() ? "" : fmt::format("  strides ({})", fmt::join(t.strides, ", ")));
   for (const auto& f : c.files)
     for (const auto& [k, v] : f.metadata)
       fmt::print("metadata: {} = {}\n", escape_for_terminal(k), escape_for_terminal(v));

@@ -21,6 +21,7 @@ std::string decode_kind(scheduler::DecodeJob::Kind kind) {
     case scheduler::DecodeJob::Kind::kQuantize: return "quantize";
     case scheduler::DecodeJob::Kind::kRepack: return "repack";
     case scheduler::DecodeJob::Kind::kRequantize: return "requantize";
+    case scheduler::DecodeJob::Kind::kContiguous: return "contiguous";
   }
   return "?";
 }

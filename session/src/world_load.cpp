@@ -29,6 +29,7 @@ LoadFingerprint load_fingerprint(const PlannedLoad& load) {
     for (std::size_t i = 0; i < t.shape.rank(); ++i) shape.push_back(t.shape[i]);
     json entry = {t.name, std::string(dtype_name(t.dtype)), shape, t.file, t.offset, t.nbytes};
     if (t.ggml_type) entry.push_back(*t.ggml_type);  // Q4_0 and IQ4_NL blocks have the same size
+    if (!t.strides.empty()) entry.push_back({{"strides", t.strides}});
     tensors.push_back(std::move(entry));
   }
   const scheduler::PlanOptions& o = load.request.options.plan;

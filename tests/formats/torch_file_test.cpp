@@ -163,11 +163,42 @@ TEST_CASE("torch: broken archives and storages are refused, naming file and tens
   auto plain_zip = open(zip_stored({{"a/readme.txt", text("hello")}}));
   REQUIRE_FALSE(plain_zip);
   CHECK_THAT(plain_zip.error().to_string(), Catch::Contains("without <archive>/data.pkl"));
-  // A non-contiguous view.
-  PickleBytes t;
-  t.begin_dict().tensor("wt", "FloatStorage", "0", 6, 0, {3, 2}, {1, 3}).end_dict();
-  auto transposed = open(zip_stored({{"a/data.pkl", t.bytes}, {"a/data/0", std::vector<std::byte>(24)}}));
-  REQUIRE_FALSE(transposed);
-  CHECK(transposed.error().code() == Errc::kUnsupported);
-  CHECK(transposed.error().tensor() == std::optional<std::string_view>("wt"));
+  // A strided view reaching past its storage: element (1, 2) of strides (5, 2) from element 1
+  // is element 10 of a storage of 6.
+  PickleBytes far;
+  far.begin_dict().tensor("wt", "FloatStorage", "0", 6, 1, {2, 3}, {5, 2}).end_dict();
+  auto past = open(zip_stored({{"a/data.pkl", far.bytes}, {"a/data/0", std::vector<std::byte>(24)}}));
+  REQUIRE_FALSE(past);
+  CHECK(past.error().code() == Errc::kCorrupt);
+  CHECK(past.error().tensor() == std::optional<std::string_view>("wt"));
+  // A negative stride (torch has none).
+  PickleBytes negative;
+  negative.begin_dict().tensor("wt", "FloatStorage", "0", 6, 5, {3}, {-1}).end_dict();
+  auto backwards = open(zip_stored({{"a/data.pkl", negative.bytes}, {"a/data/0", std::vector<std::byte>(24)}}));
+  REQUIRE_FALSE(backwards);
+  CHECK_THAT(backwards.error().message(), Catch::Contains("negative stride"));
+}
+
+TEST_CASE("torch: a non-contiguous view is cataloged over the bytes it spans, with its strides", "[formats][torch]") {
+  PickleBytes p;
+  p.begin_dict()
+      .tensor("wt", "FloatStorage", "0", 12, 0, {4, 3}, {1, 4})       // a [3, 4] transposed
+      .tensor("stepped", "FloatStorage", "0", 12, 1, {2, 2}, {8, 2})  // rows 0, 2 and columns 1, 3 of it
+      .tensor("unit", "FloatStorage", "0", 12, 4, {1, 4}, {99, 1})    // row-major: a dim of 1 has any stride
+      .end_dict();
+  ScratchDir dir;
+  write_file(dir.file("m.pt"), zip_stored({{"m/data.pkl", p.bytes}, {"m/data/0", std::vector<std::byte>(48)}}));
+  const auto catalog = formats::open_catalog(dir.file("m.pt"));
+  if (!catalog) FAIL(catalog.error().to_string());
+  const formats::TensorEntry* wt = catalog->find("wt");
+  const formats::TensorEntry* stepped = catalog->find("stepped");
+  const formats::TensorEntry* unit = catalog->find("unit");
+  REQUIRE((wt != nullptr && stepped != nullptr && unit != nullptr));
+  CHECK(wt->strides == std::vector<std::uint64_t>{1, 4});
+  CHECK(wt->nbytes == 48);  // elements 0..11
+  CHECK(stepped->strides == std::vector<std::uint64_t>{8, 2});
+  CHECK(stepped->offset == wt->offset + 4);
+  CHECK(stepped->nbytes == (8 + 2 + 1) * 4);  // elements 1..11
+  CHECK(unit->strides.empty());
+  CHECK(unit->nbytes == 16);
 }

@@ -14,6 +14,7 @@
 #include "qload/runtime/cuda_memory.hpp"
 #include "qload/scheduler/load.hpp"
 #include "scheduler/scheduler_test_support.hpp"
+#include "scheduler/strided_checkpoint.hpp"
 
 using namespace qload;
 using namespace qload::scheduler;
@@ -155,4 +156,52 @@ TEST_CASE("gpu load: running out of device memory names the device and the bytes
   CHECK(free_bytes_moved(free_bytes(0), with_hog) <= kDriverSlack);
   hog->reset();
   CHECK(free_bytes_moved(free_bytes(0), before) <= kDriverSlack);
+}
+
+TEST_CASE("gpu load: strided views arrive row-major on a GPU, converted, or cut per tensor rank", "[gpu]") {
+  const std::vector<Device> devices = gpus();
+  if (devices.empty()) return;
+  using namespace strided_views;
+  const StridedCheckpoint c;
+  for (const bool f32 : {false, true}) {
+    DYNAMIC_SECTION((f32 ? "as f32" : "as stored")) {
+      LoadOptions options;
+      options.plan.devices = {devices.front()};
+      if (f32) options.plan.dtype = DType::kF32;
+      auto model = load(c.catalog, options);
+      if (!model) FAIL(model.error().to_string());
+      for (const char* name : {kQ, kO, kNorm, kGate}) {
+        INFO(name);
+        const DeviceTensor* t = model->find(name);
+        REQUIRE(t != nullptr);
+        std::vector<std::byte> want = c.dense(name);
+        if (f32) {
+          std::vector<std::byte> wide(want.size() * 2);
+          REQUIRE(formats::convert(want, DType::kBF16, wide, DType::kF32));
+          want = std::move(wide);
+        }
+        CHECK(read_back(*model, *t) == want);
+      }
+    }
+  }
+  if (devices.size() < 2) {
+    WARN("SKIPPED [gpu]: the tensor-parallel part needs 2 GPUs, " << devices.size() << " visible");
+    return;
+  }
+  LoadOptions options;
+  options.plan.devices = {devices[0], devices[1]};
+  options.plan.parallel = {.tensor = 2};
+  options.plan.split = [](std::string_view name) -> Result<std::optional<Split>> {
+    return name == kQ ? std::optional<Split>(Split::kRows) : std::optional<Split>();
+  };
+  auto model = load(c.catalog, options);
+  if (!model) FAIL(model.error().to_string());
+  for (std::uint64_t r = 0; r < 2; ++r) {
+    INFO("rank " << r);
+    const DeviceTensor* q = model->find(kQ, devices[r].to_string());
+    const DeviceTensor* o = model->find(kO, devices[r].to_string());
+    REQUIRE((q != nullptr && o != nullptr));
+    CHECK(read_back(*model, *q) == c.dense(kQ, r * kCols / 2, (r + 1) * kCols / 2));
+    CHECK(read_back(*model, *o) == c.dense(kO, 0, UINT64_MAX, r * kCols / 4, (r + 1) * kCols / 4));
+  }
 }

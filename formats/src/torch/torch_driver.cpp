@@ -2,6 +2,8 @@
 // `pytorch_model.bin` (or its one `.bin`), and `*.bin.index.json` sharding. Each file's zip
 // directory and pickled state dict are read (torch_file.hpp); every tensor becomes a catalog
 // entry over its storage's bytes in the file, so loading is the same read path as safetensors.
+// A strided view (a transposed or stepped tensor) spans the bytes from its first element to its
+// last and keeps its strides; the load gathers it row-major, as `.contiguous()` would.
 #include "torch_driver.hpp"
 
 #include <algorithm>
@@ -20,6 +22,7 @@
 #include "../model_dir.hpp"
 #include "../path_guard.hpp"
 #include "qload/formats/safetensors_index.hpp"
+#include "qload/formats/strided.hpp"
 #include "qload/formats/torch_file.hpp"
 
 namespace qload::formats {
@@ -59,37 +62,52 @@ Result<std::vector<std::byte>> read_entry(const OpenedFile& file, const ZipEntry
   return bytes;
 }
 
-// The byte range of tensor `t` in its storage entry; contiguous tensors only.
-Result<std::pair<std::uint64_t, std::uint64_t>> tensor_range(const PickledTensor& t, const ZipEntry& storage,
-                                                             const std::string& path) {
-  const std::uint64_t element = dtype_info(t.dtype).block_bytes;
+// Where tensor `t`'s elements lie in its storage entry: the bytes from its first element to the
+// end of its last, and its strides when it is not row-major (strided.hpp).
+struct StoredView {
+  std::uint64_t offset = 0;  // in the file
+  std::uint64_t bytes = 0;
+  std::vector<std::uint64_t> strides;  // empty: row-major
+};
+
+Result<StoredView> stored_view(const PickledTensor& t, const ZipEntry& storage, const std::string& path) {
+  const Shape shape(t.size);
+  if (t.stride.size() != t.size.size())
+    return fail(
+        located(Errc::kCorrupt, fmt::format("{} strides for {} dims", t.stride.size(), t.size.size()), path, t.name));
   std::uint64_t numel = 1;
   for (const std::uint64_t n : t.size)
     if (__builtin_mul_overflow(numel, n, &numel))
       return fail(located(Errc::kCorrupt, "the tensor's size overflows", path, t.name));
-  if (numel == 0) return std::pair<std::uint64_t, std::uint64_t>{storage.data_offset, 0};
-  if (numel > (std::uint64_t{1} << 62))  // the strides below are int64 products of the sizes
+  if (numel > (std::uint64_t{1} << 62))
     return fail(located(Errc::kCorrupt, fmt::format("a tensor of {} elements", numel), path, t.name));
-  std::int64_t expected = 1;  // row-major strides; a dimension of size 1 may have any stride
-  for (std::size_t d = t.size.size(); d-- > 0;) {
-    if (t.size[d] != 1 && t.stride[d] != expected)
-      return fail(located(Errc::kUnsupported,
-                          fmt::format("a non-contiguous view (strides [{}] for size [{}]): qload reads contiguous "
-                                      "tensors; save the state dict with .contiguous() tensors",
-                                      fmt::join(t.stride, ", "), fmt::join(t.size, ", ")),
-                          path, t.name));
-    expected *= static_cast<std::int64_t>(t.size[d]);
+  std::vector<std::uint64_t> strides;
+  for (const std::int64_t stride : t.stride) {
+    if (stride < 0)
+      return fail(
+          located(Errc::kCorrupt, fmt::format("a negative stride ({})", fmt::join(t.stride, ", ")), path, t.name));
+    strides.push_back(static_cast<std::uint64_t>(stride));
   }
+  if (formats::is_row_major(shape, strides)) strides.clear();
+  const std::uint64_t element = dtype_info(t.dtype).block_bytes;
   std::uint64_t bytes = 0, first = 0, end = 0;
-  const bool overflow = __builtin_mul_overflow(numel, element, &bytes) ||
-                        __builtin_mul_overflow(t.storage_offset, element, &first) ||
-                        __builtin_add_overflow(first, bytes, &end);
+  if (strides.empty()) {
+    bytes = numel * element;  // numel < 2^62, element <= 8
+  } else {
+    auto span = formats::strided_span_bytes(shape, strides, t.dtype);
+    if (!span) return fail(located(Errc::kCorrupt, span.error().message(), path, t.name));
+    bytes = *span;
+  }
+  if (bytes == 0) return StoredView{.offset = storage.data_offset, .bytes = 0, .strides = std::move(strides)};
+  const bool overflow =
+      __builtin_mul_overflow(t.storage_offset, element, &first) || __builtin_add_overflow(first, bytes, &end);
   if (overflow || end > storage.size || end > t.storage_bytes)
     return fail(located(Errc::kCorrupt,
-                        fmt::format("the tensor's {} elements from offset {} run past its storage {} ({} bytes)", numel,
-                                    t.storage_offset, quote_name(storage.name), storage.size),
+                        fmt::format("the tensor's elements ({} bytes from element {}) run past its storage {} ({} "
+                                    "bytes)",
+                                    bytes, t.storage_offset, quote_name(storage.name), storage.size),
                         path, t.name, storage.data_offset));
-  return std::pair<std::uint64_t, std::uint64_t>{storage.data_offset + first, bytes};
+  return StoredView{.offset = storage.data_offset + first, .bytes = bytes, .strides = std::move(strides)};
 }
 
 // One torch.save file's tensors, appended to `catalog` as file `index`.
@@ -132,13 +150,14 @@ Status add_file(const std::string& path, Catalog& catalog) {
                           t.name));
     if (storage->second->method != 0)
       return fail(located(Errc::kUnsupported, "its storage entry is compressed", path, t.name));
-    QLOAD_ASSIGN_OR_RETURN(const auto range, tensor_range(t, *storage->second, path));
+    QLOAD_ASSIGN_OR_RETURN(StoredView view, stored_view(t, *storage->second, path));
     catalog.tensors.push_back(TensorEntry{.name = t.name,
                                           .file = index,
-                                          .offset = range.first,
-                                          .nbytes = range.second,
+                                          .offset = view.offset,
+                                          .nbytes = view.bytes,
                                           .dtype = t.dtype,
-                                          .shape = Shape(t.size)});
+                                          .shape = Shape(t.size),
+                                          .strides = std::move(view.strides)});
   }
   return {};
 }

@@ -1,6 +1,6 @@
 """PyTorch `.bin` / `.pt` files written by torch.save, read by qload without running pickle:
 every tensor equals what `torch.load(weights_only=True)` returns (dtype, shape, bytes), for
-every dtype, shared storages and views, empty and 0-d tensors, a sharded checkpoint written by
+every dtype, shared storages and views (non-contiguous ones too), empty and 0-d tensors, a sharded checkpoint written by
 transformers (`pytorch_model-*.bin` + index); and pickles that do anything but rebuild tensors
 are refused, as are broken archives."""
 import io
@@ -77,11 +77,36 @@ def test_shared_storages_views_empty_and_scalars(tmp_path):
         assert as_numpy[name].shape == tuple(want.shape) and as_numpy[name].tobytes() == as_bytes(want), name
 
 
-def test_a_non_contiguous_view_is_refused_by_name(tmp_path):
-    torch.save({"ok": torch.ones(2, 2), "transposed": torch.randn(3, 4).t()}, tmp_path / "m.pt")
+def test_non_contiguous_views_equal_torch_load(tmp_path):
+    """Views torch.save stores as storage + strides (transposed, stepped, expanded, permuted,
+    column slices) arrive row-major with torch.load's values; mmap mode, which cannot gather,
+    refuses them by name."""
+    gen = torch.Generator().manual_seed(6)
+    base = torch.randn(12, 10, generator=gen).to(torch.bfloat16)
+    cube = torch.arange(4 * 3 * 5, dtype=torch.int32).reshape(4, 3, 5)
+    state = {
+        "q_proj.weight": base.t(),                                  # strides (1, 10)
+        "stepped": base[1::3, ::2],                                 # strides (30, 2) from element 10
+        "columns": base[:, 3:7],                                    # rows of a wider tensor
+        "expanded": torch.randn(6, generator=gen).expand(4, 6),     # stride 0
+        "permuted": cube.permute(2, 0, 1),
+        "f64_t": torch.randn(3, 7, generator=gen, dtype=torch.float64).t(),
+        "plain": base,
+    }
+    assert not any(state[n].is_contiguous() for n in ("q_proj.weight", "stepped", "columns", "expanded", "permuted"))
+    torch.save(state, tmp_path / "views.pt")
+    theirs = torch.load(tmp_path / "views.pt", weights_only=True)
+    assert not theirs["q_proj.weight"].is_contiguous()  # torch.load hands back the views themselves
+    assert_same(qload.load(tmp_path / "views.pt"), theirs)
+    described = {t["name"]: t for t in qload.inspect(str(tmp_path / "views.pt"))["tensors"]}
+    assert described["q_proj.weight"]["strides"] == [1, 10] and "strides" not in described["plain"]
+    # Converted by a dtype policy after the gather.
+    as_f32 = qload.load(tmp_path / "views.pt", dtype="f32")
+    for name in ("q_proj.weight", "stepped", "columns"):
+        assert torch.equal(as_f32[name], theirs[name].float()), name
     with pytest.raises(qload.Error) as e:
-        qload.load(tmp_path / "m.pt")
-    assert e.value.tensor == "transposed" and "non-contiguous" in str(e.value)
+        qload.load(tmp_path / "views.pt", settings={"load_mode": "mmap"})
+    assert e.value.tensor in state and "non-contiguous" in str(e.value)
 
 
 def test_sharded_checkpoint_with_index(tmp_path):

@@ -1,8 +1,8 @@
 // The Catalog: what a checkpoint holds, independent of its container format.
 //
-// Every format driver (safetensors now; GGUF and PyTorch zip later) turns a source path into
-// a Catalog: the files, and every stored tensor as {name, file, offset, nbytes, dtype,
-// shape}. Everything downstream (planning, reading, verifying) works from the Catalog only.
+// Every format driver (safetensors, GGUF, PyTorch zip) turns a source path into a Catalog: the
+// files, and every stored tensor as {name, file, offset, nbytes, dtype, shape}. Everything
+// downstream (planning, reading, verifying) works from the Catalog only.
 #pragma once
 
 #include <cstddef>
@@ -37,6 +37,10 @@ struct TensorEntry {
   // [..., bytes per row] (gguf-py's reader gives the same) and this names the type; its
   // decoded shape has elements in the last dim. detect_quantization makes it a quantized weight.
   std::optional<std::uint32_t> ggml_type;
+  // A strided view (torch.save of a transposed, stepped or expanded tensor): each dim's stride
+  // in elements, and offset / nbytes span its first element to the end of its last (strided.hpp).
+  // Such a tensor is read as stored and made row-major on load. Empty: row-major contiguous.
+  std::vector<std::uint64_t> strides;
 };
 
 inline constexpr std::uint64_t kEmbeddedMaxBytes = 64 * 1024;

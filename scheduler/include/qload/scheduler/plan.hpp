@@ -285,20 +285,21 @@ struct DecodeOutput {
 
 // Work done on whole tensors once their bytes are in the scratch arena: dequantize one
 // logical tensor (rows split over several tasks), quantize one weight into weight + scale,
-// repack one quantized weight's parts, or requantize one: dequantize it to `through` in host
-// memory, then quantize that to `target` (outputs as kQuantize's).
+// repack one quantized weight's parts, requantize one (dequantize it to `through` in host
+// memory, then quantize that to `target`; outputs as kQuantize's), or make a strided view
+// (formats::TensorEntry::strides) row-major, in the dtype the policy places it in.
 struct DecodeJob {
-  enum class Kind : std::uint8_t { kDequantize, kQuantize, kRepack, kRequantize };
+  enum class Kind : std::uint8_t { kDequantize, kQuantize, kRepack, kRequantize, kContiguous };
   Kind kind = Kind::kDequantize;
   std::uint32_t logical = 0;      // kDequantize, kRepack, kRequantize: index into Plan::quant->logical
   DType through = DType::kF32;    // kRequantize
   formats::QuantParams repacked;  // kRepack: the weight's parameters after repacking
-  std::uint32_t input = 0;        // kQuantize: the catalog tensor quantized
+  std::uint32_t input = 0;        // kQuantize, kContiguous: the catalog tensor quantized or gathered
   formats::QuantizeTarget target = formats::QuantizeTarget::kFp8Tensor;  // kQuantize, kRequantize
   std::vector<std::uint32_t> inputs;  // catalog tensors read into scratch for this job
   // dequantize: the weight; quantize, requantize: weight, scale; repack: every part, rewritten
   std::vector<DecodeOutput> outputs;
-  // Tensor parallel (kDequantize, kRequantize, kRepack): this job decodes tensor rank `rank`'s shard of the weight
+  // Tensor parallel (every kind): this job decodes tensor rank `rank`'s shard of the weight
   // (output shape [N, K] of the shard). Each part is first cut to the rank's slice, in the
   // scratch arena, then the slices decode as a weight of the shard's geometry
   // (Plan::sharded_weights). Empty: the whole parts decode (a replica, or no tensor split).
