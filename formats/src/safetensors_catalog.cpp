@@ -5,31 +5,12 @@
 
 #include <fmt/format.h>
 
+#include "embedded_metadata.hpp"
 #include "file_io.hpp"
 #include "located_error.hpp"
 
 namespace qload::formats {
 namespace {
-
-// bitsandbytes keeps a 4-bit weight's shape, block size and nesting in a U8 tensor of JSON.
-bool is_embedded_metadata(const TensorEntry& t) {
-  return t.dtype == DType::kU8 && t.name.find(".quant_state.bitsandbytes__") != std::string::npos;
-}
-
-Status read_embedded(Catalog& catalog) {
-  for (const TensorEntry& t : catalog.tensors) {
-    if (!is_embedded_metadata(t)) continue;
-    const std::string& path = catalog.files[t.file].path;
-    if (t.nbytes > kEmbeddedMaxBytes)
-      return fail(located(Errc::kUnsupported, fmt::format("a bitsandbytes quant_state of {} bytes", t.nbytes), path,
-                          t.name, t.offset));
-    QLOAD_ASSIGN_OR_RETURN(const OpenedFile file, open_regular_file(path));
-    std::string bytes(static_cast<std::size_t>(t.nbytes), '\0');
-    QLOAD_TRY(pread_exact(file.fd.get(), std::as_writable_bytes(std::span(bytes)), t.offset, path));
-    catalog.embedded.emplace(t.name, std::move(bytes));
-  }
-  return {};
-}
 
 Status check_unique_across_files(const Catalog& catalog) {
   std::map<std::string_view, const TensorEntry*> seen;
@@ -81,7 +62,7 @@ Result<Catalog> build_catalog(std::vector<LoadedFile> files, const std::string& 
   });
   QLOAD_TRY(check_unique_across_files(catalog));
   catalog.index_names();
-  QLOAD_TRY(read_embedded(catalog));
+  QLOAD_TRY(read_embedded_metadata(catalog));
   return catalog;
 }
 

@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "../embedded_metadata.hpp"
 #include "../file_io.hpp"
 #include "../located_error.hpp"
 #include "../model_dir.hpp"
@@ -177,6 +178,7 @@ Result<Catalog> catalog_of(const std::vector<std::string>& paths, const std::str
     if (!names.insert(t.name).second)
       return fail(
           located(Errc::kCorrupt, "the tensor is in two files of this checkpoint", catalog.files[t.file].path, t.name));
+  QLOAD_TRY(read_embedded_metadata(catalog));  // bitsandbytes 4-bit checkpoints saved as .bin
   catalog.index_names();
   return catalog;
 }

@@ -8,7 +8,8 @@ must equal the library's own, value for value.
   dequantize to the library's decompressions stacked the same way.
 - bitsandbytes 4-bit: a tiny model quantized on load by transformers with BitsAndBytesConfig
   (NF4 and FP4, with and without double quantization; bitsandbytes runs on the CPU) and saved by
-  save_pretrained; the reference is bitsandbytes' own `dequantize_4bit` of each module's weight.
+  save_pretrained (as safetensors and as pytorch_model.bin); the reference is bitsandbytes' own
+  `dequantize_4bit` of each module's weight.
 - transformers' fine-grained FP8: weights quantized by transformers' own `Fp8Quantize`
   conversion op (what `FineGrainedFP8Config` runs when it quantizes a model on load, which
   transformers only does on a GPU), written with the config transformers writes, and read back
@@ -229,7 +230,8 @@ def test_mxfp4_experts_dequantize_as_transformers_does(tmp_path, dtype):
 
 @pytest.mark.parametrize("quant_type", ["nf4", "fp4"])
 @pytest.mark.parametrize("double", [True, False], ids=["double-quant", "plain-absmax"])
-def test_bitsandbytes_4bit_dequantizes_as_bitsandbytes_does(base_model, tmp_path, quant_type, double):
+@pytest.mark.parametrize("as_bin", [False, True], ids=["safetensors", "bin"])
+def test_bitsandbytes_4bit_dequantizes_as_bitsandbytes_does(base_model, tmp_path, quant_type, double, as_bin):
     import bitsandbytes
     import bitsandbytes.functional as F
     import transformers
@@ -241,6 +243,13 @@ def test_bitsandbytes_4bit_dequantizes_as_bitsandbytes_does(base_model, tmp_path
         model = transformers.AutoModelForCausalLM.from_pretrained(base_model, quantization_config=config,
                                                                   device_map="cpu")
         model.save_pretrained(str(tmp_path / "bnb"))
+    if as_bin:  # what transformers 4 wrote with safe_serialization=False: torch.save of the same tensors
+        from safetensors.torch import load_file
+
+        saved = tmp_path / "bnb" / "model.safetensors"
+        torch.save(load_file(str(saved)), tmp_path / "bnb" / "pytorch_model.bin")
+        saved.unlink()
+        assert qload.inspect(str(tmp_path / "bnb"))["format"] == "pytorch"
     theirs = {}
     for name, module in model.named_modules():
         if isinstance(module, bitsandbytes.nn.Linear4bit):
