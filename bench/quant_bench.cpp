@@ -276,6 +276,35 @@ Result<Weight> make_fp4(std::string name, bool nv, std::uint64_t n, std::uint64_
   return w;
 }
 
+// A GGUF block type (kGgml): random block bytes, each block's f16 / E8M0 scales overwritten
+// with finite values around 2^-4 so that every element is a number. `scales`: the byte offsets
+// of the block's f16 scales (MXFP4: its one E8M0 byte, at 0).
+Weight make_ggml(std::string name, std::uint32_t type, std::uint32_t block_elems, std::uint32_t block_bytes,
+                 std::vector<std::uint32_t> scales, std::uint64_t n, std::uint64_t k) {
+  Weight w{.name = std::move(name), .t = {}, .parts = {}};
+  w.t.name = "blk.0.attn_output.weight";
+  w.t.rows = n;
+  w.t.cols = k;
+  w.t.params = {.scheme = fq::QuantScheme::kGgml, .bits = 4, .weight_dtype = DType::kU8, .ggml_type = type};
+  const std::uint64_t row_bytes = k / block_elems * block_bytes;
+  const std::vector<std::uint8_t> codes = random_codes(n * row_bytes, 8, 53);
+  Bytes blocks(codes.size());
+  std::memcpy(blocks.data(), codes.data(), blocks.size());
+  const bool mxfp4 = type == 39;
+  for (std::uint64_t b = 0; b < blocks.size(); b += block_bytes)
+    for (const std::uint32_t at : scales) {
+      if (mxfp4) {
+        blocks[b] = static_cast<std::byte>(120u + (codes[b] & 7u));  // 2^(-7..0)
+        continue;
+      }
+      const std::uint16_t half = 0x2C00u | (codes[b + at] & 0x3FFu);  // 2^-4 .. 2^-3
+      blocks[b + at] = static_cast<std::byte>(half & 0xFF);
+      blocks[b + at + 1] = static_cast<std::byte>(half >> 8);
+    }
+  w.add("blocks", DType::kU8, Shape{n, row_bytes}, std::move(blocks));
+  return w;
+}
+
 // FP8 E4M3 (per tensor, per row, 128x128 block) or compressed-tensors int8 per row: the bf16
 // weight quantized by formats::quantize, F32 scales.
 Result<Weight> make_quantized(std::string name, fq::QuantizeTarget target, const Bytes& bf16, std::uint64_t n,
@@ -331,6 +360,17 @@ Result<std::vector<Weight>> make_weights(std::uint64_t n, std::uint64_t k) {
   QLOAD_TRY(push(make_quantized("ct int8 per-row", fq::QuantizeTarget::kInt8Row, bf16, n, k)));
   QLOAD_TRY(push(make_fp4("mxfp4 (gpt-oss)", false, n, k)));
   QLOAD_TRY(push(make_fp4("nvfp4 (compressed-tensors)", true, n, k)));
+  if (k % 256 == 0) {  // GGUF's block types (ids and layouts: ggml_element.hpp)
+    out.push_back(make_ggml("gguf Q4_0", 2, 32, 18, {0}, n, k));
+    out.push_back(make_ggml("gguf Q8_0", 8, 32, 34, {0}, n, k));
+    out.push_back(make_ggml("gguf Q2_K", 10, 256, 84, {80, 82}, n, k));
+    out.push_back(make_ggml("gguf Q3_K", 11, 256, 110, {108}, n, k));
+    out.push_back(make_ggml("gguf Q4_K", 12, 256, 144, {0, 2}, n, k));
+    out.push_back(make_ggml("gguf Q5_K", 13, 256, 176, {0, 2}, n, k));
+    out.push_back(make_ggml("gguf Q6_K", 14, 256, 210, {208}, n, k));
+    out.push_back(make_ggml("gguf IQ4_XS", 23, 256, 136, {0}, n, k));
+    out.push_back(make_ggml("gguf MXFP4", 39, 32, 17, {0}, n, k));
+  }
   return out;
 }
 
@@ -341,7 +381,8 @@ struct Options {
   std::uint64_t cols = 4096;
   int repeat = 3;
   unsigned threads = 0;
-  int device = -1;  // a CUDA device: time the GPU decoders instead of the CPU ones
+  int device = -1;   // a CUDA device: time the GPU decoders instead of the CPU ones
+  std::string only;  // decode only the schemes whose name contains this, and skip quantize
 };
 
 // Throughput of one operation on 1 and on T threads, with memcpy of the same bytes beside it
@@ -674,7 +715,8 @@ Status run(const Options& o, const std::string& json_path) {
   const std::string loadavg = load_average();
   fmt::print("[{} x {}] weight, best of {} runs, T = {} threads, load average {} (at start)\n", o.rows, o.cols,
              o.repeat, o.threads, loadavg);
-  QLOAD_ASSIGN_OR_RETURN(const std::vector<Weight> weights, make_weights(o.rows, o.cols));
+  QLOAD_ASSIGN_OR_RETURN(std::vector<Weight> weights, make_weights(o.rows, o.cols));
+  std::erase_if(weights, [&](const Weight& w) { return w.name.find(o.only) == std::string::npos; });
   Buffers buf{Bytes(o.rows * o.cols * 4), Bytes(o.rows * o.cols * 4)};
   std::memset(buf.out.data(), 0, buf.out.size());  // fault the pages in before timing
   std::memset(buf.check.data(), 0, buf.check.size());
@@ -688,7 +730,7 @@ Status run(const Options& o, const std::string& json_path) {
     QLOAD_TRY(run_gpu_decodes(o, weights, o.device, buf, report));
   } else {
     QLOAD_TRY(run_decodes(o, weights, buf, report));
-    QLOAD_TRY(run_quantizes(o, buf, report));
+    if (o.only.empty()) QLOAD_TRY(run_quantizes(o, buf, report));
   }
   report["loadavg_end"] = load_average();
   fmt::print("\nevery decode matched a second decode over another row split; load average {} (at end)\n",
@@ -714,6 +756,7 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--json", json_path, "also write the results as JSON to this file");
   app.add_flag("--quick", quick, "a smoke run: [256 x 512], 1 run");
+  app.add_option("--only", o.only, "decode only the schemes whose name contains this (\"gguf\"), no quantize");
   app.add_option("--gpu", o.device, "time the CUDA decoders on this device instead of the CPU ones")
       ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);

@@ -1,11 +1,12 @@
 // GGML block-quantized weights (QuantScheme::kGgml): the logical weight a GGUF tensor makes,
-// and the CPU decoder, which runs ggml_element.hpp's arithmetic a block at a time (a sub-block's
-// scale once for the types that have them).
+// and the CPU decoder, which runs ggml_element.hpp's arithmetic a block at a time: ggml_rows.hpp's
+// whole-block loops where there is one, else value() per element (a sub-block's scale once).
 #include <fmt/format.h>
 
 #include "../gguf/ggml_types.hpp"
 #include "decoders.hpp"
 #include "dequantize_element.hpp"
+#include "ggml_rows.hpp"
 
 namespace qload::formats::detail {
 namespace {
@@ -81,7 +82,10 @@ Status dequantize_ggml(const LogicalTensor& t, std::span<const PartBytes> parts,
     for (std::uint64_t n = row_begin; n < row_end; ++n) {
       const std::uint8_t* b = base + n * g.row_bytes;
       for (std::uint64_t k = 0; k < t.cols; k += T::kElems, b += T::kBytes) {
-        if constexpr (requires { typename T::Scale; }) {  // each sub-block's scale once
+        if constexpr (ggml::HasRows<T>) {  // ggml_rows.hpp: vectorised runs
+          ggml::Rows::block(T{}, b, y);
+          y += T::kElems;
+        } else if constexpr (requires { typename T::Scale; }) {  // each sub-block's scale once
           for (unsigned j = 0; j < T::kElems / T::kSub; ++j) {
             const typename T::Scale s = T::scale(b, j);
             for (unsigned i = j * T::kSub; i < (j + 1) * T::kSub; ++i) *y++ = T::value(s, b, i);
