@@ -150,6 +150,7 @@ Status contiguous_task(ReadLoadState& s, const DecodeJob& job) {
   const formats::TensorEntry& t = s.catalog.tensors[job.input];
   const DecodeOutput& out = job.outputs.front();
   return produce(s, out, 0, out.bytes, [&](std::span<std::byte> dst) -> Status {
+    if (dst.empty()) return {};  // no elements (memcpy may not take the null of an empty vector)
     if (job.shard_inputs.empty() && out.dtype == t.dtype)  // straight into place
       return formats::gather_strided(t, scratch_bytes(s, job.input), dst);
     std::vector<std::byte> dense;
