@@ -38,6 +38,11 @@ Status dequantize_fp8(const LogicalTensor& t, std::span<const PartBytes> parts, 
 // weight of catalog tensor `index` (one with a ggml_type).
 Status dequantize_ggml(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t row_begin,
                        std::uint64_t row_end, std::span<float> out);
+// The same, straight to F32, BF16 or F16 bytes (`out` holds (row_end - row_begin) * cols of
+// `dtype`; F32 output aligned to 4): dequantize_rows' path for GGML weights, whose 16-bit
+// outputs skip the f32 slab.
+Status dequantize_ggml(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t row_begin,
+                       std::uint64_t row_end, DType dtype, std::span<std::byte> out);
 bool ggml_decodable(std::uint32_t ggml_type);
 Result<LogicalTensor> ggml_weight(const Catalog& catalog, std::uint32_t index);
 QuantLayoutText ggml_layout(const LogicalTensor& t);  // describe_layout's words for a GGML type

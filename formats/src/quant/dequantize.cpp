@@ -136,7 +136,10 @@ Status dequantize_rows(const LogicalTensor& tensor, std::span<const PartBytes> p
                     .with_tensor(tensor.name));
   if (tensor.experts > 0 && !detail::stacked_rows_are_flat(tensor))
     return decode_experts(tensor, parts, row_begin, row_end, out_dtype, out);
-  if (out_dtype == DType::kF32 && reinterpret_cast<std::uintptr_t>(out.data()) % alignof(float) == 0) {
+  const bool aligned = reinterpret_cast<std::uintptr_t>(out.data()) % alignof(float) == 0;
+  if (tensor.params.scheme == QuantScheme::kGgml && (out_dtype != DType::kF32 || aligned))
+    return detail::dequantize_ggml(tensor, parts, row_begin, row_end, out_dtype, out);  // any dtype, in L1
+  if (out_dtype == DType::kF32 && aligned) {
     auto* f = reinterpret_cast<float*>(out.data());
     return decode_f32(tensor, parts, row_begin, row_end,
                       std::span(f, static_cast<std::size_t>((row_end - row_begin) * cols)));

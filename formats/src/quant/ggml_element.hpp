@@ -128,11 +128,15 @@ struct Q3_K {  // 32 bytes high-bit mask, 64 bytes 2-bit q, 12 bytes 6-bit scale
   struct Scale {
     float dl;
   };
-  QLOAD_DEQUANT_HD static Scale scale(const std::uint8_t* b, unsigned j) {
+  // Sub-block j's signed 6-bit scale (low nibbles in bytes 96..103, high crumbs in 104..107).
+  QLOAD_DEQUANT_HD static std::int32_t scale_code(const std::uint8_t* b, unsigned j) {
     const std::uint8_t* scales = b + 96;
     const std::int32_t low = (scales[j % 8] >> (j < 8 ? 0 : 4)) & 0xF;
     const std::int32_t high = (scales[8 + j % 4] >> (2 * (j / 4))) & 3;
-    return {mul_rn(half_at(b + 108), f32_of((low | (high << 4)) - 32))};
+    return (low | (high << 4)) - 32;
+  }
+  QLOAD_DEQUANT_HD static Scale scale(const std::uint8_t* b, unsigned j) {
+    return {mul_rn(half_at(b + 108), f32_of(scale_code(b, j)))};
   }
   QLOAD_DEQUANT_HD static float value(const Scale& s, const std::uint8_t* b, unsigned i) {
     // The high bit subtracts 4 when it is clear.
@@ -148,8 +152,12 @@ QLOAD_DEQUANT_HD std::int32_t k_nibble(const std::uint8_t* qs, unsigned i) {
 struct K4Scale {  // Q4_K/Q5_K sub-block j: d * sc_j and dmin * m_j
   float d, dm;
 };
+// d and dmin: the block's two f16 scales, widened.
+QLOAD_DEQUANT_HD K4Scale k4_scale_of(const std::uint8_t* b, unsigned j, float d, float dmin) {
+  return {mul_rn(d, f32_of(k4_scale(b + 4, j))), mul_rn(dmin, f32_of(k4_min(b + 4, j)))};
+}
 QLOAD_DEQUANT_HD K4Scale k4_scale_of(const std::uint8_t* b, unsigned j) {
-  return {mul_rn(half_at(b), f32_of(k4_scale(b + 4, j))), mul_rn(half_at(b + 2), f32_of(k4_min(b + 4, j)))};
+  return k4_scale_of(b, j, half_at(b), half_at(b + 2));
 }
 struct Q4_K {  // d, dmin f16, 12 bytes of 6-bit scales and mins, 128 bytes of nibbles
   static constexpr std::uint32_t kId = 12, kElems = 256, kBytes = 144, kSub = 32;
@@ -203,10 +211,13 @@ struct IQ4_XS {  // d f16, u16 high scale bits, 4 bytes low scale nibbles, 128 b
   struct Scale {
     float dl;
   };
-  QLOAD_DEQUANT_HD static Scale scale(const std::uint8_t* b, unsigned j) {
+  QLOAD_DEQUANT_HD static std::int32_t scale_code(const std::uint8_t* b, unsigned j) {
     const std::int32_t low = (b[4 + j / 2] >> (4 * (j % 2))) & 0xF;
     const std::int32_t high = ((b[2] | (b[3] << 8)) >> (2 * j)) & 3;
-    return {mul_rn(half_at(b), f32_of((low | (high << 4)) - 32))};
+    return (low | (high << 4)) - 32;
+  }
+  QLOAD_DEQUANT_HD static Scale scale(const std::uint8_t* b, unsigned j) {
+    return {mul_rn(half_at(b), f32_of(scale_code(b, j)))};
   }
   QLOAD_DEQUANT_HD static float value(const Scale& s, const std::uint8_t* b, unsigned i) {
     return mul_rn(s.dl, f32_of(iq4_level(nibble(b + 8 + (i / 32) * 16, i % 32, 16))));

@@ -81,24 +81,29 @@ struct Rows {
   static void block(Q8_K, const std::uint8_t* b, float* y) {
     scaled_run<256>(y, as_float(u32_at(b)), [&](unsigned l) { return static_cast<std::int8_t>(b[4 + l]); });
   }
+  // The block's f16 scales are widened once, not once per sub-block as scale(b, j) would: the
+  // same products.
   static void block(Q2_K, const std::uint8_t* b, float* y) {
+    const float d = half_at(b + 80), dmin = half_at(b + 82);
     for (unsigned half = 0; half < 2; ++half) {  // 128 elements from 32 bytes of 2-bit codes
       const std::uint8_t* q = b + 16 + half * 32;
       for (unsigned shift = 0; shift < 8; shift += 2)
         for (unsigned part = 0; part < 2; ++part, y += 16) {  // sub-block j: 16 codes at one shift
-          const Q2_K::Scale s = Q2_K::scale(b, half * 8 + shift + part);
+          const std::uint8_t sc = b[half * 8 + shift + part];
+          const float dl = mul_rn(d, f32_of(sc & 0xF)), ml = mul_rn(dmin, f32_of(sc >> 4));
           const std::uint8_t* qp = q + part * 16;
-          scaled_run_minus<16>(y, s.dl, s.ml, [&](unsigned l) { return (qp[l] >> shift) & 3; });
+          scaled_run_minus<16>(y, dl, ml, [&](unsigned l) { return (qp[l] >> shift) & 3; });
         }
     }
   }
   static void block(Q3_K, const std::uint8_t* b, float* y) {
+    const float d = half_at(b + 108);
     for (unsigned half = 0; half < 2; ++half) {
       const std::uint8_t* q = b + 32 + half * 32;
       for (unsigned shift = 0; shift < 8; shift += 2) {
         const unsigned bit = half * 4 + shift / 2;  // the high-bit mask's bit for these 32 elements
         for (unsigned part = 0; part < 2; ++part, y += 16) {
-          const float dl = Q3_K::scale(b, half * 8 + shift + part).dl;
+          const float dl = mul_rn(d, f32_of(Q3_K::scale_code(b, half * 8 + shift + part)));
           const std::uint8_t* qp = q + part * 16;
           const std::uint8_t* hm = b + part * 16;
           scaled_run<16>(y, dl, [&](unsigned l) {
@@ -109,18 +114,20 @@ struct Rows {
     }
   }
   static void block(Q4_K, const std::uint8_t* b, float* y) {
+    const float d = half_at(b), dmin = half_at(b + 2);
     for (unsigned j = 0; j < 8; j += 2, y += 64) {  // 64 elements from 32 bytes: low nibbles, then high
       const std::uint8_t* q = b + 16 + j * 16;
-      const K4Scale lo = k4_scale_of(b, j), hi = k4_scale_of(b, j + 1);
+      const K4Scale lo = k4_scale_of(b, j, d, dmin), hi = k4_scale_of(b, j + 1, d, dmin);
       scaled_run_minus<32>(y, lo.d, lo.dm, [&](unsigned l) { return q[l] & 0xF; });
       scaled_run_minus<32>(y + 32, hi.d, hi.dm, [&](unsigned l) { return q[l] >> 4; });
     }
   }
   static void block(Q5_K, const std::uint8_t* b, float* y) {
+    const float d = half_at(b), dmin = half_at(b + 2);
     const std::uint8_t* qh = b + 16;
     for (unsigned j = 0; j < 8; j += 2, y += 64) {
       const std::uint8_t* q = b + 48 + j * 16;
-      const K4Scale lo = k4_scale_of(b, j), hi = k4_scale_of(b, j + 1);
+      const K4Scale lo = k4_scale_of(b, j, d, dmin), hi = k4_scale_of(b, j + 1, d, dmin);
       scaled_run_minus<32>(y, lo.d, lo.dm, [&](unsigned l) {
         return (q[l] & 0xF) | static_cast<std::int32_t>(((qh[l] >> j) & 1u) << 4);
       });
@@ -130,6 +137,7 @@ struct Rows {
     }
   }
   static void block(Q6_K, const std::uint8_t* b, float* y) {
+    const float d = half_at(b + 208);
     // ggml's loop: each of 32 positions l gives four elements (l, l + 32, l + 64, l + 96 of the
     // half), from the low and high nibbles of two ql bytes and four crumbs of one qh byte.
     for (unsigned half = 0; half < 2; ++half, y += 128) {
@@ -137,8 +145,8 @@ struct Rows {
       const std::uint8_t* qh = b + 128 + half * 32;
       for (unsigned part = 0; part < 2; ++part) {  // l in [16 part, 16 part + 16): one scale per quarter
         const unsigned j = half * 8 + part;
-        const float d0 = Q6_K::scale(b, j).d, d1 = Q6_K::scale(b, j + 2).d, d2 = Q6_K::scale(b, j + 4).d,
-                    d3 = Q6_K::scale(b, j + 6).d;
+        const auto sub = [&](unsigned i) { return mul_rn(d, f32_of(static_cast<std::int8_t>(b[192 + i]))); };
+        const float d0 = sub(j), d1 = sub(j + 2), d2 = sub(j + 4), d3 = sub(j + 6);
         for (unsigned l = part * 16; l < part * 16 + 16; ++l) {
           const std::int32_t h = qh[l];
           y[l] = mul_rn(d0, f32_of(((ql[l] & 0xF) | ((h & 3) << 4)) - 32));
@@ -155,9 +163,10 @@ struct Rows {
     nibble_lookups(y, table, b + 2);
   }
   static void block(IQ4_XS, const std::uint8_t* b, float* y) {
+    const float d = half_at(b);
     for (unsigned j = 0; j < 8; ++j, y += 32) {
       float table[16];
-      level_table(table, IQ4_XS::scale(b, j).dl, iq4_level);
+      level_table(table, mul_rn(d, f32_of(IQ4_XS::scale_code(b, j))), iq4_level);
       nibble_lookups(y, table, b + 8 + j * 16);
     }
   }

@@ -30,8 +30,8 @@ __attribute__((target("avx2"))) inline __m256 lookup8(__m256 low, __m256 high, _
   return _mm256_blendv_ps(from_low, from_high, _mm256_castsi256_ps(_mm256_slli_epi32(codes, 28)));
 }
 
-__attribute__((target("avx2"))) void interleaved_avx2(const float* table, const std::uint8_t* codes, std::size_t count,
-                                                      float* y) {
+__attribute__((target("avx2"))) inline void interleaved_avx2(const float* table, const std::uint8_t* codes,
+                                                             std::size_t count, float* y) {
   const __m256 low = _mm256_loadu_ps(table), high = _mm256_loadu_ps(table + 8);
   const __m128i nibble = _mm_set1_epi8(0x0F);
   std::size_t j = 0;
@@ -44,6 +44,12 @@ __attribute__((target("avx2"))) void interleaved_avx2(const float* table, const 
     _mm256_storeu_ps(y + 8, lookup8(low, high, _mm256_cvtepu8_epi32(_mm_srli_si128(pairs, 8))));
   }
   interleaved_scalar(table, codes + j, count - j, y);
+}
+
+__attribute__((target("avx2"))) void groups_avx2(const float* tables, const std::uint8_t* codes, std::size_t groups,
+                                                 std::size_t group_bytes, float* y) {
+  for (std::size_t g = 0; g < groups; ++g)
+    interleaved_avx2(tables + 16 * g, codes + g * group_bytes, group_bytes, y + 2 * g * group_bytes);
 }
 
 __attribute__((target("avx2"))) void split_avx2(const float* table, const std::uint8_t* codes, std::size_t count,
@@ -81,6 +87,15 @@ void lookup_nibbles_interleaved(const float* table, const std::uint8_t* codes, s
   if (nibble_lookup_uses_avx2()) return interleaved_avx2(table, codes, count, y);
 #endif
   interleaved_scalar(table, codes, count, y);
+}
+
+void lookup_groups_interleaved(const float* tables, const std::uint8_t* codes, std::size_t groups,
+                               std::size_t group_bytes, float* y) {
+#if defined(__x86_64__)
+  if (nibble_lookup_uses_avx2()) return groups_avx2(tables, codes, groups, group_bytes, y);
+#endif
+  for (std::size_t g = 0; g < groups; ++g)
+    interleaved_scalar(tables + 16 * g, codes + g * group_bytes, group_bytes, y + 2 * g * group_bytes);
 }
 
 void lookup_nibbles_split(const float* table, const std::uint8_t* codes, std::size_t count, float* y) {
