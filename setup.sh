@@ -48,6 +48,17 @@ if [ "${QLOAD_PYTHON:-AUTO}" != OFF ]; then
 fi
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+# CI's builds (this one, the Python wheel, the ASan+UBSan one) fill ccache's default 5 GB, and
+# an evicting cache rebuilds most of the tree on every run: give it 20 GB unless set larger.
+if command -v ccache >/dev/null; then
+  max=$(ccache --get-config max_size 2>/dev/null || true)
+  case "$max" in
+    0 | *T) gigabytes=20 ;;  # 0: unlimited
+    *G) gigabytes=${max%G} && gigabytes=${gigabytes%%.*} ;;
+    *) gigabytes=0 ;;
+  esac
+  [ "$gigabytes" -ge 20 ] 2>/dev/null || ccache --max-size=20G >/dev/null
+fi
 # Paths relative to the checkout, so clones in other folders (CI's) hit the same cache.
 export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
 cmake -S . -B "$build_dir" -G Ninja "${launcher[@]}" \
