@@ -40,9 +40,14 @@ Result<PartMap> part_map(const formats::LogicalTensor& lt, std::string_view role
       case formats::ScaleLayout::kRow: return {.n = {0, 1, 1}};
       case formats::ScaleLayout::kGroup: return {.n = {0, 1, 1}, .k = {1, 1, g}};
       case formats::ScaleLayout::kBlock: return {.n = {0, 1, block_rows}, .k = {1, 1, block_cols}};
+      case formats::ScaleLayout::kColumn: break;  // refused below
     }
     return {};
   };
+  if (p.scale_layout == formats::ScaleLayout::kColumn)
+    return fail(weight_error(lt,
+                             "tensor-parallel splits inside FP8 experts stored transposed (Llama-4's fbgemm "
+                             "layout, a scale per column) are not supported; split them by whole experts"));
   switch (p.scheme) {
     case formats::QuantScheme::kGptq:
       if (role == "qweight") return PartMap{.n = {1, 1, 1}, .k = {0, p.bits, 32}};

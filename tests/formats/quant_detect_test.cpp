@@ -5,6 +5,8 @@
 // quant_detect_ct_test.cpp; the catalog builders: quant_detect_support.hpp.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -427,6 +429,43 @@ TEST_CASE("fbgemm_fp8 is per row", "[quant][detect]") {
               {.code = Errc::kCorrupt,
                .message_has = "expected F16, BF16 or F32 [64, 1] or [64], found F32 [1]",
                .tensor = "l.weight_scale"});
+}
+
+TEST_CASE("fbgemm_fp8: Llama-4's fused experts are stacked FP8 weights scaled per column", "[quant][detect]") {
+  const std::string p = "language_model.model.layers.1.feed_forward.experts.";
+  const std::vector<T> ts{{p + "gate_up_proj", DType::kF8_E4M3, Shape{4, 64, 96}},  // [E, H, 2I]
+                          {p + "gate_up_proj_scale", DType::kF32, Shape{4, 1, 96}},
+                          {p + "down_proj", DType::kF8_E4M3, Shape{4, 48, 64}},  // [E, I, H]
+                          {p + "down_proj_scale", DType::kF32, Shape{4, 64, 1}},
+                          {"l.weight", DType::kF8_E4M3, Shape{64, 32}},
+                          {"l.weight_scale", DType::kF32, Shape{64, 1}},
+                          {"router.weight", DType::kBF16, Shape{4, 64}}};
+  const std::string cfg = R"({"quant_method":"fbgemm_fp8","modules_to_not_convert":["router"]})";
+  const auto q = detect_quantization(make_catalog(ts, cfg));
+  if (!q) FAIL(q.error().to_string());
+  REQUIRE(q->logical.size() == 3);
+  const auto named = [&](const std::string& name) -> const LogicalTensor& {
+    const auto it = std::ranges::find(q->logical, name, &LogicalTensor::name);
+    REQUIRE(it != q->logical.end());
+    return *it;
+  };
+  const LogicalTensor& down = named(p + "down_proj");
+  const LogicalTensor& gate_up = named(p + "gate_up_proj");
+  CHECK((down.experts == 4 && down.rows == 4 * 48 && down.cols == 64 && down.shape == Shape{4, 48, 64}));
+  CHECK((gate_up.experts == 4 && gate_up.rows == 4 * 64 && gate_up.cols == 96));
+  CHECK(gate_up.params.scale_layout == ScaleLayout::kColumn);
+  CHECK(gate_up.part("weight_scale").has_value());
+  CHECK(named("l.weight").params.scale_layout == ScaleLayout::kRow);
+  CHECK(describe_layout(gate_up, make_catalog(ts, cfg)).scales.starts_with("per-channel (per column"));
+  // A scale that is not one per expert and output channel.
+  check_error(detect_quantization(make_catalog(with(ts, p + "gate_up_proj_scale", DType::kF32, Shape{4, 64, 1}), cfg)),
+              {.code = Errc::kCorrupt,
+               .message_has = "expected F32 [4, 1, 96] or [4, 96, 1]",
+               .tensor = p + "gate_up_proj_scale"});
+  // Without fbgemm_fp8 the pair is two plain tensors, as before.
+  const auto plain = detect_quantization(make_catalog(ts, R"({"quant_method":"fp8"})"));
+  REQUIRE(plain);
+  CHECK(plain->logical.size() == 1);
 }
 
 TEST_CASE("modelopt fp8 from hf_quant_config.json or config.json", "[quant][detect]") {

@@ -114,6 +114,7 @@ inline Weight fp8_weight(DType code, ScaleLayout layout, DType scale_dtype, std:
     case ScaleLayout::kRow: scale_shape = Shape{n, 1}; break;
     case ScaleLayout::kGroup: scale_shape = Shape{n, ref_ceil(k, 64)}; break;
     case ScaleLayout::kBlock: scale_shape = Shape{ref_ceil(n, 128), ref_ceil(k, 128)}; break;
+    case ScaleLayout::kColumn: scale_shape = Shape{1, k}; break;  // Llama-4's fbgemm experts (per expert)
   }
   const std::uint64_t count = scale_shape.numel().value();
   w.add(layout == ScaleLayout::kBlock ? "weight_scale_inv" : "weight_scale", scale_dtype, scale_shape,
@@ -128,7 +129,8 @@ inline void add_float_cases(std::vector<Case>& cases, Rng& rng) {
                        ct_int_weight(layout, z, rng)});
   for (DType code : {DType::kF8_E4M3, DType::kF8_E5M2})
     for (DType scale : {DType::kF32, DType::kBF16, DType::kF16})
-      for (ScaleLayout layout : {ScaleLayout::kTensor, ScaleLayout::kRow, ScaleLayout::kGroup, ScaleLayout::kBlock})
+      for (ScaleLayout layout :
+           {ScaleLayout::kTensor, ScaleLayout::kRow, ScaleLayout::kGroup, ScaleLayout::kBlock, ScaleLayout::kColumn})
         cases.push_back(
             {fmt::format("fp8 {} scale {} layout {}", dtype_name(code), dtype_name(scale), static_cast<int>(layout)),
              fp8_weight(code, layout, scale, 200, 300, rng)});

@@ -175,6 +175,7 @@ std::uint64_t ref_scale_index(const LogicalTensor& t, std::uint64_t n, std::uint
     case ScaleLayout::kRow: return n;
     case ScaleLayout::kBlock: return (n / p.block_rows) * ceil_div(t.cols, p.block_cols) + k / p.block_cols;
     case ScaleLayout::kGroup: return n * ceil_div(t.cols, p.group_size) + k / p.group_size;
+    case ScaleLayout::kColumn: return k;
   }
   return 0;
 }
@@ -405,6 +406,9 @@ std::vector<Fp8Case> dequantize_cases() {
       // Long rows take the scaled-table path of the decoder (segments of >= 1024 elements).
       cases.push_back({"row long " + tag, fp8_tensor(3, 2500, w, ScaleLayout::kRow), Shape{3, 1}, s});
       cases.push_back({"group 2048 " + tag, fp8_tensor(3, 5000, w, ScaleLayout::kGroup, 0, 0, 2048), Shape{3, 3}, s});
+      // Llama-4's fbgemm experts: a weight stored transposed, one scale per column, either shape.
+      cases.push_back({"column [1,K] " + tag, fp8_tensor(200, 300, w, ScaleLayout::kColumn), Shape{1, 300}, s});
+      cases.push_back({"column [K,1] " + tag, fp8_tensor(7, 11, w, ScaleLayout::kColumn), Shape{11, 1}, s});
     }
   }
   return cases;

@@ -52,6 +52,11 @@ QuantLayoutText ggml_layout(const LogicalTensor& t);  // describe_layout's words
 Status dequantize_mxfp4(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t row_begin,
                         std::uint64_t row_end, std::span<float> out);
 Status detect_mxfp4(const Catalog& catalog, QuantizedCatalog& out);
+
+// Llama-4's fbgemm FP8 experts (fbgemm_experts.cpp): every 3-D F8 `<name>` with a `<name>_scale`
+// of one scale per expert and output channel becomes a kFp8 weight with ScaleLayout::kColumn
+// (kCorrupt naming the scale when its shape or dtype does not fit).
+Status detect_fbgemm_experts(const Catalog& catalog, QuantizedCatalog& out);
 // The roles of an MXFP4 weight's two parts: gpt-oss's blocks / scales, or compressed-tensors'
 // weight_packed / weight_scale (the same bytes).
 struct Mxfp4Roles {

@@ -376,6 +376,7 @@ Result<QuantizedCatalog> detect_quantization(const Catalog& catalog) {
     out.config_source = config->source;
     QLOAD_TRY(detail::detect_with_config(catalog, *config, modules, out));
     if (config->method == "mxfp4") QLOAD_TRY(detail::detect_mxfp4(catalog, out));
+    if (config->method == "fbgemm_fp8") QLOAD_TRY(detail::detect_fbgemm_experts(catalog, out));
     if (config->method == "bitsandbytes") {
       QLOAD_TRY(detail::detect_bnb4(catalog, out));
       QLOAD_TRY(detail::detect_bnb8(catalog, out));

@@ -204,6 +204,7 @@ std::vector<Shape> scale_shapes(const Rule& rule, ScaleLayout layout, std::uint6
     case ScaleLayout::kGroup:
       return {Shape{n, ceil_div(k, rule.group_size > 0 ? static_cast<std::uint64_t>(rule.group_size) : k)}};
     case ScaleLayout::kBlock: return {Shape{ceil_div(n, rule.block_rows), ceil_div(k, rule.block_cols)}};
+    case ScaleLayout::kColumn: break;  // no rule has it (fbgemm_experts.cpp detects its weights)
   }
   return {};
 }

@@ -73,6 +73,7 @@ DeviceScaleIndex scale_index(ScaleLayout layout) {
     case ScaleLayout::kRow: return DeviceScaleIndex::kRow;
     case ScaleLayout::kBlock: return DeviceScaleIndex::kBlock;
     case ScaleLayout::kGroup: break;
+    case ScaleLayout::kColumn: break;  // FP8 only, whose kernel reads the scale grid instead
   }
   return DeviceScaleIndex::kGroup;
 }

@@ -1,5 +1,5 @@
 // FP8 codecs and the FP8 decoder (quant.hpp QuantScheme::kFp8). W[n,k] = f32(code) * scale,
-// one f32 multiply, with the scale broadcast per tensor, row, block or group (ScaleLayout).
+// one f32 multiply, with the scale broadcast per tensor, row, block, group or column (ScaleLayout).
 // "weight_scale_inv" (DeepSeek-V3 naming) is multiplied too: it is the inverse of the
 // quantization scale (../shared/formats.md 3.2).
 #include <algorithm>
@@ -7,6 +7,7 @@
 #include <bit>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -112,6 +113,12 @@ Result<ScaleGrid> check_scale(const LogicalTensor& t, const PartBytes& s) {
       numel = expected[0] * expected[1];
       break;
     }
+    case ScaleLayout::kColumn:  // one scale per column, every row: Llama-4's transposed experts
+      if (s.shape != Shape{1, k} && s.shape != Shape{k, 1} && s.shape != Shape{k})
+        return fail(shape_error(t, s, fmt::format("[1, {}], [{}, 1] or [{}]", k, k, k), "per-column scale"));
+      grid = {std::max<std::uint64_t>(n, 1), 1, k};
+      numel = k;
+      break;
     case ScaleLayout::kGroup: {
       if (p.group_size == 0)
         return fail(Error(Errc::kInvalidArgument, "FP8 group scale with group size 0").with_tensor(t.name));
@@ -172,6 +179,16 @@ Status dequantize_fp8(const LogicalTensor& t, std::span<const PartBytes> parts, 
 
   const Table& table = decode_table(weight->dtype);
   const auto* codes = reinterpret_cast<const std::uint8_t*>(weight->bytes.data());
+  if (t.params.scale_layout == ScaleLayout::kColumn) {  // each row times the same vector of scales
+    std::vector<float> scales(static_cast<std::size_t>(cols));
+    for (std::uint64_t k = 0; k < cols; ++k) scales[k] = load_scale(*scale, k);
+    for (std::uint64_t n = row_begin; n < row_end; ++n) {
+      const std::uint8_t* w = codes + n * cols;
+      float* o = out.data() + (n - row_begin) * cols;
+      for (std::uint64_t k = 0; k < cols; ++k) o[k] = table[w[k]] * scales[k];
+    }
+    return {};
+  }
   for (std::uint64_t n = row_begin; n < row_end; ++n) {
     const std::uint8_t* w = codes + n * cols;
     float* o = out.data() + (n - row_begin) * cols;

@@ -12,6 +12,7 @@ std::string scale_text(const LogicalTensor& w) {
   switch (p.scale_layout) {
     case ScaleLayout::kTensor: return "per-tensor";
     case ScaleLayout::kRow: return "per-channel";
+    case ScaleLayout::kColumn: return "per-channel (per column of the weight stored transposed, [K, N])";
     case ScaleLayout::kBlock: return fmt::format("block {}x{}", p.block_rows, p.block_cols);
     case ScaleLayout::kGroup: break;
   }

@@ -31,6 +31,7 @@ Status ct_scales(const LogicalTensor& t, std::uint64_t groups, PackedShapes& s) 
     case ScaleLayout::kRow: s.scales = Shape{t.rows, 1}; break;
     case ScaleLayout::kGroup: s.scales = Shape{t.rows, groups}; break;
     case ScaleLayout::kBlock: return unsupported(t, "compressed-tensors integer weights with block scales");
+    case ScaleLayout::kColumn: return unsupported(t, "compressed-tensors integer weights with column scales");
   }
   s.groups = t.params.scale_layout == ScaleLayout::kGroup ? groups : 1;
   return {};

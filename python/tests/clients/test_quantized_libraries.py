@@ -287,3 +287,43 @@ def test_bitsandbytes_8bit_dequantizes_as_bitsandbytes_does(base_model, tmp_path
     ours = qload.load(str(tmp_path / "int8"), dequantize="f32")
     for name, want in theirs.items():
         assert torch.equal(ours[name], want), f"{name} differs in {(ours[name] != want).sum().item()} values"
+
+
+def test_llama4_fbgemm_fp8_experts_dequantize_per_output_channel(tmp_path):
+    """Llama-4's FP8 MoE experts as transformers' FbgemmFp8Llama4TextExperts holds them
+    (quant_method fbgemm_fp8): `gate_up_proj` [E, H, 2I] with `gate_up_proj_scale` [E, 1, 2I] and
+    `down_proj` [E, I, H] with `down_proj_scale` [E, H, 1], each expert stored transposed and
+    scaled per output channel. fbgemm's kernels need a GPU, so the reference is torch's own f32
+    arithmetic on the same tensors: code times its channel's scale, in the stored orientation
+    (what transformers' bf16 Llama4TextExperts holds)."""
+    from safetensors.torch import save_file
+
+    gen = torch.Generator().manual_seed(11)
+    experts, hidden, inter = 4, 64, 48
+    p = "language_model.model.layers.0.feed_forward.experts."
+    gate_up = torch.randn(experts, hidden, 2 * inter, generator=gen)
+    down = torch.randn(experts, inter, hidden, generator=gen)
+    gate_up_scale = gate_up.abs().amax(dim=1, keepdim=True) / 448  # [E, 1, 2I]
+    down_scale = (down.abs().amax(dim=1, keepdim=True) / 448).transpose(1, 2).contiguous()  # [E, H, 1]
+    tensors = {
+        p + "gate_up_proj": (gate_up / gate_up_scale).to(torch.float8_e4m3fn),
+        p + "gate_up_proj_scale": gate_up_scale,
+        p + "down_proj": (down / down_scale.transpose(1, 2)).to(torch.float8_e4m3fn),
+        p + "down_proj_scale": down_scale,
+        "language_model.model.layers.0.feed_forward.router.weight": torch.randn(experts, hidden, generator=gen),
+    }
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    (tmp_path / "config.json").write_text(json.dumps({"quantization_config": {
+        "quant_method": "fbgemm_fp8", "modules_to_not_convert": ["language_model.model.layers.0.feed_forward.router"]}}))
+    want = {
+        p + "gate_up_proj": tensors[p + "gate_up_proj"].float() * gate_up_scale,
+        p + "down_proj": tensors[p + "down_proj"].float() * down_scale.transpose(1, 2),
+    }
+    kept = {q["name"]: q for q in qload.load(str(tmp_path)).quantized}
+    assert sorted(kept) == sorted(want)
+    assert all(q["experts"] == experts for q in kept.values())
+    for dtype, torch_dtype in (("f32", torch.float32), ("bf16", torch.bfloat16)):
+        got = qload.load(str(tmp_path), dequantize=dtype)
+        for name, reference in want.items():
+            assert got[name].shape == reference.shape and got[name].dtype == torch_dtype, name
+            assert torch.equal(got[name], reference.to(torch_dtype)), f"{name} ({dtype})"

@@ -37,7 +37,9 @@ enum class QuantScheme : std::uint8_t {
   kAwqGemv,
   // FP8: weight F8_E4M3 or F8_E5M2 [N, K] times a scale: per tensor (weight_scale [] or [1]),
   // per row (weight_scale [N, 1] or [N]), or per block (weight_scale_inv or weight_scale
-  // [ceil(N/bn), ceil(K/bk)], DeepSeek-V3 and compressed-tensors float-quantized).
+  // [ceil(N/bn), ceil(K/bk)], DeepSeek-V3 and compressed-tensors float-quantized). Llama-4's
+  // fbgemm experts: weight `<p>_proj` [E, K, N] (stored transposed) with weight_scale
+  // `<p>_proj_scale` [E, 1, N] or [E, N, 1] (ScaleLayout::kColumn), decoded as stored.
   kFp8,
   // compressed-tensors pack-quantized: weight_packed I32 [N, ceil(K*b/32)] (offset binary,
   // LSB-first), weight_scale [N, groups], weight_zero_point I32 [ceil(N*b/32), groups]
@@ -80,8 +82,10 @@ constexpr std::uint32_t gptq_v1_word_offset(unsigned bits) noexcept {
   return bits == 2 ? 0x55555555u : bits == 4 ? 0x11111111u : bits == 8 ? 0x01010101u : 0u;
 }
 
-// How FP8 and compressed-tensors scales broadcast over the [N, K] weight.
-enum class ScaleLayout : std::uint8_t { kTensor, kRow, kGroup, kBlock };
+// How FP8 and compressed-tensors scales broadcast over the [N, K] weight. kColumn: one scale
+// per column of the stored matrix, for weights stored transposed (Llama-4's fbgemm FP8 experts
+// [E, K, N], scaled per output channel N; `rows` and `cols` are then the stored K and N).
+enum class ScaleLayout : std::uint8_t { kTensor, kRow, kGroup, kBlock, kColumn };
 
 struct QuantParams {
   QuantScheme scheme = QuantScheme::kGptq;
