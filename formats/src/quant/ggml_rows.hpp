@@ -3,8 +3,8 @@
 // order), but laid out as ggml-quants.c's dequantize_row_* loops: a sub-block's scale once, then
 // a run of 16 or 32 elements with one code extraction, one multiply and at most one add or
 // subtract each, which the compiler vectorises. Tables (IQ4, MXFP4) hold the block's 16 possible
-// products. ggml_blocks_test checks every one against value() element by element; the kernel
-// keeps value(), one element per thread.
+// products. quant_device_args_test checks every type against value() element by element (the
+// kernel's arithmetic, one element per thread), ggml_blocks_test the K-quants against ggml's loops.
 //
 // Part of dequantize_element.hpp's family: include it after ggml_element.hpp.
 #pragma once

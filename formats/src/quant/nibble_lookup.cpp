@@ -82,13 +82,6 @@ bool nibble_lookup_uses_avx2() noexcept {
 #endif
 }
 
-void lookup_nibbles_interleaved(const float* table, const std::uint8_t* codes, std::size_t count, float* y) {
-#if defined(__x86_64__)
-  if (nibble_lookup_uses_avx2()) return interleaved_avx2(table, codes, count, y);
-#endif
-  interleaved_scalar(table, codes, count, y);
-}
-
 void lookup_groups_interleaved(const float* tables, const std::uint8_t* codes, std::size_t groups,
                                std::size_t group_bytes, float* y) {
 #if defined(__x86_64__)

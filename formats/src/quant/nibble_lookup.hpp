@@ -9,12 +9,9 @@
 
 namespace qload::formats::detail {
 
-// Interleaved (MXFP4 as gpt-oss stores it, NVFP4): y[2j] = table[low nibble of codes[j]],
-// y[2j + 1] = table[high nibble], for j < count.
-void lookup_nibbles_interleaved(const float* table, const std::uint8_t* codes, std::size_t count, float* y);
-
 // Groups of codes, each through its own table: group g's `group_bytes` bytes of codes (from
-// codes + g * group_bytes) expand interleaved through tables + 16 * g into 2 * group_bytes
+// codes + g * group_bytes) expand interleaved (MXFP4 as gpt-oss stores it, NVFP4: element 2j is
+// the low nibble of byte j, 2j + 1 its high nibble) through tables + 16 * g into 2 * group_bytes
 // floats at y + 2 * g * group_bytes. One call for many groups keeps the call and the CPU check
 // off the inner loop (NVFP4's groups are 8 bytes).
 void lookup_groups_interleaved(const float* tables, const std::uint8_t* codes, std::size_t groups,
