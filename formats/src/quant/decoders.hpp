@@ -51,6 +51,10 @@ QuantLayoutText ggml_layout(const LogicalTensor& t);  // describe_layout's words
 // catalog as a weight named <name> (kCorrupt naming the tensor when the two do not match).
 Status dequantize_mxfp4(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t row_begin,
                         std::uint64_t row_end, std::span<float> out);
+// The same straight to F32, BF16 or F16 bytes where the CPU has an AVX2 decoder (rows_avx2.cpp):
+// false, nothing written, where it has not (dequantize_rows then takes the f32 path).
+Result<bool> dequantize_mxfp4_direct(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t row_begin,
+                                     std::uint64_t row_end, DType dtype, std::span<std::byte> out);
 Status detect_mxfp4(const Catalog& catalog, QuantizedCatalog& out);
 
 // Llama-4's fbgemm FP8 experts (fbgemm_experts.cpp): every 3-D F8 `<name>` with a `<name>_scale`

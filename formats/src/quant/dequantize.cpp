@@ -139,6 +139,11 @@ Status dequantize_rows(const LogicalTensor& tensor, std::span<const PartBytes> p
   const bool aligned = reinterpret_cast<std::uintptr_t>(out.data()) % alignof(float) == 0;
   if (tensor.params.scheme == QuantScheme::kGgml && (out_dtype != DType::kF32 || aligned))
     return detail::dequantize_ggml(tensor, parts, row_begin, row_end, out_dtype, out);  // any dtype, in L1
+  if (tensor.params.scheme == QuantScheme::kMxfp4) {
+    QLOAD_ASSIGN_OR_RETURN(const bool decoded,
+                           detail::dequantize_mxfp4_direct(tensor, parts, row_begin, row_end, out_dtype, out));
+    if (decoded) return {};
+  }
   if (out_dtype == DType::kF32 && aligned) {
     auto* f = reinterpret_cast<float*>(out.data());
     return decode_f32(tensor, parts, row_begin, row_end,

@@ -1,6 +1,7 @@
 // GGML block-quantized weights (QuantScheme::kGgml): the logical weight a GGUF tensor makes,
-// and the CPU decoder, which runs ggml_element.hpp's arithmetic a block at a time: ggml_rows.hpp's
-// whole-block loops where there is one, else value() per element (a sub-block's scale once).
+// and the CPU decoders, which run ggml_element.hpp's arithmetic a block at a time: hand-written
+// AVX2 (rows_avx2.cpp) where the CPU has it, else ggml_rows.hpp's whole-block loops where
+// there is one, else value() per element (a sub-block's scale once).
 #include <fmt/format.h>
 
 #include "../gguf/ggml_types.hpp"
@@ -8,6 +9,7 @@
 #include "dequantize_element.hpp"
 #include "ggml_rows.hpp"
 #include "qload/formats/convert.hpp"
+#include "row_decoders.hpp"
 
 namespace qload::formats::detail {
 namespace {
@@ -49,12 +51,12 @@ template <typename T>
   }
 }
 
-// Rows [row_begin, row_end) of `type` blocks, `row_bytes` each from `base`, decoded to `dtype`
-// (F32, BF16 or F16) at `out`; a type with no decoder (ggml_decodable) writes nothing. A 16-bit
-// output goes through 16 KiB of f32 on the stack, so it never leaves L1. (An AVX2 clone of this
-// loop, flattened, measured no faster on this VM, and slower for Q3_K and Q4_0: not kept.)
-Status decode_block_rows(std::uint32_t type, const std::uint8_t* base, std::uint64_t row_bytes, std::uint64_t cols,
-                         std::uint64_t row_begin, std::uint64_t row_end, DType dtype, std::byte* out) {
+}  // namespace
+
+// A 16-bit output goes through 16 KiB of f32 on the stack, so it never leaves L1.
+Status decode_block_rows_portable(std::uint32_t type, const std::uint8_t* base, std::uint64_t row_bytes,
+                                  std::uint64_t cols, std::uint64_t row_begin, std::uint64_t row_end, DType dtype,
+                                  std::byte* out) {
   Status narrowed;
   ggml::with_block_type(type, [&](auto block) {
     using T = decltype(block);
@@ -92,8 +94,6 @@ Status decode_block_rows(std::uint32_t type, const std::uint8_t* base, std::uint
   });
   return narrowed;
 }
-
-}  // namespace
 
 bool ggml_decodable(std::uint32_t ggml_type) {
   return ggml::with_block_type(ggml_type, [](auto) {});
@@ -141,7 +141,8 @@ Status dequantize_ggml(const LogicalTensor& t, std::span<const PartBytes> parts,
                              fmt::format("ggml type {}: qload does not dequantize it (its blocks load as they are "
                                          "without --dequantize)",
                                          g.type->name)));
-  return decode_block_rows(g.type->id, base, g.row_bytes, t.cols, row_begin, row_end, dtype, out.data());
+  if (decode_block_rows_avx2(g.type->id, base, g.row_bytes, t.cols, row_begin, row_end, dtype, out.data())) return {};
+  return decode_block_rows_portable(g.type->id, base, g.row_bytes, t.cols, row_begin, row_end, dtype, out.data());
 }
 
 Status dequantize_ggml(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t row_begin,

@@ -8,6 +8,7 @@
 
 #include "decoders.hpp"
 #include "fp4_rows.hpp"
+#include "row_decoders.hpp"
 
 namespace qload::formats::detail {
 namespace {
@@ -67,8 +68,10 @@ Mxfp4Roles mxfp4_roles(std::span<const PartBytes> parts) {
   return {.blocks = "blocks", .scales = "scales"};
 }
 
-Status dequantize_mxfp4(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t row_begin,
-                        std::uint64_t row_end, std::span<float> out) {
+namespace {
+
+// The weight's codes and exponents, after checking their sizes against its rows and columns.
+Result<DequantArgs> mxfp4_args(const LogicalTensor& t, std::span<const PartBytes> parts) {
   const Mxfp4Roles roles = mxfp4_roles(parts);
   QLOAD_ASSIGN_OR_RETURN(const PartBytes* blocks, find_part(t, parts, roles.blocks));
   QLOAD_ASSIGN_OR_RETURN(const PartBytes* scales, find_part(t, parts, roles.scales));
@@ -82,8 +85,22 @@ Status dequantize_mxfp4(const LogicalTensor& t, std::span<const PartBytes> parts
   a.groups = groups;
   a.codes = reinterpret_cast<const std::uint8_t*>(blocks->bytes.data());
   a.scale_codes = reinterpret_cast<const std::uint8_t*>(scales->bytes.data());
+  return a;
+}
+
+}  // namespace
+
+Status dequantize_mxfp4(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t row_begin,
+                        std::uint64_t row_end, std::span<float> out) {
+  QLOAD_ASSIGN_OR_RETURN(const DequantArgs a, mxfp4_args(t, parts));
   decode_fp4_rows<element::Mxfp4>(a, 32, row_begin, row_end, out.data());
   return {};
+}
+
+Result<bool> dequantize_mxfp4_direct(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t row_begin,
+                                     std::uint64_t row_end, DType dtype, std::span<std::byte> out) {
+  QLOAD_ASSIGN_OR_RETURN(const DequantArgs a, mxfp4_args(t, parts));
+  return decode_mxfp4_rows_avx2(a.codes, a.scale_codes, a.cols, row_begin, row_end, dtype, out.data());
 }
 
 }  // namespace qload::formats::detail

@@ -1,0 +1,36 @@
+// The CPU's row decoders that have an instruction-set-specific form: GGML blocks and OCP MXFP4,
+// decoded straight to F32, BF16 or F16. ggml.cpp and mxfp4.cpp try the AVX2 one first
+// (rows_avx2.cpp) and fall back to the portable one; both give the same bits (rows_avx2_test
+// checks every covered type and output on random blocks, NaN and Inf scales included).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "qload/runtime/dtype.hpp"
+#include "qload/runtime/error.hpp"
+
+namespace qload::formats::detail {
+
+// Rows [row_begin, row_end) of `type` blocks, `row_bytes` each from `base`, `cols` elements a row,
+// decoded to `dtype` (F32, BF16 or F16) at `out`: ggml_rows.hpp's whole-block loops where there is
+// one, else value() per element. A type with no decoder (ggml_decodable) writes nothing.
+Status decode_block_rows_portable(std::uint32_t type, const std::uint8_t* base, std::uint64_t row_bytes,
+                                  std::uint64_t cols, std::uint64_t row_begin, std::uint64_t row_end, DType dtype,
+                                  std::byte* out);
+
+// Whether decode_block_rows_avx2 decodes `type` on this CPU (AVX2 and F16C, and a type it covers).
+bool ggml_avx2_decodes(std::uint32_t type) noexcept;
+
+// The same rows through hand-written AVX2 (rows_avx2.cpp): false, and nothing written, where
+// ggml_avx2_decodes(type) is false.
+bool decode_block_rows_avx2(std::uint32_t type, const std::uint8_t* base, std::uint64_t row_bytes, std::uint64_t cols,
+                            std::uint64_t row_begin, std::uint64_t row_end, DType dtype, std::byte* out);
+
+// OCP MXFP4 (gpt-oss, compressed-tensors mxfp4): rows of `cols` elements, codes [rows, cols / 2]
+// (element 2j the low nibble of byte j) and one E8M0 exponent per 32, through AVX2; false, and
+// nothing written, where the CPU lacks it.
+bool decode_mxfp4_rows_avx2(const std::uint8_t* codes, const std::uint8_t* exponents, std::uint64_t cols,
+                            std::uint64_t row_begin, std::uint64_t row_end, DType dtype, std::byte* out);
+
+}  // namespace qload::formats::detail

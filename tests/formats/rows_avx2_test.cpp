@@ -1,0 +1,81 @@
+// The hand-written AVX2 decoders (quant/rows_avx2.cpp) against the portable ones (GGML:
+// ggml_rows.hpp, value(); OCP MXFP4: fp4_rows.hpp and convert()), bit for bit, for every GGML
+// type either covers, MXFP4, and every output dtype, on
+// random blocks: any bits are a valid block, so NaN, Inf and subnormal f16 scales occur, and the
+// narrowing to BF16 / F16 (rounding ties, overflow to Inf, NaN payloads) is compared as well.
+// quant_device_args_test checks the F32 path (whichever runs here) against the kernel's
+// per-element arithmetic; this test is what keeps the two CPU paths equal.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <span>
+#include <vector>
+
+#include "qload/formats/convert.hpp"
+#include "quant/fp4_rows.hpp"
+#include "quant/row_decoders.hpp"
+#include "quant_device_cases.hpp"
+
+using namespace qload;
+using namespace qload::formats::detail;
+using namespace qload::testing::quant_ref;
+
+TEST_CASE("ggml AVX2 decoders equal the portable ones bit for bit, every type and output", "[quant][ggml]") {
+  bool any = false;
+  for (const GgmlBlockType& type : kGgmlBlockTypes) {
+    if (!ggml_avx2_decodes(type.id)) continue;
+    any = true;
+    Rng rng(type.id);
+    constexpr std::uint64_t kRows = 5;
+    const std::uint64_t cols = 3 * 256, row_bytes = cols / type.elems * type.bytes;
+    const Bytes blocks = random_bytes(kRows * row_bytes, rng);
+    const auto* base = reinterpret_cast<const std::uint8_t*>(blocks.data());
+    for (const DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+      INFO(type.name << " to " << dtype_name(dtype));
+      // Rows 1..4 of 5: a start past the first row, as a shard's rows would be.
+      const std::size_t out_bytes = 4 * cols * (dtype_info(dtype).bits / 8);
+      std::vector<std::byte> fast(out_bytes + 16, std::byte{0x5a}), portable(out_bytes + 16, std::byte{0x5a});
+      REQUIRE(decode_block_rows_avx2(type.id, base, row_bytes, cols, 1, 5, dtype, fast.data()));
+      REQUIRE(decode_block_rows_portable(type.id, base, row_bytes, cols, 1, 5, dtype, portable.data()));
+      std::size_t first_difference = fast.size();
+      for (std::size_t i = 0; i < fast.size() && first_difference == fast.size(); ++i)
+        if (fast[i] != portable[i]) first_difference = i;
+      INFO("first differing byte " << first_difference << " (element "
+                                   << first_difference / (dtype_info(dtype).bits / 8) << ")");
+      CHECK(first_difference == fast.size());  // nothing written past the rows either
+    }
+  }
+  if (!any) WARN("this CPU has no AVX2 + F16C: only the portable decoders ran (nothing compared)");
+  // The types the hand-written decoders are meant to cover, so that a lost overload is noticed.
+  if (any)
+    for (const char* name : {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q8_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
+                             "Q8_K", "IQ4_NL", "IQ4_XS", "MXFP4"})
+      for (const GgmlBlockType& type : kGgmlBlockTypes)
+        if (type.name == std::string_view(name)) CHECK(ggml_avx2_decodes(type.id));
+}
+
+TEST_CASE("OCP MXFP4 AVX2 decoder equals the portable one bit for bit, every output", "[quant][mxfp4]") {
+  Rng rng(39);
+  constexpr std::uint64_t kRows = 6, kCols = 5 * 32;
+  const Bytes codes = random_bytes(kRows * kCols / 2, rng);
+  Bytes exponents = random_bytes(kRows * kCols / 32, rng);
+  exponents[0] = std::byte{0}, exponents[1] = std::byte{1}, exponents[2] = std::byte{255};  // subnormal, largest
+  DequantArgs a;
+  a.cols = kCols;
+  a.groups = kCols / 32;
+  a.codes = reinterpret_cast<const std::uint8_t*>(codes.data());
+  a.scale_codes = reinterpret_cast<const std::uint8_t*>(exponents.data());
+  std::vector<float> f32(4 * kCols);  // rows 2..5
+  decode_fp4_rows<element::Mxfp4>(a, 32, 2, 6, f32.data());
+  for (const DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    INFO(dtype_name(dtype));
+    const std::size_t bytes = f32.size() * (dtype_info(dtype).bits / 8);
+    std::vector<std::byte> want(bytes + 16, std::byte{0x5a}), got(bytes + 16, std::byte{0x5a});
+    REQUIRE(qload::formats::convert(std::as_bytes(std::span(f32)), DType::kF32, std::span(want).first(bytes), dtype));
+    if (!decode_mxfp4_rows_avx2(a.codes, a.scale_codes, kCols, 2, 6, dtype, got.data())) {
+      WARN("this CPU has no AVX2 + F16C: nothing compared");
+      return;
+    }
+    CHECK(got == want);  // nothing written past the rows either
+  }
+}
