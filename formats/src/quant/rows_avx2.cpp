@@ -17,6 +17,7 @@
 #include "row_decoders.hpp"
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -394,7 +395,11 @@ __attribute__((target("avx2,f16c"))) void decode_mxfp4(const std::uint8_t* codes
 }
 
 bool cpu_has_avx2() noexcept {
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");  // read once
+  // (clang's __builtin_cpu_supports does not know "f16c": CPUID leaf 1, ECX bit 29, read once.)
+  static const bool has = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __builtin_cpu_supports("avx2") && __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+  }();
   return has;
 }
 
