@@ -9,12 +9,12 @@
 #include <vector>
 
 #include "decode_plan.hpp"
+#include "qload/dist/peer_memory.hpp"
 #include "qload/formats/quant_codec.hpp"
 #include "qload/runtime/cuda_memory.hpp"
 #include "qload/runtime/dtype.hpp"
 #include "qload/runtime/error.hpp"
 #include "qload/runtime/host_buffer.hpp"
-#include "qload/runtime/peer_memory.hpp"
 #include "qload/scheduler/plan.hpp"
 
 namespace qload::scheduler::detail {

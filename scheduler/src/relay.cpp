@@ -13,7 +13,7 @@
 #include <fmt/format.h>
 
 #include "load_internal.hpp"
-#include "qload/runtime/peer_memory.hpp"
+#include "qload/dist/peer_memory.hpp"
 #include "shard_delivery.hpp"
 
 namespace qload::scheduler::detail {

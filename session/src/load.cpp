@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cstdlib>
 
-#include "qload/runtime/communicator.hpp"
-#include "qload/runtime/rendezvous.hpp"
+#include "qload/dist/communicator.hpp"
+#include "qload/dist/rendezvous.hpp"
 #include "qload/runtime/trace.hpp"
 #include "qload/session/world_load.hpp"
 

@@ -10,7 +10,7 @@
 #include <future>
 #include <numeric>
 
-#include "qload/runtime/communicator.hpp"
+#include "qload/dist/communicator.hpp"
 #include "qload/runtime/cuda.hpp"
 #include "qload/runtime/cuda_memory.hpp"
 #include "qload/runtime/nccl.hpp"

@@ -15,7 +15,7 @@
 #include <fmt/format.h>
 
 #include "qload/cudasim/control.hpp"
-#include "qload/runtime/communicator.hpp"
+#include "qload/dist/communicator.hpp"
 #include "qload/runtime/cuda_memory.hpp"
 #include "support/free_port.hpp"
 

@@ -14,8 +14,8 @@
 
 #include <fmt/format.h>
 
+#include "qload/dist/communicator.hpp"
 #include "qload/io/digest.hpp"
-#include "qload/runtime/communicator.hpp"
 #include "qload/scheduler/load.hpp"
 #include "support/free_port.hpp"
 #include "support/llama_checkpoint.hpp"

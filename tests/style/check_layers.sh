@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Layers depend only downward (docs/architecture.md):
-#   runtime <- io <- formats <- scheduler <- scripts (recipes) <- session <- clients
+#   runtime <- io <- formats <- dist <- scheduler <- scripts (recipes) <- session <- clients
 # and the clients (the CLI in scripts/cli, the C ABI in capi/) include only the session's and
 # the runtime's headers: every operation goes through the session layer, and the lower
 # layers' types reach them through its headers. Fails listing every include that breaks this.
@@ -10,9 +10,10 @@ declare -A allowed=(
   [runtime]="runtime"
   [io]="runtime io"
   [formats]="runtime io formats"
-  [scheduler]="runtime io formats scheduler"
-  [scripts]="runtime io formats scheduler scripts"
-  [session]="runtime io formats scheduler scripts session"
+  [dist]="runtime io formats dist"
+  [scheduler]="runtime io formats dist scheduler"
+  [scripts]="runtime io formats dist scheduler scripts"
+  [session]="runtime io formats dist scheduler scripts session"
   [scripts/cli]="runtime session"
   [capi]="runtime session"
 )

@@ -14,9 +14,9 @@
 #include <map>
 #include <string>
 
+#include "qload/dist/communicator.hpp"
 #include "qload/formats/catalog.hpp"
 #include "qload/io/reader.hpp"
-#include "qload/runtime/communicator.hpp"
 #include "qload/runtime/error.hpp"
 #include "qload/runtime/log.hpp"
 #include "qload/runtime/settings.hpp"

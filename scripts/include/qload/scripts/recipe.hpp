@@ -38,9 +38,9 @@
 #include <string_view>
 #include <vector>
 
+#include "qload/dist/world.hpp"
 #include "qload/runtime/error.hpp"
 #include "qload/runtime/settings.hpp"
-#include "qload/runtime/world.hpp"
 #include "qload/scheduler/load.hpp"
 #include "qload/scheduler/plan.hpp"
 #include "qload/scripts/lua_state.hpp"

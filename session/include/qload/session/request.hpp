@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "qload/dist/world.hpp"
 #include "qload/runtime/error.hpp"
 #include "qload/runtime/log.hpp"
 #include "qload/runtime/settings.hpp"
-#include "qload/runtime/world.hpp"
 #include "qload/scheduler/load.hpp"
 #include "qload/scripts/recipe.hpp"
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "qload/runtime/rendezvous.hpp"
+#include "qload/dist/rendezvous.hpp"
 #include "qload/session/request.hpp"
 
 namespace qload::session {

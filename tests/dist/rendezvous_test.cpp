@@ -12,9 +12,9 @@
 
 #include <fmt/format.h>
 
-#include "qload/runtime/rendezvous.hpp"
+#include "qload/dist/rendezvous.hpp"
+#include "qload/dist/world.hpp"
 #include "qload/runtime/unique_fd.hpp"
-#include "qload/runtime/world.hpp"
 #include "support/free_port.hpp"
 
 using namespace qload;

@@ -5,7 +5,7 @@
 
 #include <future>
 
-#include "qload/runtime/communicator.hpp"
+#include "qload/dist/communicator.hpp"
 #include "support/free_port.hpp"
 
 using namespace qload;

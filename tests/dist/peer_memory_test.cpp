@@ -8,7 +8,7 @@
 
 #include <cstring>
 
-#include "qload/runtime/peer_memory.hpp"
+#include "qload/dist/peer_memory.hpp"
 
 using namespace qload;
 

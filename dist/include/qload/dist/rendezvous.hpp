@@ -17,9 +17,9 @@
 #include <string_view>
 #include <vector>
 
+#include "qload/dist/world.hpp"
 #include "qload/runtime/error.hpp"
 #include "qload/runtime/unique_fd.hpp"
-#include "qload/runtime/world.hpp"
 
 namespace qload {
 

@@ -10,8 +10,8 @@
 #include <memory>
 #include <span>
 
+#include "qload/dist/rendezvous.hpp"
 #include "qload/runtime/error.hpp"
-#include "qload/runtime/rendezvous.hpp"
 #include "qload/runtime/settings.hpp"
 
 namespace qload {

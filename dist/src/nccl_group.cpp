@@ -22,7 +22,7 @@
 
 #include <fmt/format.h>
 
-#include "qload/runtime/communicator.hpp"
+#include "qload/dist/communicator.hpp"
 #include "qload/runtime/cuda.hpp"
 #include "qload/runtime/cuda_memory.hpp"
 

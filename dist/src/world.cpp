@@ -1,4 +1,4 @@
-#include "qload/runtime/world.hpp"
+#include "qload/dist/world.hpp"
 
 #include <charconv>
 #include <string_view>

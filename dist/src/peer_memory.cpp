@@ -1,4 +1,4 @@
-#include "qload/runtime/peer_memory.hpp"
+#include "qload/dist/peer_memory.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -1,5 +1,5 @@
 // Builds without NCCL: GPU memory cannot be broadcast.
-#include "qload/runtime/communicator.hpp"
+#include "qload/dist/communicator.hpp"
 
 namespace qload::detail {
 

@@ -1,4 +1,4 @@
-#include "qload/runtime/communicator.hpp"
+#include "qload/dist/communicator.hpp"
 
 #include <algorithm>
 #include <chrono>

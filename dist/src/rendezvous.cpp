@@ -1,4 +1,4 @@
-#include "qload/runtime/rendezvous.hpp"
+#include "qload/dist/rendezvous.hpp"
 
 #include <netdb.h>
 #include <netinet/in.h>
