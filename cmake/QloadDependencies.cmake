@@ -7,6 +7,7 @@ find_package(CLI11 REQUIRED)
 
 pkg_check_modules(URING REQUIRED liburing>=2.0)
 pkg_check_modules(LUAJIT REQUIRED luajit>=2.1)
+pkg_check_modules(CRYPTO REQUIRED libcrypto>=3.0)  # OpenSSL's: HMAC-SHA256 for the rendezvous
 
 # liburing and LuaJIT: shared by default, the Debian static archives with QLOAD_STATIC.
 function(qload_import_pkg target pkg static_name)
@@ -26,8 +27,10 @@ function(qload_import_pkg target pkg static_name)
 endfunction()
 qload_import_pkg(qload::uring URING liburing.a)
 qload_import_pkg(qload::luajit LUAJIT libluajit-5.1.a)
+qload_import_pkg(qload::crypto CRYPTO libcrypto.a)
 if(QLOAD_STATIC)
   target_link_libraries(qload::luajit INTERFACE ${CMAKE_DL_LIBS} m)
+  target_link_libraries(qload::crypto INTERFACE ${CMAKE_DL_LIBS} Threads::Threads)
 endif()
 
 # xxHash is used header-only (XXH_INLINE_ALL): nothing to link, nothing to carry.

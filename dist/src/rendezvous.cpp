@@ -7,29 +7,87 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <fcntl.h>
+
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
+
+#include "world_auth.hpp"
 
 namespace qload {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr std::array<char, 8> kMagic = {'q', 'l', 'o', 'a', 'd', '-', 'r', 'v'};
-constexpr std::uint32_t kVersion = 1;
-constexpr std::uint64_t kMaxMessage = std::uint64_t{64} << 20;
+using detail::RendezvousChannel;
+using dist_detail::bytes_of;
+using dist_detail::hmac_sha256;
+using dist_detail::Mac;
+using dist_detail::Nonce;
 
-// What a connecting rank says first: magic, version, world size, rank (little-endian).
+constexpr std::array<char, 8> kMagic = {'q', 'l', 'o', 'a', 'd', '-', 'r', 'v'};
+constexpr std::uint32_t kVersion = 2;  // 2: authenticated (1 trusted any hello)
+constexpr std::uint64_t kMaxMessage = std::uint64_t{64} << 20;
+// How long a connection may take to complete its handshake, and how many may be pending at
+// once: a stranger that connects and says nothing costs rank 0 at most this, never the load.
+constexpr std::chrono::milliseconds kHandshakeTime{5000};
+constexpr std::size_t kMaxPending = 64;
+
+// The handshake (little-endian, packed by hand). Rank 0 speaks first with a nonce; the joining
+// rank answers with its nonce, its world and an HMAC over both nonces and its world under the
+// token; rank 0 answers with its own HMAC over the same, and both derive the connection's keys.
+struct Challenge {
+  std::array<char, 8> magic = kMagic;
+  std::uint32_t version = kVersion;
+  Nonce nonce{};
+};
 struct Hello {
   std::array<char, 8> magic = kMagic;
   std::uint32_t version = kVersion;
   std::uint32_t size = 0;
   std::uint32_t rank = 0;
+  Nonce nonce{};
+  Mac mac{};
 };
+static_assert(sizeof(Challenge) == 44 && sizeof(Hello) == 84, "the handshake's wire layout");
+
+std::string_view bytes_of_u32(const std::uint32_t& v) {
+  return {reinterpret_cast<const char*>(&v), sizeof v};
+}
+
+// What each side proves: the same fields under a different label, so neither proof can be
+// replayed as the other.
+Mac proof(std::string_view token, std::string_view label, const Nonce& rank0_nonce, const Hello& hello) {
+  return hmac_sha256(
+      token, {label, bytes_of(rank0_nonce), bytes_of(hello.nonce), bytes_of_u32(hello.size), bytes_of_u32(hello.rank)});
+}
+Mac joiner_proof(std::string_view token, const Nonce& rank0_nonce, const Hello& hello) {
+  return proof(token, "qload rendezvous: a rank joins", rank0_nonce, hello);
+}
+Mac rank0_proof(std::string_view token, const Nonce& rank0_nonce, const Hello& hello) {
+  return proof(token, "qload rendezvous: rank 0 welcomes it", rank0_nonce, hello);
+}
+
+// The connection's keys, one per direction, from the token and both nonces.
+RendezvousChannel channel_of(UniqueFd fd, std::string_view token, const Nonce& rank0_nonce, const Hello& hello,
+                             bool is_rank0) {
+  const Mac to_rank0 =
+      hmac_sha256(token, {"qload rendezvous: to rank 0", bytes_of(rank0_nonce), bytes_of(hello.nonce)});
+  const Mac from_rank0 =
+      hmac_sha256(token, {"qload rendezvous: from rank 0", bytes_of(rank0_nonce), bytes_of(hello.nonce)});
+  const std::string up(to_rank0.begin(), to_rank0.end()), down(from_rank0.begin(), from_rank0.end());
+  RendezvousChannel c;
+  c.fd = std::move(fd);
+  c.send_key = is_rank0 ? down : up;
+  c.receive_key = is_rank0 ? up : down;
+  return c;
+}
 
 std::string where(const World& w) {
   return fmt::format("{}:{}", w.master_addr, w.master_port);
@@ -93,19 +151,36 @@ Status recv_all(int fd, void* data, std::size_t bytes, const std::string& peer) 
   return {};
 }
 
-Status send_message(int fd, std::string_view message, const std::string& peer) {
+// A message: its length, its bytes, and an HMAC under the direction's key over the message's
+// number, length and bytes.
+Mac message_mac(const std::string& key, std::uint64_t number, std::string_view message) {
   const std::uint64_t length = message.size();
-  QLOAD_TRY(send_all(fd, &length, sizeof length, peer));
-  return send_all(fd, message.data(), message.size(), peer);
+  return hmac_sha256(key, {std::string_view(reinterpret_cast<const char*>(&number), sizeof number),
+                           std::string_view(reinterpret_cast<const char*>(&length), sizeof length), message});
 }
 
-Result<std::string> recv_message(int fd, const std::string& peer) {
+Status send_message(RendezvousChannel& c, std::string_view message, const std::string& peer) {
+  const std::uint64_t length = message.size();
+  const Mac mac = message_mac(c.send_key, c.sent++, message);
+  QLOAD_TRY(send_all(c.fd.get(), &length, sizeof length, peer));
+  QLOAD_TRY(send_all(c.fd.get(), message.data(), message.size(), peer));
+  return send_all(c.fd.get(), mac.data(), mac.size(), peer);
+}
+
+Result<std::string> recv_message(RendezvousChannel& c, const std::string& peer) {
   std::uint64_t length = 0;
-  QLOAD_TRY(recv_all(fd, &length, sizeof length, peer));
+  QLOAD_TRY(recv_all(c.fd.get(), &length, sizeof length, peer));
   if (length > kMaxMessage)
     return fail(io_error(fmt::format("rendezvous: {} sent a {} byte message (at most {})", peer, length, kMaxMessage)));
   std::string message(length, '\0');
-  QLOAD_TRY(recv_all(fd, message.data(), message.size(), peer));
+  QLOAD_TRY(recv_all(c.fd.get(), message.data(), message.size(), peer));
+  Mac mac{};
+  QLOAD_TRY(recv_all(c.fd.get(), mac.data(), mac.size(), peer));
+  if (!dist_detail::same_mac(mac, message_mac(c.receive_key, c.received++, message)))
+    return fail(Error(Errc::kPermissionDenied,
+                      fmt::format("rendezvous: message {} from {} failed its authentication (forged, replayed or "
+                                  "altered on the way)",
+                                  c.received - 1, peer)));
   return message;
 }
 
@@ -113,66 +188,196 @@ std::string rank_name(std::uint32_t rank) {
   return fmt::format("rank {}", rank);
 }
 
-// Rank 0: listens on every interface at the master port and takes one connection per rank.
-Result<std::vector<UniqueFd>> accept_ranks(const World& world, std::chrono::milliseconds timeout) {
-  UniqueFd listener(::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  bool v6 = listener.valid();
-  if (!v6) listener.reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!listener) return fail(io_error("rendezvous: socket: " + errno_text(errno)));
-  const int one = 1, zero = 0;
-  ::setsockopt(listener.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  int bound = -1;
-  if (v6) {
-    ::setsockopt(listener.get(), IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);  // IPv4 peers too
-    sockaddr_in6 addr{};
-    addr.sin6_family = AF_INET6;
-    addr.sin6_addr = in6addr_any;
-    addr.sin6_port = htons(world.master_port);
-    bound = ::bind(listener.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr);
-  } else {
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_ANY);
-    addr.sin_port = htons(world.master_port);
-    bound = ::bind(listener.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr);
+// The address of the other end of `fd`, for logs ("192.0.2.7:51234").
+std::string peer_name(int fd) {
+  sockaddr_storage addr{};
+  socklen_t length = sizeof addr;
+  char host[NI_MAXHOST] = "?", port[NI_MAXSERV] = "?";
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &length) == 0)
+    ::getnameinfo(reinterpret_cast<sockaddr*>(&addr), length, host, sizeof host, port, sizeof port,
+                  NI_NUMERICHOST | NI_NUMERICSERV);
+  return fmt::format("{}:{}", host, port);
+}
+
+void set_blocking(int fd, bool blocking) {
+  const int flags = ::fcntl(fd, F_GETFL);
+  ::fcntl(fd, F_SETFL, blocking ? flags & ~O_NONBLOCK : flags | O_NONBLOCK);
+}
+
+// Rank 0's socket, bound to MASTER_ADDR's address only (the first of its addresses that binds):
+// the rendezvous must not be reachable through interfaces the launcher did not name. "0.0.0.0"
+// or "::" as MASTER_ADDR asks for every interface explicitly.
+Result<UniqueFd> listen_on_master_addr(const World& world) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const std::string port = std::to_string(world.master_port);
+  if (const int rc = ::getaddrinfo(world.master_addr.c_str(), port.c_str(), &hints, &found); rc != 0)
+    return fail(io_error(
+        fmt::format("rendezvous: rank 0 cannot resolve MASTER_ADDR {}: {}", world.master_addr, ::gai_strerror(rc))));
+  std::string why = "no address";
+  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    UniqueFd fd(::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol));
+    if (!fd) continue;
+    const int one = 1;
+    ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (::bind(fd.get(), a->ai_addr, a->ai_addrlen) == 0 &&
+        ::listen(fd.get(), static_cast<int>(std::min<std::uint32_t>(world.size, 4096))) == 0) {
+      ::freeaddrinfo(found);
+      return fd;
+    }
+    why = errno == EADDRNOTAVAIL ? "it is not an address of this machine" : errno_text(errno);
   }
-  if (bound != 0 || ::listen(listener.get(), static_cast<int>(std::min<std::uint32_t>(world.size, 4096))) != 0)
-    return fail(
-        io_error(fmt::format("rendezvous: rank 0 cannot listen on port {}: {}", world.master_port, errno_text(errno))));
-  std::vector<UniqueFd> peers(world.size);
+  ::freeaddrinfo(found);
+  return fail(io_error(fmt::format("rendezvous: rank 0 cannot listen on {}: {}", where(world), why)));
+}
+
+// A connection rank 0 accepted that has not proved the token yet.
+struct Pending {
+  UniqueFd fd;
+  std::string from;
+  Nonce nonce{};
+  Clock::time_point deadline;
+  Hello hello;
+  std::size_t got = 0;  // bytes of `hello` received
+};
+
+// Rank 0: takes one authenticated connection per rank. Handshakes run side by side (poll), each
+// bounded by kHandshakeTime, so strangers cost nothing but a log line.
+Result<std::vector<RendezvousChannel>> accept_ranks(const World& world, std::string_view token,
+                                                    std::chrono::milliseconds timeout, const Logger& log) {
+  QLOAD_ASSIGN_OR_RETURN(const UniqueFd listener, listen_on_master_addr(world));
+  std::vector<RendezvousChannel> peers(world.size);
+  std::vector<Pending> pending;
+  const auto drop = [&](std::size_t i, std::string_view why) {
+    log.warn(fmt::format("rendezvous: rank 0 dropped a connection from {}: {}", pending[i].from, why));
+    pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
+  };
   const Clock::time_point deadline = Clock::now() + timeout;
   for (std::uint32_t joined = 1; joined < world.size;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    pollfd pfd{.fd = listener.get(), .events = POLLIN, .revents = 0};
-    const int ready = left.count() > 0 ? ::poll(&pfd, 1, static_cast<int>(left.count())) : 0;
+    Clock::time_point wake = deadline;
+    for (const Pending& p : pending) wake = std::min(wake, p.deadline);
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(wake - Clock::now());
+    std::vector<pollfd> fds{{.fd = listener.get(), .events = POLLIN, .revents = 0}};
+    for (const Pending& p : pending) fds.push_back({.fd = p.fd.get(), .events = POLLIN, .revents = 0});
+    const int ready = ::poll(fds.data(), fds.size(), static_cast<int>(std::max<std::int64_t>(left.count(), 0)));
     if (ready < 0 && errno == EINTR) continue;
-    if (ready <= 0)
-      return fail(io_error(fmt::format("rendezvous: rank 0 waited {} ms on port {}, and {} of {} ranks joined",
-                                       timeout.count(), world.master_port, joined, world.size)));
-    UniqueFd conn(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    if (ready < 0) return fail(io_error("rendezvous: poll: " + errno_text(errno)));
+    const Clock::time_point now = Clock::now();
+    if (now >= deadline)
+      return fail(io_error(fmt::format("rendezvous: rank 0 waited {} ms on {}, and {} of {} ranks joined",
+                                       timeout.count(), where(world), joined, world.size)));
+    // Handshakes that made progress, newest first so that erasing keeps the indices valid.
+    for (std::size_t i = pending.size(); i-- > 0;) {
+      Pending& p = pending[i];
+      if ((fds[i + 1].revents & (POLLIN | POLLHUP | POLLERR)) == 0) {
+        if (now >= p.deadline) drop(i, fmt::format("no handshake within {} ms", kHandshakeTime.count()));
+        continue;
+      }
+      const ssize_t n = ::recv(p.fd.get(), reinterpret_cast<char*>(&p.hello) + p.got, sizeof p.hello - p.got, 0);
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
+      if (n <= 0) {
+        drop(i, "it closed the connection before completing the handshake");
+        continue;
+      }
+      p.got += static_cast<std::size_t>(n);
+      if (p.got < sizeof p.hello) continue;
+      const Hello& hello = p.hello;
+      if (hello.magic != kMagic || hello.version != kVersion) {
+        drop(i, "it does not speak this version of qload's rendezvous");
+        continue;
+      }
+      if (!dist_detail::same_mac(hello.mac, joiner_proof(token, p.nonce, hello))) {
+        drop(i, fmt::format("it claimed rank {} but did not prove the world token (a stranger, or a rank given "
+                            "another QLOAD_WORLD_TOKEN)",
+                            hello.rank));
+        continue;
+      }
+      // Authenticated: it holds the token, so what it says about the world is a real
+      // disagreement among the ranks, which fails the load.
+      if (hello.size != world.size)
+        return fail(
+            Error(Errc::kInvalidArgument, fmt::format("rendezvous: rank {} says WORLD_SIZE is {}, rank 0 says {}",
+                                                      hello.rank, hello.size, world.size)));
+      if (hello.rank == 0 || hello.rank >= world.size || peers[hello.rank].fd)
+        return fail(Error(Errc::kInvalidArgument,
+                          fmt::format("rendezvous: two processes claim RANK {} of {}", hello.rank, world.size)));
+      const Mac welcome = rank0_proof(token, p.nonce, hello);
+      set_blocking(p.fd.get(), true);
+      configure(p.fd.get(), timeout);
+      if (!send_all(p.fd.get(), welcome.data(), welcome.size(), rank_name(hello.rank))) {
+        drop(i, fmt::format("rank {} went away during the handshake", hello.rank));
+        continue;
+      }
+      const std::uint32_t rank = hello.rank;
+      peers[rank] = channel_of(std::move(p.fd), token, p.nonce, hello, true);
+      pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
+      ++joined;
+    }
+    if ((fds[0].revents & POLLIN) == 0) continue;
+    UniqueFd conn(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
     if (!conn) continue;  // the peer went away before we took it; it will retry
-    // A hello within a second, or the connection is dropped: something that is not a qload
-    // rank of this version (a port scanner, a stale job) must not stall or fail the load.
-    configure(conn.get(), std::min(timeout, std::chrono::milliseconds(1000)));
-    Hello hello;
-    if (!recv_all(conn.get(), &hello, sizeof hello, "a joining rank") || hello.magic != kMagic ||
-        hello.version != kVersion)
+    Pending p{.fd = std::move(conn), .from = "", .nonce = {}, .deadline = now + kHandshakeTime, .hello = {}};
+    p.from = peer_name(p.fd.get());
+    QLOAD_ASSIGN_OR_RETURN(p.nonce, dist_detail::fresh_nonce());
+    const Challenge challenge{.nonce = p.nonce};
+    // 44 bytes into a fresh socket's empty buffer: all of it is taken at once.
+    if (::send(p.fd.get(), &challenge, sizeof challenge, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof challenge))
       continue;
-    configure(conn.get(), timeout);
-    if (hello.size != world.size)
-      return fail(Error(Errc::kInvalidArgument, fmt::format("rendezvous: rank {} says WORLD_SIZE is {}, rank 0 says {}",
-                                                            hello.rank, hello.size, world.size)));
-    if (hello.rank == 0 || hello.rank >= world.size || peers[hello.rank])
-      return fail(Error(Errc::kInvalidArgument,
-                        fmt::format("rendezvous: two processes claim RANK {} of {}", hello.rank, world.size)));
-    peers[hello.rank] = std::move(conn);
-    ++joined;
+    pending.push_back(std::move(p));
+    if (pending.size() > kMaxPending) drop(0, fmt::format("{} handshakes were pending", kMaxPending));
   }
   return peers;
 }
 
-// Any other rank: connects to rank 0, retrying until it listens or the deadline passes.
-Result<UniqueFd> connect_to_rank0(const World& world, std::chrono::milliseconds timeout) {
+// The token this rank proves: the world's, else (one node) the one rank 0 wrote.
+Result<std::string> joiner_token(const World& world) {
+  if (!world.token.empty()) return world.token;
+  return dist_detail::read_auto_token(world);
+}
+
+// One try at joining through a connected socket. nullopt with `why` set when the try failed in
+// a way a later try may not (rank 0 not ready, or it dropped us); an error when rank 0 is not
+// rank 0.
+Result<std::optional<RendezvousChannel>> handshake(UniqueFd fd, const World& world, std::string& why) {
+  Challenge challenge;
+  if (!recv_all(fd.get(), &challenge, sizeof challenge, "rank 0")) {
+    why = "it accepted the connection but sent no challenge";
+    return std::optional<RendezvousChannel>();
+  }
+  if (challenge.magic != kMagic || challenge.version != kVersion) {
+    why = "what listens there does not speak this version of qload's rendezvous";
+    return std::optional<RendezvousChannel>();
+  }
+  Result<std::string> token = joiner_token(world);
+  if (!token) {
+    why = token.error().to_string();
+    return std::optional<RendezvousChannel>();
+  }
+  Hello hello{.size = world.size, .rank = world.rank};
+  QLOAD_ASSIGN_OR_RETURN(hello.nonce, dist_detail::fresh_nonce());
+  hello.mac = joiner_proof(*token, challenge.nonce, hello);
+  Mac welcome{};
+  if (!send_all(fd.get(), &hello, sizeof hello, "rank 0") ||
+      !recv_all(fd.get(), welcome.data(), welcome.size(), "rank 0")) {
+    why =
+        "rank 0 closed the connection during the handshake: it did not accept this rank's token "
+        "(is QLOAD_WORLD_TOKEN the same on every rank?)";
+    return std::optional<RendezvousChannel>();
+  }
+  if (!dist_detail::same_mac(welcome, rank0_proof(*token, challenge.nonce, hello)))
+    return fail(Error(Errc::kPermissionDenied,
+                      fmt::format("rendezvous: the process listening at {} did not prove the world token: it is not "
+                                  "rank 0 of this world (another program on the port, or its QLOAD_WORLD_TOKEN "
+                                  "differs)",
+                                  where(world))));
+  return std::optional<RendezvousChannel>(channel_of(std::move(fd), *token, challenge.nonce, hello, false));
+}
+
+// Any other rank: connects to rank 0 and joins, retrying until it listens and accepts this
+// rank, or the deadline passes.
+Result<RendezvousChannel> connect_to_rank0(const World& world, std::chrono::milliseconds timeout) {
   const Clock::time_point deadline = Clock::now() + timeout;
   const std::string port = std::to_string(world.master_port);
   std::string last_error = "no address";
@@ -185,20 +390,29 @@ Result<UniqueFd> connect_to_rank0(const World& world, std::chrono::milliseconds 
     if (rc != 0) {
       last_error = ::gai_strerror(rc);
     } else {
-      for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+      UniqueFd connected;
+      for (addrinfo* a = found; a != nullptr && !connected; a = a->ai_next) {
         UniqueFd fd(::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol));
         if (!fd) continue;
-        if (::connect(fd.get(), a->ai_addr, a->ai_addrlen) == 0) {
-          ::freeaddrinfo(found);
-          configure(fd.get(), timeout);
-          return fd;
-        }
-        last_error = errno_text(errno);
+        if (::connect(fd.get(), a->ai_addr, a->ai_addrlen) == 0)
+          connected = std::move(fd);
+        else
+          last_error = errno_text(errno);
       }
       ::freeaddrinfo(found);
+      if (connected) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+        configure(connected.get(), std::clamp(left, std::chrono::milliseconds(1), kHandshakeTime));
+        QLOAD_ASSIGN_OR_RETURN(std::optional<RendezvousChannel> joined,
+                               handshake(std::move(connected), world, last_error));
+        if (joined) {
+          configure(joined->fd.get(), timeout);
+          return std::move(*joined);
+        }
+      }
     }
     if (Clock::now() >= deadline)
-      return fail(io_error(fmt::format("rendezvous: rank {} could not reach rank 0 at {} within {} ms: {}", world.rank,
+      return fail(io_error(fmt::format("rendezvous: rank {} could not join rank 0 at {} within {} ms: {}", world.rank,
                                        where(world), timeout.count(), last_error)));
     std::this_thread::sleep_for(std::chrono::milliseconds(100));  // rank 0 may not listen yet
   }
@@ -206,19 +420,28 @@ Result<UniqueFd> connect_to_rank0(const World& world, std::chrono::milliseconds 
 
 }  // namespace
 
-Result<Rendezvous> Rendezvous::join(const World& world, std::chrono::milliseconds timeout) {
+Result<Rendezvous> Rendezvous::join(const World& world, std::chrono::milliseconds timeout, const Logger& log) {
   if (world.size == 0 || world.rank >= world.size)
     return fail(Error(Errc::kInvalidArgument, fmt::format("rank {} of a world of {}", world.rank, world.size)));
   if (world.size == 1) return Rendezvous(world, timeout, {});  // alone: nobody to meet
+  if (world.token.empty() && !world.one_node())
+    return fail(Error(Errc::kInvalidArgument,
+                      "rendezvous: a world over several nodes needs a token (QLOAD_WORLD_TOKEN or "
+                      "QLOAD_WORLD_TOKEN_FILE, the same on every rank)"));
   if (world.rank == 0) {
-    QLOAD_ASSIGN_OR_RETURN(std::vector<UniqueFd> peers, accept_ranks(world, timeout));
+    // A one-node world without a token makes one, in a file the other ranks (this user's
+    // processes) can read and nobody else can; it goes once everyone has joined.
+    std::optional<dist_detail::AutoTokenFile> made;
+    if (world.token.empty()) {
+      QLOAD_ASSIGN_OR_RETURN(made, dist_detail::AutoTokenFile::create(world));
+    }
+    const std::string_view token = made ? std::string_view(made->token()) : std::string_view(world.token);
+    QLOAD_ASSIGN_OR_RETURN(std::vector<RendezvousChannel> peers, accept_ranks(world, token, timeout, log));
     return Rendezvous(world, timeout, std::move(peers));
   }
-  QLOAD_ASSIGN_OR_RETURN(UniqueFd fd, connect_to_rank0(world, timeout));
-  const Hello hello{.size = world.size, .rank = world.rank};
-  QLOAD_TRY(send_all(fd.get(), &hello, sizeof hello, "rank 0"));
-  std::vector<UniqueFd> peers;
-  peers.push_back(std::move(fd));
+  QLOAD_ASSIGN_OR_RETURN(RendezvousChannel rank0, connect_to_rank0(world, timeout));
+  std::vector<RendezvousChannel> peers;
+  peers.push_back(std::move(rank0));
   return Rendezvous(world, timeout, std::move(peers));
 }
 
@@ -227,8 +450,8 @@ Result<std::vector<std::string>> Rendezvous::allgather(std::string_view mine) {
 }
 
 Result<std::vector<std::string>> Rendezvous::allgather(std::string_view mine, std::chrono::milliseconds wait) {
-  for (UniqueFd& peer : peers_)
-    if (peer) set_timeout(peer.get(), wait);
+  for (RendezvousChannel& peer : peers_)
+    if (peer.fd) set_timeout(peer.fd.get(), wait);
   if (mine.size() > kMaxMessage)
     return fail(Error(Errc::kInvalidArgument,
                       fmt::format("a {} byte rendezvous message (at most {})", mine.size(), kMaxMessage)));
@@ -238,18 +461,18 @@ Result<std::vector<std::string>> Rendezvous::allgather(std::string_view mine, st
     return all;
   }
   if (world_.rank != 0) {
-    QLOAD_TRY(send_message(peers_[0].get(), mine, "rank 0"));
+    QLOAD_TRY(send_message(peers_[0], mine, "rank 0"));
     for (std::uint32_t r = 0; r < world_.size; ++r) {
-      QLOAD_ASSIGN_OR_RETURN(all[r], recv_message(peers_[0].get(), "rank 0"));
+      QLOAD_ASSIGN_OR_RETURN(all[r], recv_message(peers_[0], "rank 0"));
     }
     return all;
   }
   all[0] = std::string(mine);
   for (std::uint32_t r = 1; r < world_.size; ++r) {
-    QLOAD_ASSIGN_OR_RETURN(all[r], recv_message(peers_[r].get(), rank_name(r)));
+    QLOAD_ASSIGN_OR_RETURN(all[r], recv_message(peers_[r], rank_name(r)));
   }
   for (std::uint32_t r = 1; r < world_.size; ++r)
-    for (const std::string& message : all) QLOAD_TRY(send_message(peers_[r].get(), message, rank_name(r)));
+    for (const std::string& message : all) QLOAD_TRY(send_message(peers_[r], message, rank_name(r)));
   return all;
 }
 
@@ -261,8 +484,8 @@ Result<std::vector<std::string>> Rendezvous::alltoall(std::span<const std::strin
     if (m.size() > kMaxMessage)
       return fail(Errc::kInvalidArgument,
                   fmt::format("a {} byte rendezvous message (at most {})", m.size(), kMaxMessage));
-  for (UniqueFd& peer : peers_)
-    if (peer) set_timeout(peer.get(), timeout_);
+  for (RendezvousChannel& peer : peers_)
+    if (peer.fd) set_timeout(peer.fd.get(), timeout_);
   std::vector<std::string> from(world_.size);
   from[world_.rank] = std::string(to_each[world_.rank]);
   if (world_.size == 1) return from;
@@ -270,9 +493,9 @@ Result<std::vector<std::string>> Rendezvous::alltoall(std::span<const std::strin
     // Everything this rank sends, in destination order (its own slot empty), then what each
     // rank sent it, in source order.
     for (std::uint32_t q = 0; q < world_.size; ++q)
-      QLOAD_TRY(send_message(peers_[0].get(), q == world_.rank ? std::string_view() : to_each[q], "rank 0"));
+      QLOAD_TRY(send_message(peers_[0], q == world_.rank ? std::string_view() : to_each[q], "rank 0"));
     for (std::uint32_t r = 0; r < world_.size; ++r) {
-      QLOAD_ASSIGN_OR_RETURN(std::string message, recv_message(peers_[0].get(), "rank 0"));
+      QLOAD_ASSIGN_OR_RETURN(std::string message, recv_message(peers_[0], "rank 0"));
       if (r != world_.rank) from[r] = std::move(message);
     }
     return from;
@@ -282,13 +505,13 @@ Result<std::vector<std::string>> Rendezvous::alltoall(std::span<const std::strin
   for (std::uint32_t r = 1; r < world_.size; ++r) {
     sent[r].resize(world_.size);
     for (std::uint32_t q = 0; q < world_.size; ++q) {
-      QLOAD_ASSIGN_OR_RETURN(sent[r][q], recv_message(peers_[r].get(), rank_name(r)));
+      QLOAD_ASSIGN_OR_RETURN(sent[r][q], recv_message(peers_[r], rank_name(r)));
     }
     from[r] = std::move(sent[r][0]);
   }
   for (std::uint32_t q = 1; q < world_.size; ++q)
     for (std::uint32_t r = 0; r < world_.size; ++r)
-      QLOAD_TRY(send_message(peers_[q].get(), r == 0 ? to_each[q] : std::string_view(sent[r][q]), rank_name(q)));
+      QLOAD_TRY(send_message(peers_[q], r == 0 ? to_each[q] : std::string_view(sent[r][q]), rank_name(q)));
   return from;
 }
 

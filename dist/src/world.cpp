@@ -1,9 +1,15 @@
 #include "qload/dist/world.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <charconv>
 #include <string_view>
 
 #include <fmt/format.h>
+
+#include "qload/runtime/unique_fd.hpp"
 
 namespace qload {
 namespace {
@@ -28,6 +34,45 @@ Result<std::uint32_t> number(const EnvLookup& env, const char* name, std::uint32
   return static_cast<std::uint32_t>(value);
 }
 
+// The first line of the token file, after checking that only its owner can read it.
+Result<std::string> read_token_file(const std::string& path) {
+  const UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd) return fail(Error::from_errno(errno, "QLOAD_WORLD_TOKEN_FILE: open").with_file(path));
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0)
+    return fail(Error::from_errno(errno, "QLOAD_WORLD_TOKEN_FILE: stat").with_file(path));
+  if (!S_ISREG(st.st_mode)) return fail(bad("QLOAD_WORLD_TOKEN_FILE", fmt::format("{} is not a regular file", path)));
+  if ((st.st_mode & 077) != 0 || st.st_uid != ::geteuid())
+    return fail(Error(Errc::kPermissionDenied,
+                      fmt::format("environment variable QLOAD_WORLD_TOKEN_FILE: {} is mode {:04o}, owner uid {}: a "
+                                  "world token must be readable by its owner only (chmod 600)",
+                                  path, st.st_mode & 07777, st.st_uid))
+                    .with_file(path));
+  std::string text(4096, '\0');
+  const ssize_t n = ::read(fd.get(), text.data(), text.size());
+  if (n < 0) return fail(Error::from_errno(errno, "QLOAD_WORLD_TOKEN_FILE: read").with_file(path));
+  text.resize(static_cast<std::size_t>(n));
+  return text.substr(0, text.find_first_of("\r\n"));
+}
+
+Result<std::string> token_from_env(const EnvLookup& env) {
+  const char* direct = env("QLOAD_WORLD_TOKEN");
+  const char* file = env("QLOAD_WORLD_TOKEN_FILE");
+  const bool has_direct = direct != nullptr && *direct != '\0', has_file = file != nullptr && *file != '\0';
+  if (has_direct && has_file)
+    return fail(bad("QLOAD_WORLD_TOKEN", "and QLOAD_WORLD_TOKEN_FILE are both set: give the token one way"));
+  std::string token;
+  if (has_direct) token = direct;
+  if (has_file) {
+    QLOAD_ASSIGN_OR_RETURN(token, read_token_file(file));
+  }
+  if ((has_direct || has_file) && token.size() < kMinWorldTokenBytes)
+    return fail(bad(has_direct ? "QLOAD_WORLD_TOKEN" : "QLOAD_WORLD_TOKEN_FILE",
+                    fmt::format("the token is {} bytes; at least {} (e.g. `openssl rand -hex 32`)", token.size(),
+                                kMinWorldTokenBytes)));
+  return token;
+}
+
 }  // namespace
 
 Result<std::optional<World>> world_from_env(const EnvLookup& env) {
@@ -43,6 +88,14 @@ Result<std::optional<World>> world_from_env(const EnvLookup& env) {
   const char* addr = env("MASTER_ADDR");
   if (addr == nullptr || *addr == '\0') return fail(bad("MASTER_ADDR", "is required when WORLD_SIZE is above 1"));
   w.master_addr = addr;
+  QLOAD_ASSIGN_OR_RETURN(w.token, token_from_env(env));
+  if (w.token.empty() && !w.one_node())
+    return fail(bad("QLOAD_WORLD_TOKEN",
+                    fmt::format("is required for a world over several nodes (WORLD_SIZE {}, LOCAL_WORLD_SIZE {}): "
+                                "give every rank the same secret, e.g. from `openssl rand -hex 32`, in "
+                                "QLOAD_WORLD_TOKEN or a file named by QLOAD_WORLD_TOKEN_FILE",
+                                w.size, w.local_size)));
+  if (const char* dir = env("XDG_RUNTIME_DIR"); dir != nullptr) w.runtime_dir = dir;
   return std::optional<World>(std::move(w));
 }
 

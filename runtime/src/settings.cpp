@@ -70,9 +70,12 @@ constexpr std::array<SettingSpec, kSettingCount> kTable{{
 }};
 // clang-format on
 
-constexpr std::array<std::string_view, 9> kNonSettings{
-    "QLOAD_WERROR",      "QLOAD_CUDA",        "QLOAD_STATIC",          "QLOAD_CUDA_SIM", "QLOAD_XXHSUM",
-    "QLOAD_BUILD_TESTS", "QLOAD_BUILD_BENCH", "QLOAD_BENCH_NO_PYTHON", "QLOAD_SANITIZE"};
+// (QLOAD_WORLD_TOKEN*: the launcher's secret, read with the world (dist/world.hpp), never printed
+// by `qload config` as a setting would be.)
+constexpr std::array<std::string_view, 11> kNonSettings{
+    "QLOAD_WERROR",   "QLOAD_CUDA",        "QLOAD_STATIC",          "QLOAD_CUDA_SIM",
+    "QLOAD_XXHSUM",   "QLOAD_BUILD_TESTS", "QLOAD_BUILD_BENCH",     "QLOAD_BENCH_NO_PYTHON",
+    "QLOAD_SANITIZE", "QLOAD_WORLD_TOKEN", "QLOAD_WORLD_TOKEN_FILE"};
 
 std::size_t index_of(const SettingSpec& spec) noexcept {
   return static_cast<std::size_t>(&spec - kTable.data());

@@ -24,7 +24,7 @@ Result<LoadOutcome> load(Result<LoadRequest> request, const LoadHooks& hooks) {
     // A rank whose request is bad still joins (with the default timeout), so that it can tell
     // the others at once instead of leaving them waiting.
     const auto timeout = request ? request->settings.values().rendezvous_timeout : Settings{}.rendezvous_timeout;
-    QLOAD_ASSIGN_OR_RETURN(rendezvous, Rendezvous::join(*world, timeout));
+    QLOAD_ASSIGN_OR_RETURN(rendezvous, Rendezvous::join(*world, timeout, request ? request->options.log : Logger{}));
   }
   Result<PlannedLoad> planned = request ? prepare(std::move(*request)) : fail(std::move(request.error()));
   if (rendezvous) QLOAD_TRY(agree_on_load(*rendezvous, planned));

@@ -33,9 +33,13 @@ TEST_CASE("communicator: scatter gives each rank its own part of the root's byte
   std::vector<std::future<Result<std::vector<std::byte>>>> ranks;
   for (std::uint32_t r = 0; r < size; ++r)
     ranks.push_back(std::async(std::launch::async, [=]() -> Result<std::vector<std::byte>> {
-      QLOAD_ASSIGN_OR_RETURN(
-          Rendezvous rv,
-          Rendezvous::join(World{.rank = r, .size = size, .master_addr = "127.0.0.1", .master_port = port}, 10s));
+      QLOAD_ASSIGN_OR_RETURN(Rendezvous rv, Rendezvous::join(World{.rank = r,
+                                                                   .size = size,
+                                                                   .local_rank = r,
+                                                                   .local_size = size,
+                                                                   .master_addr = "127.0.0.1",
+                                                                   .master_port = port},
+                                                             10s));
       QLOAD_ASSIGN_OR_RETURN(Communicator comm, Communicator::create(rv, {}));
       std::vector<std::vector<std::byte>> parts;
       std::vector<std::span<const std::byte>> views;

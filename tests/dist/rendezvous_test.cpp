@@ -1,6 +1,7 @@
 // The torchrun-style environment and the TCP rendezvous of multi-process loads. Ranks run as
 // threads here, each with its own sockets, exactly as separate processes would use them (the
-// CLI test tests/cli/multiprocess.sh runs real processes).
+// CLI test tests/cli/multiprocess.sh runs real processes). Attacks on the rendezvous:
+// rendezvous_security_test.cpp.
 #include <catch2/catch.hpp>
 
 #include <netinet/in.h>
@@ -31,7 +32,12 @@ EnvLookup env_of(const std::map<std::string, std::string>& vars) {
 }
 
 World world(std::uint32_t rank, std::uint32_t size, std::uint16_t port) {
-  return World{.rank = rank, .size = size, .master_addr = "127.0.0.1", .master_port = port};
+  return World{.rank = rank,
+               .size = size,
+               .local_rank = rank,
+               .local_size = size,
+               .master_addr = "127.0.0.1",
+               .master_port = port};
 }
 
 }  // namespace
@@ -49,7 +55,9 @@ TEST_CASE("world: read from torchrun's variables, with defaults and named errors
                                      {"LOCAL_RANK", "1"},
                                      {"LOCAL_WORLD_SIZE", "4"},
                                      {"MASTER_ADDR", "node0"},
-                                     {"MASTER_PORT", "1234"}}));
+                                     {"MASTER_PORT", "1234"},
+                                     {"QLOAD_WORLD_TOKEN", "0123456789abcdef0123"},
+                                     {"XDG_RUNTIME_DIR", "/run/user/1000"}}));
   REQUIRE(full);
   REQUIRE(full->has_value());
   CHECK((*full)->rank == 5);
@@ -58,12 +66,15 @@ TEST_CASE("world: read from torchrun's variables, with defaults and named errors
   CHECK((*full)->local_size == 4);
   CHECK((*full)->master_addr == "node0");
   CHECK((*full)->master_port == 1234);
+  CHECK((*full)->token == "0123456789abcdef0123");
+  CHECK((*full)->runtime_dir == "/run/user/1000");
 
   auto defaults = world_from_env(env_of({{"WORLD_SIZE", "4"}, {"RANK", "3"}, {"MASTER_ADDR", "h"}}));
   REQUIRE(defaults);
   CHECK((*defaults)->local_size == 4);
   CHECK((*defaults)->local_rank == 3);
   CHECK((*defaults)->master_port == 29500);
+  CHECK((*defaults)->token.empty());  // one node: the rendezvous makes its own
 
   const auto error_of = [](std::map<std::string, std::string> vars) {
     auto w = world_from_env(env_of(vars));
@@ -224,7 +235,7 @@ TEST_CASE("rendezvous: a rank that exits, a duplicate rank and a missing rank fa
     CHECK_THAT(zero.error().message(), Catch::Contains("1 of 2 ranks joined"));
     auto one = Rendezvous::join(world(1, 2, free_port()), 300ms);
     REQUIRE_FALSE(one);
-    CHECK_THAT(one.error().message(), Catch::Contains("rank 1 could not reach rank 0 at 127.0.0.1:"));
+    CHECK_THAT(one.error().message(), Catch::Contains("rank 1 could not join rank 0 at 127.0.0.1:"));
   }
 }
 

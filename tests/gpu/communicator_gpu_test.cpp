@@ -35,7 +35,10 @@ std::vector<std::byte> pattern(std::size_t n, int seed) {
 // returns what the buffer holds afterwards.
 Result<std::vector<std::byte>> broadcast_on_gpu(std::uint32_t rank, std::uint32_t size, std::uint16_t port,
                                                 std::size_t bytes) {
-  QLOAD_ASSIGN_OR_RETURN(Rendezvous rv, Rendezvous::join(World{.rank = rank, .size = size, .master_port = port}, 60s));
+  QLOAD_ASSIGN_OR_RETURN(
+      Rendezvous rv,
+      Rendezvous::join(World{.rank = rank, .size = size, .local_rank = rank, .local_size = size, .master_port = port},
+                       60s));
   const int device = static_cast<int>(rank);
   const std::vector<int> slots = {device};
   QLOAD_ASSIGN_OR_RETURN(Communicator comm, Communicator::create(rv, slots));
@@ -133,7 +136,9 @@ TEST_CASE("communicator: two GPU replicas sharing reads each hold the whole chec
   REQUIRE(catalog);
   const std::uint16_t port = free_port();
   const auto rank = [&](std::uint32_t r) -> Result<std::vector<std::string>> {
-    QLOAD_ASSIGN_OR_RETURN(Rendezvous rv, Rendezvous::join(World{.rank = r, .size = 2, .master_port = port}, 60s));
+    QLOAD_ASSIGN_OR_RETURN(
+        Rendezvous rv,
+        Rendezvous::join(World{.rank = r, .size = 2, .local_rank = r, .local_size = 2, .master_port = port}, 60s));
     const std::vector<int> slots = {static_cast<int>(r)};
     QLOAD_ASSIGN_OR_RETURN(Communicator comm, Communicator::create(rv, slots));
     scheduler::LoadOptions o;
@@ -162,7 +167,9 @@ TEST_CASE("shared reads: tensor-parallel shards relayed onto a GPU match the ref
     INFO((convert ? "f32" : "bf16") << (in_place ? ", in place" : ", over TCP"));
     const std::uint16_t port = free_port();
     const auto rank = [&](std::uint32_t r) -> Result<std::vector<std::string>> {
-      QLOAD_ASSIGN_OR_RETURN(Rendezvous rv, Rendezvous::join(World{.rank = r, .size = 2, .master_port = port}, 60s));
+      QLOAD_ASSIGN_OR_RETURN(
+          Rendezvous rv,
+          Rendezvous::join(World{.rank = r, .size = 2, .local_rank = r, .local_size = 2, .master_port = port}, 60s));
       const std::vector<int> host_slots = {-1};  // the relay moves host memory: no NCCL
       QLOAD_ASSIGN_OR_RETURN(Communicator comm, Communicator::create(rv, host_slots));
       scheduler::LoadOptions o;

@@ -30,7 +30,9 @@ constexpr std::size_t kBytes = std::size_t{3} << 20;
 // Rank `rank` of two joins, makes its communicator (cuda:rank) and broadcasts from rank 0;
 // true when the buffer then holds rank 0's bytes.
 Result<bool> broadcast_rank(std::uint32_t rank, std::uint16_t port, std::chrono::milliseconds timeout) {
-  QLOAD_ASSIGN_OR_RETURN(Rendezvous rv, Rendezvous::join(World{.rank = rank, .size = 2, .master_port = port}, 60s));
+  QLOAD_ASSIGN_OR_RETURN(
+      Rendezvous rv,
+      Rendezvous::join(World{.rank = rank, .size = 2, .local_rank = rank, .local_size = 2, .master_port = port}, 60s));
   const int device = static_cast<int>(rank);
   const std::vector<int> slots = {device};
   QLOAD_ASSIGN_OR_RETURN(Communicator comm, Communicator::create(rv, slots, timeout));

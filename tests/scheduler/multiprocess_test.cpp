@@ -203,9 +203,13 @@ struct RankLoad {
 RankLoad load_rank(const formats::Catalog& catalog, LoadOptions o, std::uint16_t port) {
   RankLoad out;
   const ParallelLayout& par = o.plan.parallel;
-  auto rendezvous = Rendezvous::join(
-      World{.rank = par.process, .size = par.processes, .master_addr = "127.0.0.1", .master_port = port},
-      std::chrono::seconds(30));
+  auto rendezvous = Rendezvous::join(World{.rank = par.process,
+                                           .size = par.processes,
+                                           .local_rank = par.process,
+                                           .local_size = par.processes,
+                                           .master_addr = "127.0.0.1",
+                                           .master_port = port},
+                                     std::chrono::seconds(30));
   if (!rendezvous) {
     out.model = fail(std::move(rendezvous).error());
     return out;

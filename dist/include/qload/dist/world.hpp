@@ -2,6 +2,7 @@
 // other launchers, see docs/parallel.md) describe it in the environment.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -18,7 +19,19 @@ struct World {
   std::uint32_t local_size = 1;           // LOCAL_WORLD_SIZE: processes on its node
   std::string master_addr = "127.0.0.1";  // MASTER_ADDR: where rank 0 listens
   std::uint16_t master_port = 29500;      // MASTER_PORT
+  // The secret every rank proves at the rendezvous (rendezvous.hpp): QLOAD_WORLD_TOKEN, or the
+  // first line of the file QLOAD_WORLD_TOKEN_FILE names. Empty: a world on one node makes one
+  // itself and passes it through a private file under `runtime_dir`; a world over several
+  // nodes must be given one.
+  std::string token;
+  std::string runtime_dir;  // XDG_RUNTIME_DIR: where that file goes (empty: /tmp/qload-<uid>)
+
+  bool one_node() const noexcept { return local_size == size; }
 };
+
+// The shortest token accepted: an HMAC key guessed offline from one recorded handshake must
+// not be within reach (32 random hex digits, as `openssl rand -hex 16` prints, are 128 bits).
+inline constexpr std::size_t kMinWorldTokenBytes = 16;
 
 // Looks a variable up; null when unset (std::getenv in the CLI, a map in tests).
 using EnvLookup = std::function<const char*(const char*)>;
@@ -26,8 +39,11 @@ using EnvLookup = std::function<const char*(const char*)>;
 // The world from RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT;
 // nullopt when WORLD_SIZE is unset or 1 (a single process). With WORLD_SIZE above 1, RANK and
 // MASTER_ADDR are required; LOCAL_WORLD_SIZE defaults to WORLD_SIZE, LOCAL_RANK to RANK mod it, and
-// MASTER_PORT to 29500. kInvalidArgument naming the variable for a value that is not a
-// number, out of range, or inconsistent with the others.
+// MASTER_PORT to 29500. The token comes from QLOAD_WORLD_TOKEN or QLOAD_WORLD_TOKEN_FILE
+// (a file only its owner can read, as ssh wants of a key). kInvalidArgument naming the variable
+// for a value that is not a number, out of range, or inconsistent with the others; for a token
+// shorter than kMinWorldTokenBytes, both variables set, or none for a world over several nodes;
+// kPermissionDenied for a token file others can read.
 Result<std::optional<World>> world_from_env(const EnvLookup& env);
 
 }  // namespace qload
