@@ -15,7 +15,7 @@ packages=(
   build-essential cmake ninja-build pkg-config   # toolchain
   liburing-dev libxxhash-dev libluajit-5.1-dev   # I/O, checksums, recipes
   nlohmann-json3-dev libcli11-dev libfmt-dev     # JSON, CLI parsing, formatting
-  libssl-dev                                     # HMAC-SHA256 for the rendezvous (libcrypto)
+  libssl-dev libgloo-dev                         # dist/: HMAC-SHA256 (libcrypto), Gloo for host memory
   catch2 xxhash clang-format python3             # tests: Catch2 v2, xxhsum reference, style, CLI checks
   ccache                                         # rebuilds (CI keeps its cache warm)
   clang-16 libclang-rt-16-dev                    # the checking build: ASan + UBSan, libFuzzer

@@ -33,6 +33,17 @@ if(QLOAD_STATIC)
   target_link_libraries(qload::crypto INTERFACE ${CMAKE_DL_LIBS} Threads::Threads)
 endif()
 
+# Gloo (libgloo-dev): host memory between the processes of a load (dist/). Debian ships it as a
+# shared library only, so a static build (QLOAD_STATIC: for machines with nothing installed) goes
+# without it and refuses to move host memory between processes, by name.
+set(QLOAD_HAVE_GLOO OFF)
+if(NOT QLOAD_STATIC)
+  find_package(Gloo CONFIG QUIET)
+  if(TARGET gloo)
+    set(QLOAD_HAVE_GLOO ON)
+  endif()
+endif()
+
 # xxHash is used header-only (XXH_INLINE_ALL): nothing to link, nothing to carry.
 find_path(XXHASH_INCLUDE_DIR xxhash.h REQUIRED)
 add_library(qload::xxhash INTERFACE IMPORTED GLOBAL)

@@ -8,13 +8,9 @@
 
 #include <fmt/format.h>
 
+#include "gloo_group.hpp"
+
 namespace qload {
-namespace {
-
-// Host bytes cross the rendezvous in pieces well under its 64 MiB message limit.
-constexpr std::size_t kTcpPiece = std::size_t{32} << 20;
-
-}  // namespace
 
 Result<Communicator> Communicator::create(Rendezvous& rendezvous, std::span<const int> gpu_slots,
                                           std::chrono::milliseconds nccl_timeout) {
@@ -22,13 +18,31 @@ Result<Communicator> Communicator::create(Rendezvous& rendezvous, std::span<cons
   if (std::ranges::any_of(gpu_slots, [](int device) { return device >= 0; })) {
     QLOAD_ASSIGN_OR_RETURN(nccl, detail::make_nccl_group(rendezvous, gpu_slots, nccl_timeout));
   }
-  return Communicator(rendezvous, std::move(nccl));
+  detail::GlooGroupPtr gloo;
+  if (rendezvous.world().size > 1) {
+    Result<detail::GlooGroupPtr> made = detail::make_gloo_group(rendezvous, rendezvous.timeout());
+    if (made) {
+      gloo = std::move(*made);
+    } else if (made.error().code() != Errc::kUnsupported) {  // a build without Gloo refuses host bytes later
+      return fail(std::move(made.error()));
+    }
+  }
+  return Communicator(rendezvous, std::move(nccl), std::move(gloo));
 }
 
 Result<bool> Communicator::all_ok(bool ok) {
   QLOAD_ASSIGN_OR_RETURN(const std::vector<std::string> all,
                          rendezvous_->allgather(ok ? "1" : "0", std::chrono::milliseconds(0)));
   return std::ranges::all_of(all, [](const std::string& m) { return m == "1"; });
+}
+
+Status Communicator::host_transfer(std::span<const std::span<const std::byte>> to_each, std::span<std::byte> mine,
+                                   std::uint32_t root) {
+  if (size() == 1) return {};
+  if (!gloo_)
+    return fail(Errc::kUnsupported,
+                "moving host memory between processes needs Gloo, and this qload was built without it (libgloo-dev)");
+  return detail::gloo_send_parts(*gloo_, to_each, mine, root);
 }
 
 Status Communicator::broadcast(std::span<const BroadcastBuffer> buffers, std::uint32_t root) {
@@ -39,18 +53,9 @@ Status Communicator::broadcast(std::span<const BroadcastBuffer> buffers, std::ui
       on_gpus.push_back(b);
       continue;
     }
-    // Host memory: through rank 0, a piece at a time; only the root's message carries bytes.
-    for (std::size_t done = 0; done < b.bytes.size();) {
-      const std::size_t n = std::min(kTcpPiece, b.bytes.size() - done);
-      const std::string_view mine =
-          rank() == root ? std::string_view(reinterpret_cast<const char*>(b.bytes.data()) + done, n) : "";
-      QLOAD_ASSIGN_OR_RETURN(const std::vector<std::string> all, rendezvous_->allgather(mine));
-      if (all[root].size() != n)
-        return fail(Errc::kInvalidArgument, fmt::format("broadcast: rank {} sent {} bytes where rank {} expects {}",
-                                                        root, all[root].size(), rank(), n));
-      if (rank() != root) std::memcpy(b.bytes.data() + done, all[root].data(), n);
-      done += n;
-    }
+    // Host memory: the root sends the same bytes to every rank.
+    const std::vector<std::span<const std::byte>> to_each(size(), b.bytes);
+    QLOAD_TRY(host_transfer(to_each, rank() == root ? std::span<std::byte>() : b.bytes, root));
   }
   if (on_gpus.empty()) return {};
   if (!nccl_) return fail(Errc::kInvalidArgument, "broadcast of GPU memory on a communicator made without GPU slots");
@@ -65,24 +70,14 @@ Status Communicator::scatter(std::span<const std::uint64_t> sizes, std::span<con
   if (rank() != root && mine.size() != sizes[rank()])
     return fail(Errc::kInvalidArgument,
                 fmt::format("scatter: rank {} expects {} bytes into {}", rank(), sizes[rank()], mine.size()));
-  const std::uint64_t longest = *std::ranges::max_element(sizes);
-  std::vector<std::string_view> to_each(size());
-  for (std::uint64_t done = 0; done < longest; done += kTcpPiece) {
-    if (rank() == root)
-      for (std::uint32_t q = 0; q < size(); ++q) {
-        const std::span<const std::byte> part = q == root ? std::span<const std::byte>() : parts[q];
-        const std::uint64_t n = done < part.size() ? std::min<std::uint64_t>(kTcpPiece, part.size() - done) : 0;
-        to_each[q] = std::string_view(reinterpret_cast<const char*>(part.data()) + (n ? done : 0), n);
-      }
-    QLOAD_ASSIGN_OR_RETURN(const std::vector<std::string> from, rendezvous_->alltoall(to_each));
-    if (rank() == root) continue;
-    const std::uint64_t want = done < mine.size() ? std::min<std::uint64_t>(kTcpPiece, mine.size() - done) : 0;
-    if (from[root].size() != want)
-      return fail(Errc::kInvalidArgument, fmt::format("scatter: rank {} sent {} bytes where rank {} expects {}", root,
-                                                      from[root].size(), rank(), want));
-    if (want > 0) std::memcpy(mine.data() + done, from[root].data(), static_cast<std::size_t>(want));
-  }
-  return {};
+  if (rank() == root)
+    for (std::uint32_t q = 0; q < size(); ++q)
+      if (q != root && parts[q].size() != sizes[q])
+        return fail(Errc::kInvalidArgument,
+                    fmt::format("scatter: rank {}'s part is {} bytes, where every rank expects {}", q, parts[q].size(),
+                                sizes[q]));
+  return host_transfer(rank() == root ? parts : std::span<const std::span<const std::byte>>(),
+                       rank() == root ? std::span<std::byte>() : mine, root);
 }
 
 }  // namespace qload

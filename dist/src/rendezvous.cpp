@@ -476,43 +476,4 @@ Result<std::vector<std::string>> Rendezvous::allgather(std::string_view mine, st
   return all;
 }
 
-Result<std::vector<std::string>> Rendezvous::alltoall(std::span<const std::string_view> to_each) {
-  if (to_each.size() != world_.size)
-    return fail(Errc::kInvalidArgument,
-                fmt::format("alltoall: {} messages for a world of {}", to_each.size(), world_.size));
-  for (const std::string_view m : to_each)
-    if (m.size() > kMaxMessage)
-      return fail(Errc::kInvalidArgument,
-                  fmt::format("a {} byte rendezvous message (at most {})", m.size(), kMaxMessage));
-  for (RendezvousChannel& peer : peers_)
-    if (peer.fd) set_timeout(peer.fd.get(), timeout_);
-  std::vector<std::string> from(world_.size);
-  from[world_.rank] = std::string(to_each[world_.rank]);
-  if (world_.size == 1) return from;
-  if (world_.rank != 0) {
-    // Everything this rank sends, in destination order (its own slot empty), then what each
-    // rank sent it, in source order.
-    for (std::uint32_t q = 0; q < world_.size; ++q)
-      QLOAD_TRY(send_message(peers_[0], q == world_.rank ? std::string_view() : to_each[q], "rank 0"));
-    for (std::uint32_t r = 0; r < world_.size; ++r) {
-      QLOAD_ASSIGN_OR_RETURN(std::string message, recv_message(peers_[0], "rank 0"));
-      if (r != world_.rank) from[r] = std::move(message);
-    }
-    return from;
-  }
-  // Rank 0 routes: sent[r][q] is what rank r sends rank q.
-  std::vector<std::vector<std::string>> sent(world_.size);
-  for (std::uint32_t r = 1; r < world_.size; ++r) {
-    sent[r].resize(world_.size);
-    for (std::uint32_t q = 0; q < world_.size; ++q) {
-      QLOAD_ASSIGN_OR_RETURN(sent[r][q], recv_message(peers_[r], rank_name(r)));
-    }
-    from[r] = std::move(sent[r][0]);
-  }
-  for (std::uint32_t q = 1; q < world_.size; ++q)
-    for (std::uint32_t r = 0; r < world_.size; ++r)
-      QLOAD_TRY(send_message(peers_[q], r == 0 ? to_each[q] : std::string_view(sent[r][q]), rank_name(q)));
-  return from;
-}
-
 }  // namespace qload

@@ -1,6 +1,7 @@
-// The host side of the Communicator: scatter sends each rank its own part of the root's bytes,
-// in as many rendezvous pieces as the longest part takes (ranks are threads with their own
-// sockets). The GPU side (NCCL) is tests/gpu/communicator_gpu_test.cpp.
+// The host side of the Communicator, through Gloo: scatter sends each rank its own part of the
+// root's bytes, broadcast the same bytes to all, and a rank that dies or never sends ends the
+// others' waits with errors naming it (ranks are threads with their own sockets). The GPU side
+// (NCCL) is tests/gpu/communicator_gpu_test.cpp.
 #include <catch2/catch.hpp>
 
 #include <future>
@@ -24,22 +25,20 @@ std::vector<std::byte> part_for(std::uint32_t q, std::uint64_t bytes) {
 
 }  // namespace
 
-TEST_CASE("communicator: scatter gives each rank its own part of the root's bytes, in pieces",
-          "[runtime][rendezvous]") {
-  // Rank 2's part spans two 32 MiB pieces; rank 0's is empty.
+World world_of(std::uint32_t r, std::uint32_t size, std::uint16_t port) {
+  return World{
+      .rank = r, .size = size, .local_rank = r, .local_size = size, .master_addr = "127.0.0.1", .master_port = port};
+}
+
+TEST_CASE("communicator: scatter gives each rank its own part of the root's bytes", "[dist][gloo]") {
+  // Rank 2's part is 40 MiB; rank 0's is empty.
   const std::vector<std::uint64_t> sizes = {0, 1000, (std::uint64_t{40} << 20) + 7, 12345};
   const std::uint32_t size = 4, root = 1;
   const std::uint16_t port = free_port();
   std::vector<std::future<Result<std::vector<std::byte>>>> ranks;
   for (std::uint32_t r = 0; r < size; ++r)
     ranks.push_back(std::async(std::launch::async, [=]() -> Result<std::vector<std::byte>> {
-      QLOAD_ASSIGN_OR_RETURN(Rendezvous rv, Rendezvous::join(World{.rank = r,
-                                                                   .size = size,
-                                                                   .local_rank = r,
-                                                                   .local_size = size,
-                                                                   .master_addr = "127.0.0.1",
-                                                                   .master_port = port},
-                                                             10s));
+      QLOAD_ASSIGN_OR_RETURN(Rendezvous rv, Rendezvous::join(world_of(r, size, port), 10s));
       QLOAD_ASSIGN_OR_RETURN(Communicator comm, Communicator::create(rv, {}));
       std::vector<std::vector<std::byte>> parts;
       std::vector<std::span<const std::byte>> views;
@@ -58,8 +57,54 @@ TEST_CASE("communicator: scatter gives each rank its own part of the root's byte
   }
 }
 
-TEST_CASE("communicator: a scatter whose sizes disagree with the receiver's buffer is refused",
-          "[runtime][rendezvous]") {
+TEST_CASE("communicator: broadcast gives every rank the root's host bytes", "[dist][gloo]") {
+  const std::uint32_t size = 3, root = 2;
+  const std::uint16_t port = free_port();
+  std::vector<std::future<Result<std::vector<std::byte>>>> ranks;
+  for (std::uint32_t r = 0; r < size; ++r)
+    ranks.push_back(std::async(std::launch::async, [=]() -> Result<std::vector<std::byte>> {
+      QLOAD_ASSIGN_OR_RETURN(Rendezvous rv, Rendezvous::join(world_of(r, size, port), 10s));
+      QLOAD_ASSIGN_OR_RETURN(Communicator comm, Communicator::create(rv, {}));
+      std::vector<std::byte> bytes = r == root ? part_for(9, 3'000'001) : std::vector<std::byte>(3'000'001);
+      std::vector<std::byte> empty;
+      const BroadcastBuffer buffers[] = {{.bytes = bytes}, {.bytes = empty}};
+      QLOAD_TRY(comm.broadcast(buffers, root));
+      return bytes;
+    }));
+  for (std::uint32_t r = 0; r < size; ++r) {
+    auto got = ranks[r].get();
+    if (!got) FAIL(got.error().to_string());
+    CHECK(*got == part_for(9, 3'000'001));
+  }
+}
+
+TEST_CASE("communicator: a root that dies or never sends ends the receiver's wait, naming it", "[dist][gloo]") {
+  for (const bool dies : {true, false}) {
+    INFO((dies ? "the root exits" : "the root never sends"));
+    const std::uint16_t port = free_port();
+    std::promise<void> received_or_failed;
+    auto root = std::async(std::launch::async, [&]() -> Status {
+      QLOAD_ASSIGN_OR_RETURN(Rendezvous rv, Rendezvous::join(world_of(0, 2, port), 1500ms));
+      QLOAD_ASSIGN_OR_RETURN(Communicator comm, Communicator::create(rv, {}));
+      if (!dies) received_or_failed.get_future().wait();  // alive, silent
+      return {};                                          // dies: its communicator and sockets go
+    });
+    Result<Rendezvous> rv = Rendezvous::join(world_of(1, 2, port), 1500ms);
+    REQUIRE(rv);
+    Result<Communicator> comm = Communicator::create(*rv, {});
+    REQUIRE(comm);
+    std::vector<std::byte> mine(1 << 20);
+    const std::vector<std::uint64_t> sizes = {0, mine.size()};
+    const Status got = comm->scatter(sizes, {}, mine, 0);
+    received_or_failed.set_value();
+    REQUIRE_FALSE(got);
+    CHECK(got.error().code() == Errc::kIo);
+    CHECK_THAT(got.error().message(), Catch::Contains("rank 1: receiving from rank 0 through Gloo"));
+    CHECK(root.get());
+  }
+}
+
+TEST_CASE("communicator: a scatter whose sizes disagree with the receiver's buffer is refused", "[dist]") {
   auto rv = Rendezvous::join(World{.rank = 0, .size = 1, .master_addr = "127.0.0.1", .master_port = 1}, 1s);
   REQUIRE(rv);
   auto comm = Communicator::create(*rv, {});

@@ -126,40 +126,6 @@ TEST_CASE("rendezvous: ranks joining in any order exchange messages by rank, sev
   }
 }
 
-// What rank `from` sends rank `to` in round `round`: distinct for every triple, empty for some.
-std::string addressed(std::uint32_t from, std::uint32_t to, int round) {
-  if ((from + to + static_cast<std::uint32_t>(round)) % 3 == 0) return "";
-  return fmt::format("{}>{}#{}:", from, to, round) + std::string(from * 100 + to * 10, static_cast<char>('a' + to));
-}
-
-TEST_CASE("rendezvous: alltoall delivers each message to its addressee only, by sender", "[runtime][rendezvous]") {
-  for (const std::uint32_t size : {1u, 2u, 4u}) {
-    const std::uint16_t port = free_port();
-    std::vector<std::future<Result<std::vector<std::vector<std::string>>>>> ranks;
-    for (std::uint32_t r = 0; r < size; ++r)
-      ranks.push_back(std::async(std::launch::async, [=]() -> Result<std::vector<std::vector<std::string>>> {
-        QLOAD_ASSIGN_OR_RETURN(Rendezvous rv, Rendezvous::join(world(r, size, port), 10s));
-        std::vector<std::vector<std::string>> rounds;
-        for (int round = 0; round < 3; ++round) {
-          std::vector<std::string> mine;
-          for (std::uint32_t q = 0; q < size; ++q) mine.push_back(addressed(r, q, round));
-          const std::vector<std::string_view> views(mine.begin(), mine.end());
-          QLOAD_ASSIGN_OR_RETURN(auto got, rv.alltoall(views));
-          rounds.push_back(std::move(got));
-        }
-        return rounds;
-      }));
-    for (std::uint32_t r = 0; r < size; ++r) {
-      auto rounds = ranks[r].get();
-      if (!rounds) FAIL(rounds.error().to_string());
-      for (int round = 0; round < 3; ++round) {
-        REQUIRE((*rounds)[round].size() == size);
-        for (std::uint32_t from = 0; from < size; ++from) CHECK((*rounds)[round][from] == addressed(from, r, round));
-      }
-    }
-  }
-}
-
 TEST_CASE("rendezvous: a rank that exits, a duplicate rank and a missing rank fail by name", "[runtime][rendezvous]") {
   SECTION("a rank that leaves before the exchange") {
     const std::uint16_t port = free_port();

@@ -1,8 +1,10 @@
 // Moves bytes between the processes of a multi-process load: one rank's buffers to every rank
 // (broadcast), one rank's host bytes split between ranks (scatter), and a barrier that carries
-// success. Host memory goes through the TCP
-// rendezvous; GPU memory through NCCL, one communicator per device slot (slot k joins device k
-// of every process). NCCL is opened at run time; without it, GPU buffers are refused.
+// success. Host memory goes through Gloo (TCP, straight from the sender to each receiver, over a
+// mesh whose addresses the authenticated rendezvous exchanged); GPU memory through NCCL, one
+// communicator per device slot (slot k joins device k of every process). NCCL is opened at run
+// time; without it, GPU buffers are refused, as host buffers are in a build without Gloo. The
+// rendezvous itself carries only small control messages (allgather, all_ok).
 #pragma once
 
 #include <chrono>
@@ -26,6 +28,10 @@ namespace detail {
 struct NcclGroup;  // the NCCL communicators and streams, per slot (nccl_group.cpp)
 struct NcclGroupDeleter {
   void operator()(NcclGroup* group) const noexcept;
+};
+struct GlooGroup;  // the Gloo mesh for host memory (gloo_group.cpp)
+struct GlooGroupDeleter {
+  void operator()(GlooGroup* group) const noexcept;
 };
 }  // namespace detail
 
@@ -60,16 +66,22 @@ class Communicator {
   // Rank `root` sends `parts[q]` to each rank q (parts is read on the root only, and its own
   // entry ignored); every other rank receives its part into `mine`. `sizes[q]` is rank q's
   // part's size, the same on every rank (so each knows how many pieces to wait for). Host
-  // memory, through the rendezvous.
+  // memory, through Gloo.
   Status scatter(std::span<const std::uint64_t> sizes, std::span<const std::span<const std::byte>> parts,
                  std::span<std::byte> mine, std::uint32_t root);
 
  private:
-  Communicator(Rendezvous& rendezvous, std::unique_ptr<detail::NcclGroup, detail::NcclGroupDeleter> nccl)
-      : rendezvous_(&rendezvous), nccl_(std::move(nccl)) {}
+  Communicator(Rendezvous& rendezvous, std::unique_ptr<detail::NcclGroup, detail::NcclGroupDeleter> nccl,
+               std::unique_ptr<detail::GlooGroup, detail::GlooGroupDeleter> gloo)
+      : rendezvous_(&rendezvous), nccl_(std::move(nccl)), gloo_(std::move(gloo)) {}
+
+  // Host bytes through Gloo: the root's to_each[q] to each rank q, into `mine` elsewhere.
+  Status host_transfer(std::span<const std::span<const std::byte>> to_each, std::span<std::byte> mine,
+                       std::uint32_t root);
 
   Rendezvous* rendezvous_;
   std::unique_ptr<detail::NcclGroup, detail::NcclGroupDeleter> nccl_;  // null without GPU slots
+  std::unique_ptr<detail::GlooGroup, detail::GlooGroupDeleter> gloo_;  // null alone, or without Gloo
 };
 
 namespace detail {

@@ -3,8 +3,9 @@
 // to it (retrying until the deadline, since rank 0 may start later) and says which rank of which
 // world it is. After that, allgather() exchanges one message per rank, through rank 0. qload uses
 // it to check that every rank planned the same load, to hand out NCCL's unique id, and to learn
-// every rank's outcome, so that a load fails everywhere if it fails anywhere; alltoall() carries
-// the bytes of shared reads between processes on cpu devices.
+// every rank's outcome, so that a load fails everywhere if it fails anywhere, and to exchange
+// the addresses Gloo and NCCL connect with. Checkpoint bytes never go through it: they move
+// through Gloo (host memory) or NCCL (GPU memory), communicator.hpp.
 //
 // Every connection is authenticated both ways with the world's token (World::token; a one-node
 // world without one makes its own, shared through a file only this user can read): rank 0 sends
@@ -63,12 +64,8 @@ class Rendezvous {
   Result<std::vector<std::string>> allgather(std::string_view mine);
   Result<std::vector<std::string>> allgather(std::string_view mine, std::chrono::milliseconds wait);
 
-  // Every rank sends `to_each[q]` to rank q (to_each has one message per rank, its own
-  // included) and gets, indexed by rank, the message each rank sent it. Through rank 0, like
-  // allgather, but each message goes only where it is addressed.
-  Result<std::vector<std::string>> alltoall(std::span<const std::string_view> to_each);
-
   const World& world() const noexcept { return world_; }
+  std::chrono::milliseconds timeout() const noexcept { return timeout_; }
 
  private:
   Rendezvous(World world, std::chrono::milliseconds timeout, std::vector<detail::RendezvousChannel> peers)

@@ -1,0 +1,167 @@
+#include "gloo_group.hpp"
+
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gloo/context.h>
+#include <gloo/transport/context.h>
+#include <gloo/transport/device.h>
+#include <gloo/transport/pair.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+
+#include "qload/runtime/unique_fd.hpp"
+
+namespace qload::detail {
+namespace {
+
+// A gloo::Context whose pairs are made and connected here, with the addresses exchanged over
+// qload's authenticated rendezvous instead of a Gloo store (Gloo's own rendezvous would trust
+// whatever a store hands it).
+class MeshContext : public gloo::Context {
+ public:
+  using gloo::Context::Context;
+  void adopt(std::shared_ptr<gloo::transport::Device> device, std::shared_ptr<gloo::transport::Context> transport) {
+    device_ = std::move(device);
+    transportContext_ = std::move(transport);
+  }
+};
+
+// The address of this machine on the route to MASTER_ADDR: the interface the other ranks can
+// reach (rank 0's is MASTER_ADDR itself), where Gloo listens.
+Result<std::string> local_address_towards(const World& world) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  const std::string port = std::to_string(world.master_port);
+  if (const int rc = ::getaddrinfo(world.master_addr.c_str(), port.c_str(), &hints, &found); rc != 0)
+    return fail(Errc::kIo, fmt::format("Gloo: resolving MASTER_ADDR {}: {}", world.master_addr, ::gai_strerror(rc)));
+  std::string address;
+  for (addrinfo* a = found; a != nullptr && address.empty(); a = a->ai_next) {
+    // Connecting a UDP socket sends nothing: it only asks the kernel for the route.
+    const UniqueFd fd(::socket(a->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    sockaddr_storage local{};
+    socklen_t length = sizeof local;
+    char host[NI_MAXHOST];
+    if (fd && ::connect(fd.get(), a->ai_addr, a->ai_addrlen) == 0 &&
+        ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&local), &length) == 0 &&
+        ::getnameinfo(reinterpret_cast<sockaddr*>(&local), length, host, sizeof host, nullptr, 0, NI_NUMERICHOST) == 0)
+      address = host;
+  }
+  ::freeaddrinfo(found);
+  if (address.empty())
+    return fail(Errc::kIo, fmt::format("Gloo: no local address routes to MASTER_ADDR {}", world.master_addr));
+  return address;
+}
+
+// Rank r's message: for each other rank, in order, a 4-byte length and the address of r's pair
+// for it. The entry for `rank`, or empty if the message is malformed.
+std::vector<char> address_for(const std::string& message, std::uint32_t sender, std::uint32_t rank,
+                              std::uint32_t size) {
+  std::size_t at = 0;
+  for (std::uint32_t peer = 0; peer < size; ++peer) {
+    if (peer == sender) continue;
+    std::uint32_t length = 0;
+    if (message.size() - at < sizeof length) return {};
+    std::memcpy(&length, message.data() + at, sizeof length);
+    at += sizeof length;
+    if (message.size() - at < length) return {};
+    if (peer == rank) return std::vector<char>(message.data() + at, message.data() + at + length);
+    at += length;
+  }
+  return {};
+}
+
+}  // namespace
+
+struct GlooGroup {
+  std::shared_ptr<MeshContext> context;
+  std::uint32_t rank = 0;
+  std::chrono::milliseconds timeout{0};  // zero: no limit
+  std::uint64_t next_slot = 0;           // every rank makes the same calls, so the same slots
+};
+
+void GlooGroupDeleter::operator()(GlooGroup* group) const noexcept {
+  delete group;
+}
+
+Result<GlooGroupPtr> make_gloo_group(Rendezvous& rendezvous, std::chrono::milliseconds timeout) {
+  const World& world = rendezvous.world();
+  QLOAD_ASSIGN_OR_RETURN(const std::string host, local_address_towards(world));
+  const auto rank = static_cast<int>(world.rank), size = static_cast<int>(world.size);
+  GlooGroupPtr group(new GlooGroup{.context = nullptr, .rank = world.rank, .timeout = timeout});
+  try {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = host;
+    std::shared_ptr<gloo::transport::Device> device = gloo::transport::tcp::CreateDevice(attr);
+    group->context = std::make_shared<MeshContext>(rank, size);
+    // Gloo has no "no limit": a year stands for it.
+    group->context->setTimeout(timeout.count() > 0 ? timeout : std::chrono::hours(24 * 365));
+    std::shared_ptr<gloo::transport::Context> transport = device->createContext(rank, size);
+    transport->setTimeout(group->context->getTimeout());
+    std::string mine;
+    for (int peer = 0; peer < size; ++peer) {
+      if (peer == rank) continue;
+      const std::vector<char> address = transport->createPair(peer)->address().bytes();
+      const auto length = static_cast<std::uint32_t>(address.size());
+      mine.append(reinterpret_cast<const char*>(&length), sizeof length);
+      mine.append(address.begin(), address.end());
+    }
+    QLOAD_ASSIGN_OR_RETURN(const std::vector<std::string> all, rendezvous.allgather(mine));
+    for (int peer = 0; peer < size; ++peer) {
+      if (peer == rank) continue;
+      const std::vector<char> address =
+          address_for(all[static_cast<std::size_t>(peer)], static_cast<std::uint32_t>(peer), world.rank, world.size);
+      if (address.empty())
+        return fail(Errc::kInvalidArgument, fmt::format("Gloo: rank {} sent no address for rank {}", peer, rank));
+      transport->getPair(peer)->connect(address);
+    }
+    group->context->adopt(std::move(device), std::move(transport));
+  } catch (const std::exception& e) {
+    return fail(Errc::kIo, fmt::format("rank {}: connecting Gloo's mesh on {}: {}", rank, host, e.what()));
+  }
+  return group;
+}
+
+Status gloo_send_parts(GlooGroup& group, std::span<const std::span<const std::byte>> to_each, std::span<std::byte> mine,
+                       std::uint32_t root) {
+  const std::uint64_t slot = group.next_slot++;
+  const std::chrono::milliseconds wait = group.context->getTimeout();
+  std::uint32_t peer = root;  // who this rank waits on, for the error
+  try {
+    if (group.rank == root) {
+      std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> sends;
+      for (std::uint32_t q = 0; q < to_each.size(); ++q) {
+        if (q == root || to_each[q].empty()) continue;
+        // Gloo only reads a buffer it sends; its API takes a mutable pointer for both directions.
+        auto buffer = group.context->createUnboundBuffer(const_cast<std::byte*>(to_each[q].data()), to_each[q].size());
+        buffer->send(static_cast<int>(q), slot);
+        sends.push_back(std::move(buffer));
+      }
+      for (auto& buffer : sends) {
+        int to = -1;
+        buffer->waitSend(&to, wait);
+        peer = static_cast<std::uint32_t>(to);
+      }
+    } else if (!mine.empty()) {
+      auto buffer = group.context->createUnboundBuffer(mine.data(), mine.size());
+      buffer->recv(static_cast<int>(root), slot);
+      buffer->waitRecv(nullptr, wait);
+    }
+  } catch (const std::exception& e) {
+    return fail(Errc::kIo,
+                fmt::format("rank {}: {} rank {} through Gloo: {}", group.rank,
+                            group.rank == root ? "sending to (or waiting on)" : "receiving from", peer, e.what()));
+  }
+  return {};
+}
+
+}  // namespace qload::detail

@@ -1,0 +1,22 @@
+// A build without Gloo (QLOAD_GLOO=OFF, or libgloo-dev missing): host memory cannot move between
+// processes, so the loads that need it are refused by name.
+#include "gloo_group.hpp"
+
+namespace qload::detail {
+
+struct GlooGroup {};
+
+void GlooGroupDeleter::operator()(GlooGroup* group) const noexcept {
+  delete group;
+}
+
+Result<GlooGroupPtr> make_gloo_group(Rendezvous&, std::chrono::milliseconds) {
+  return fail(Errc::kUnsupported,
+              "this qload was built without Gloo (libgloo-dev), which moves host memory between processes");
+}
+
+Status gloo_send_parts(GlooGroup&, std::span<const std::span<const std::byte>>, std::span<std::byte>, std::uint32_t) {
+  return fail(Errc::kUnsupported, "this qload was built without Gloo");
+}
+
+}  // namespace qload::detail
