@@ -59,7 +59,9 @@ Status agree_on_load(Rendezvous& rendezvous, const Result<PlannedLoad>& load) {
   } else {
     message = {{"error", load.error().to_string()}};
   }
-  QLOAD_ASSIGN_OR_RETURN(const std::vector<std::string> all, rendezvous.allgather(message.dump()));
+  Result<std::vector<std::string>> exchanged = rendezvous.allgather(message.dump());
+  if (!exchanged) return fail(std::move(exchanged.error()).with_note("stage: agreeing on the load, before reading"));
+  const std::vector<std::string>& all = *exchanged;
   if (!load) return {};
   std::vector<json> parsed;
   for (std::uint32_t r = 0; r < all.size(); ++r) {
@@ -94,8 +96,10 @@ Result<std::vector<RankOutcome>> share_outcome(Rendezvous& rendezvous, const Ran
                         {"tensor_bytes", mine.tensor_bytes},
                         {"seconds", mine.seconds}};
   // The others may still be loading: wait as long as they take (a rank that dies closes its socket).
-  QLOAD_ASSIGN_OR_RETURN(const std::vector<std::string> all,
-                         rendezvous.allgather(message.dump(), std::chrono::milliseconds(0)));
+  Result<std::vector<std::string>> exchanged = rendezvous.allgather(message.dump(), std::chrono::milliseconds(0));
+  if (!exchanged)
+    return fail(std::move(exchanged.error()).with_note("stage: sharing every rank's outcome, after loading"));
+  const std::vector<std::string>& all = *exchanged;
   std::vector<RankOutcome> out;
   for (std::uint32_t r = 0; r < all.size(); ++r) {
     const json j = json::parse(all[r], nullptr, /*allow_exceptions=*/false);
