@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Shared reads between processes (issue 7): N processes (one cpu device each, WORLD_SIZE=N,
-# meeting over the TCP rendezvous) load a data-parallel replica (dp:N) or a tensor-parallel
-# shard (tp:N) each, either reading what they need themselves ("independent": a replica reads
-# everything, a shard its byte ranges) or with --share-reads (each tensor read by one process;
-# replicas get it broadcast, shards relayed, through rank 0 over TCP). Warm: the files are in the page cache. Cold: evicted
+# Shared reads between processes (issues 7 and 20): N processes (one cpu device each,
+# WORLD_SIZE=N, meeting over the rendezvous) load a data-parallel replica (dp:N) or a
+# tensor-parallel shard (tp:N) each, either reading what they need themselves ("independent": a
+# replica reads everything, a shard its byte ranges) or with --share-reads (each tensor read by
+# one process; replicas get it broadcast, shards cut in place on this machine or relayed, host
+# memory through Gloo). Also, in the same run: one process loading the whole checkpoint alone
+# ("single"), and the transfer engine's bandwidth (qload_dist_bench: Gloo, root to each rank), so
+# that each shared load is printed beside its bound: single + the most bytes any rank received /
+# that bandwidth (issue 20's speed target). Warm: the files are in the page cache. Cold: evicted
 # before each run with posix_fadvise(DONTNEED) (dd iflag=nocache; no root needed), so reads hit
 # the disk. Printed per layout and cache: bytes read from storage (summed over the processes), wall
 # seconds of the whole run, peak RSS (summed), and shared / independent ratios. Best of RUNS.
@@ -26,7 +30,28 @@ cold() { for f in "$model"/*.safetensors; do dd if="$f" iflag=nocache count=0 st
 echo "== $(du -sh "$model" | cut -f1) checkpoint; $(nproc) cores; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 results="$work/results.tsv"
 : >"$results"
+# The engine's bandwidth per world size: GB/s each receiving rank gets from the root.
+bandwidths="$work/bandwidth.tsv"
+: >"$bandwidths"
+for n in $(for layout in ${LAYOUTS:-dp:2 dp:4 tp:2 tp:4}; do echo "${layout##*:}"; done | sort -u); do
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  for ((rank = 0; rank < n; rank++)); do
+    WORLD_SIZE=$n RANK=$rank MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+      "$build/bench/qload_dist_bench" --bytes $((256 << 20)) >"$work/dist$rank.out" &
+  done
+  wait
+  cat "$work/dist0.out"
+  printf '%s\t%s\n' "$n" "$(sed -E 's/.*broadcast [0-9.]+ s \(([0-9.]+) GB\/s per rank.*/\1/' "$work/dist0.out")" >>"$bandwidths"
+done
 for ((round = 0; round < runs; round++)); do
+  for cache in warm cold; do  # the single process: the bound's first term
+    "$cache"
+    start=$(date +%s.%N)
+    "$qload" load "$model" --device cpu --json >"$work/single.json"
+    end=$(date +%s.%N)
+    python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print("single", sys.argv[2], "single", float(sys.argv[4]) - float(sys.argv[3]), r["read_bytes"], r["peak_rss_bytes"], 0, sep="\t")' \
+      "$work/single.json" "$cache" "$start" "$end" >>"$results"
+  done
   for layout in ${LAYOUTS:-dp:2 dp:4 tp:2 tp:4}; do
     axis=${layout%%:*} n=${layout##*:}
     for cache in warm cold; do
@@ -46,27 +71,38 @@ for ((round = 0; round < runs; round++)); do
 import json, sys
 d, layout, start, end, cache, kind = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4]), sys.argv[5], sys.argv[6]
 reports = [json.load(open(f"{d}/rank{r}.json")) for r in range(int(layout.split(":")[1]))]
-print(layout, cache, kind, end - start, sum(r["read_bytes"] for r in reports), sum(r["peak_rss_bytes"] for r in reports), sep="\t")
+print(layout, cache, kind, end - start, sum(r["read_bytes"] for r in reports), sum(r["peak_rss_bytes"] for r in reports),
+      max(r.get("shared_received_bytes", 0) for r in reports), sep="\t")
 PY
       done
     done
   done
 done
-python3 - "$results" <<'PY'
+python3 - "$results" "$bandwidths" <<'PY'
 import sys
 best = {}
 for line in open(sys.argv[1]):
-    layout, cache, kind, sec, read, rss = line.split("\t")
+    layout, cache, kind, sec, read, rss, received = line.split("\t")
     key = (layout, cache, kind)
-    sec, read, rss = float(sec), int(read), int(rss)
+    sec, read, rss, received = float(sec), int(read), int(rss), int(received)
     if key not in best or sec < best[key][0]:
-        best[key] = (sec, read, max(rss, best.get(key, (0, 0, 0))[2]))
-print(f"\n{'layout':>6} {'cache':>5} {'loader':>11} {'read GB':>8} {'seconds':>8} {'peak RSS':>9} {'time ratio':>10}")
-for layout, cache in sorted({(k[0], k[1]) for k in best}):
+        best[key] = (sec, read, max(rss, best.get(key, (0, 0, 0, 0))[2]), received)
+bandwidth = {int(n): float(gbps) for n, gbps in (l.split("\t") for l in open(sys.argv[2]) if l.strip())}
+print(f"\n{'layout':>6} {'cache':>5} {'loader':>11} {'read GB':>8} {'seconds':>8} {'peak RSS':>9} {'time ratio':>10} {'bound s':>8} {'/ bound':>7}")
+for layout, cache in sorted({(k[0], k[1]) for k in best if k[0] != "single"}):
     base = best[(layout, cache, "independent")]
+    single = best[("single", cache, "single")]
     for kind in ("independent", "shared"):
         q = best[(layout, cache, kind)]
-        print(f"{layout:>6} {cache:>5} {kind:>11} {q[1] / 1e9:8.3f} {q[0]:8.3f} {q[2] / 2**20:7.0f}Mi {q[0] / base[0]:10.3f}")
-print("read GB and RSS are sums over the processes; time ratio: against independent (lower is better)")
+        bound = ""
+        if kind == "shared":
+            b = single[0] + q[3] / (bandwidth[int(layout.split(":")[1])] * 1e9)
+            bound = f"{b:8.3f} {q[0] / b:7.2f}"
+        print(f"{layout:>6} {cache:>5} {kind:>11} {q[1] / 1e9:8.3f} {q[0]:8.3f} {q[2] / 2**20:7.0f}Mi {q[0] / base[0]:10.3f} {bound}")
+for cache in ("warm", "cold"):
+    s = best[("single", cache, "single")]
+    print(f"{'single':>6} {cache:>5} {'one process':>11} {s[1] / 1e9:8.3f} {s[0]:8.3f} {s[2] / 2**20:7.0f}Mi")
+print("read GB and RSS are sums over the processes; time ratio: against independent (lower is better);")
+print("bound: single + the most bytes one rank received / the engine's GB/s per rank (issue 20: shared <= bound)")
 PY
 [ "${KEEP:-0}" = 1 ] || rm -rf "$model"
