@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <future>
+#include <utility>
 
 #include "qload/dist/communicator.hpp"
 #include "support/free_port.hpp"
@@ -30,51 +31,56 @@ World world_of(std::uint32_t r, std::uint32_t size, std::uint16_t port) {
       .rank = r, .size = size, .local_rank = r, .local_size = size, .master_addr = "127.0.0.1", .master_port = port};
 }
 
+// `body(rank, communicator)` on every rank of a world of `size` (threads), each rank's result.
+template <typename F>
+auto on_every_rank(std::uint32_t size, F body) {
+  using R = decltype(body(0u, std::declval<Communicator&>()));
+  const std::uint16_t port = free_port();
+  std::vector<std::future<R>> ranks;
+  for (std::uint32_t r = 0; r < size; ++r)
+    ranks.push_back(std::async(std::launch::async, [=]() -> R {
+      QLOAD_ASSIGN_OR_RETURN(Rendezvous rv, Rendezvous::join(world_of(r, size, port), 10s));
+      QLOAD_ASSIGN_OR_RETURN(Communicator comm, Communicator::create(rv, {}));
+      return body(r, comm);
+    }));
+  std::vector<R> out;
+  for (auto& f : ranks) out.push_back(f.get());
+  return out;
+}
+
 TEST_CASE("communicator: scatter gives each rank its own part of the root's bytes", "[dist][gloo]") {
   // Rank 2's part is 40 MiB; rank 0's is empty.
   const std::vector<std::uint64_t> sizes = {0, 1000, (std::uint64_t{40} << 20) + 7, 12345};
   const std::uint32_t size = 4, root = 1;
-  const std::uint16_t port = free_port();
-  std::vector<std::future<Result<std::vector<std::byte>>>> ranks;
-  for (std::uint32_t r = 0; r < size; ++r)
-    ranks.push_back(std::async(std::launch::async, [=]() -> Result<std::vector<std::byte>> {
-      QLOAD_ASSIGN_OR_RETURN(Rendezvous rv, Rendezvous::join(world_of(r, size, port), 10s));
-      QLOAD_ASSIGN_OR_RETURN(Communicator comm, Communicator::create(rv, {}));
-      std::vector<std::vector<std::byte>> parts;
-      std::vector<std::span<const std::byte>> views;
-      if (r == root)
-        for (std::uint32_t q = 0; q < size; ++q) views.push_back(parts.emplace_back(part_for(q, sizes[q])));
-      std::vector<std::byte> mine(r == root ? 0 : sizes[r]);
-      // Twice: the rounds of one scatter do not leak into the next.
-      for (int round = 0; round < 2; ++round) QLOAD_TRY(comm.scatter(sizes, views, mine, root));
-      return mine;
-    }));
+  auto got = on_every_rank(size, [&](std::uint32_t r, Communicator& comm) -> Result<std::vector<std::byte>> {
+    std::vector<std::vector<std::byte>> parts;
+    std::vector<std::span<const std::byte>> views;
+    if (r == root)
+      for (std::uint32_t q = 0; q < size; ++q) views.push_back(parts.emplace_back(part_for(q, sizes[q])));
+    std::vector<std::byte> mine(r == root ? 0 : sizes[r]);
+    // Twice: the rounds of one scatter do not leak into the next.
+    for (int round = 0; round < 2; ++round) QLOAD_TRY(comm.scatter(sizes, views, mine, root));
+    return mine;
+  });
   for (std::uint32_t r = 0; r < size; ++r) {
     INFO("rank " << r);
-    auto got = ranks[r].get();
-    if (!got) FAIL(got.error().to_string());
-    if (r != root) CHECK(*got == part_for(r, sizes[r]));
+    if (!got[r]) FAIL(got[r].error().to_string());
+    if (r != root) CHECK(*got[r] == part_for(r, sizes[r]));
   }
 }
 
 TEST_CASE("communicator: broadcast gives every rank the root's host bytes", "[dist][gloo]") {
   const std::uint32_t size = 3, root = 2;
-  const std::uint16_t port = free_port();
-  std::vector<std::future<Result<std::vector<std::byte>>>> ranks;
-  for (std::uint32_t r = 0; r < size; ++r)
-    ranks.push_back(std::async(std::launch::async, [=]() -> Result<std::vector<std::byte>> {
-      QLOAD_ASSIGN_OR_RETURN(Rendezvous rv, Rendezvous::join(world_of(r, size, port), 10s));
-      QLOAD_ASSIGN_OR_RETURN(Communicator comm, Communicator::create(rv, {}));
-      std::vector<std::byte> bytes = r == root ? part_for(9, 3'000'001) : std::vector<std::byte>(3'000'001);
-      std::vector<std::byte> empty;
-      const BroadcastBuffer buffers[] = {{.bytes = bytes}, {.bytes = empty}};
-      QLOAD_TRY(comm.broadcast(buffers, root));
-      return bytes;
-    }));
+  auto got = on_every_rank(size, [&](std::uint32_t r, Communicator& comm) -> Result<std::vector<std::byte>> {
+    std::vector<std::byte> bytes = r == root ? part_for(9, 3'000'001) : std::vector<std::byte>(3'000'001);
+    std::vector<std::byte> empty;
+    const BroadcastBuffer buffers[] = {{.bytes = bytes}, {.bytes = empty}};
+    QLOAD_TRY(comm.broadcast(buffers, root));
+    return bytes;
+  });
   for (std::uint32_t r = 0; r < size; ++r) {
-    auto got = ranks[r].get();
-    if (!got) FAIL(got.error().to_string());
-    CHECK(*got == part_for(9, 3'000'001));
+    if (!got[r]) FAIL(got[r].error().to_string());
+    CHECK(*got[r] == part_for(9, 3'000'001));
   }
 }
 
