@@ -10,15 +10,14 @@
 
 namespace qload::session {
 
-Result<LoadOutcome> load(const LoadSpec& spec, const Logger& log, const LoadHooks& hooks) {
-  return load(build_request(spec, log), hooks);
-}
+namespace {
 
-Result<LoadOutcome> load(Result<LoadRequest> request, const LoadHooks& hooks) {
+// `world`: the processes of the load, known even when the request failed (so that the failing
+// rank still meets the others to tell them).
+Result<LoadOutcome> load_in(const std::optional<World>& world, Result<LoadRequest> request, const LoadHooks& hooks) {
   // A multi-process load: the ranks meet first, so a rank that cannot even plan its load stops
   // the others at once, and they agree on the load before anything is read; afterwards each
   // learns whether every other rank succeeded (if one failed, all fail).
-  QLOAD_ASSIGN_OR_RETURN(const std::optional<World> world, world_from_env(std::getenv));
   std::optional<Rendezvous> rendezvous;
   if (world) {
     // A rank whose request is bad still joins (with the default timeout), so that it can tell
@@ -73,6 +72,22 @@ Result<LoadOutcome> load(Result<LoadRequest> request, const LoadHooks& hooks) {
   if (!model) return fail(std::move(model.error()));
   if (!req.trace.empty()) QLOAD_TRY(trace.write(req.trace, req.trace_overwrite));
   return LoadOutcome{.request = std::move(req), .model = std::move(*model), .world = totals};
+}
+
+}  // namespace
+
+Result<LoadOutcome> load(const LoadSpec& spec, const Logger& log, const LoadHooks& hooks) {
+  QLOAD_ASSIGN_OR_RETURN(const std::optional<World> world, world_of(spec));
+  return load_in(world, build_request(spec, log), hooks);
+}
+
+Result<LoadOutcome> load(Result<LoadRequest> request, const LoadHooks& hooks) {
+  if (request) {
+    const std::optional<World> world = request->world;
+    return load_in(world, std::move(request), hooks);
+  }
+  QLOAD_ASSIGN_OR_RETURN(const std::optional<World> world, world_from_env(std::getenv));
+  return load_in(world, std::move(request), hooks);
 }
 
 }  // namespace qload::session

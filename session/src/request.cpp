@@ -33,10 +33,20 @@ SpecNames SpecNames::prefixed(std::string_view prefix) const {
   return out;
 }
 
+Result<std::optional<World>> world_of(const LoadSpec& spec) {
+  if (!spec.world) return world_from_env(std::getenv);
+  const World& w = *spec.world;
+  if (w.size == 0 || w.rank >= w.size || w.local_size == 0 || w.local_rank >= w.local_size || w.local_size > w.size)
+    return fail(Errc::kInvalidArgument,
+                fmt::format("world: rank {} of {}, local rank {} of {}", w.rank, w.size, w.local_rank, w.local_size));
+  if (w.size == 1) return std::optional<World>();
+  return spec.world;
+}
+
 Result<LoadRequest> build_request(const LoadSpec& spec, const Logger& log) {
   LoadRequest req;
   req.source = spec.source;
-  QLOAD_ASSIGN_OR_RETURN(req.world, world_from_env(std::getenv));
+  QLOAD_ASSIGN_OR_RETURN(req.world, world_of(spec));
   std::string devices = spec.devices;
   if (!spec.recipe.empty() && spec.source.ends_with(".lua"))
     return fail(

@@ -3,11 +3,13 @@
 #include <catch2/catch.hpp>
 
 #include <fstream>
+#include <future>
 
 #include "qload/formats/catalog.hpp"
 #include "qload/io/digest.hpp"
 #include "qload/scheduler/load.hpp"
 #include "qload/session/load.hpp"
+#include "support/free_port.hpp"
 #include "support/scratch.hpp"
 #include "support/small_llama.hpp"
 
@@ -122,4 +124,43 @@ TEST_CASE("session: a recipe applied to a checkpoint loads that checkpoint its w
   auto nested = session::build_request({.source = dir.file("f32.lua"), .recipe = dir.file("f32.lua")}, Logger{});
   REQUIRE_FALSE(nested);
   CHECK_THAT(nested.error().message(), Catch::Contains("source is itself a recipe"));
+}
+
+TEST_CASE("session: a server hands its own world to the load instead of the environment", "[session][dist]") {
+  // Two ranks as threads, each told its place in the LoadSpec (what a server that already
+  // has a process group does): tensor parallel over them, with the world's token.
+  ScratchDir dir;
+  const std::string model_dir = small_llama(dir);
+  const std::uint16_t port = free_port();
+  const auto spec_for = [&](std::uint32_t rank) {
+    session::LoadSpec spec{.source = model_dir, .tensor_parallel = 2};
+    spec.world = World{.rank = rank,
+                       .size = 2,
+                       .local_rank = rank,
+                       .local_size = 2,
+                       .master_addr = "127.0.0.1",
+                       .master_port = port,
+                       .token = "a server's own secret, 32 bytes!",
+                       .runtime_dir = ""};
+    return spec;
+  };
+  auto rank1 = std::async(std::launch::async, [&] { return session::load(spec_for(1), Logger{}); });
+  auto rank0 = session::load(spec_for(0), Logger{});
+  auto one = rank1.get();
+  if (!rank0) FAIL(rank0.error().to_string());
+  if (!one) FAIL(one.error().to_string());
+  for (const auto* outcome : {&*rank0, &*one}) {
+    REQUIRE(outcome->world.has_value());  // the world's totals: both ranks took part
+    CHECK(outcome->request.world->size == 2);
+    CHECK(outcome->model.tensors().size() > 0);
+  }
+  // Together the two ranks placed every tensor's bytes once per shard: their placed bytes agree.
+  CHECK(rank0->world->tensor_bytes == one->world->tensor_bytes);
+
+  // A world that makes no sense is refused by name before anything meets.
+  session::LoadSpec bad = spec_for(0);
+  bad.world->rank = 2;
+  auto refused = session::load(bad, Logger{});
+  REQUIRE_FALSE(refused);
+  CHECK_THAT(refused.error().message(), Catch::Contains("world: rank 2 of 2"));
 }

@@ -65,7 +65,14 @@ struct LoadSpec {
   bool overwrite = false;             // a recipe's `trace` may replace an existing file (the spec's always may)
   std::vector<SettingFlag> settings;  // above every other source
   SpecNames names;                    // of the fields above, in errors
+  // The processes of the load, for a server that already knows its own (rank, world size,
+  // rendezvous address and token): used instead of the torchrun variables of the environment.
+  // Unset: the environment's (world_from_env), or a single process.
+  std::optional<World> world;
 };
+
+// The spec's world, else the environment's; nullopt for a single process.
+Result<std::optional<World>> world_of(const LoadSpec& spec);
 
 // "NAME=VALUE" texts (`--set`) as settings named `where_prefix NAME` in errors;
 // kInvalidArgument without the '='.
