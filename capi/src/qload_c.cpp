@@ -3,6 +3,7 @@
 #include "qload/qload.h"
 
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <new>
@@ -119,6 +120,21 @@ Result<session::LoadSpec> spec_of(const char* source, const qload_options* o) {
   spec.pipeline_parallel = o->pipeline_parallel;
   spec.data_parallel = o->data_parallel;
   if (o->internal != nullptr) spec.settings = static_cast<const OptionSettings*>(o->internal)->settings;
+  if (caller_knows(o, offsetof(qload_options, world_token), sizeof o->world_token) && o->world_size > 0) {
+    World w{.rank = o->rank,
+            .size = o->world_size,
+            .local_rank = o->local_world_size == 0 ? o->rank : o->local_rank,
+            .local_size = o->local_world_size == 0 ? o->world_size : o->local_world_size,
+            .master_addr = text(o->master_addr),
+            .master_port = 29500,
+            .token = text(o->world_token),
+            .runtime_dir = text(std::getenv("XDG_RUNTIME_DIR"))};
+    if (o->master_port > 65535)
+      return fail(Errc::kInvalidArgument,
+                  fmt::format("qload_options.master_port: {} is outside 1..65535", o->master_port));
+    if (o->master_port != 0) w.master_port = static_cast<std::uint16_t>(o->master_port);
+    spec.world = std::move(w);
+  }
   return spec;
 }
 

@@ -99,4 +99,20 @@ Result<std::optional<World>> world_from_env(const EnvLookup& env) {
   return std::optional<World>(std::move(w));
 }
 
+Status check_world(const World& w) {
+  if (w.size == 0 || w.rank >= w.size || w.local_size == 0 || w.local_rank >= w.local_size || w.local_size > w.size)
+    return fail(Errc::kInvalidArgument,
+                fmt::format("world: rank {} of {}, local rank {} of {}", w.rank, w.size, w.local_rank, w.local_size));
+  if (w.size == 1) return {};
+  if (w.master_addr.empty()) return fail(Errc::kInvalidArgument, "world: no rendezvous address (MASTER_ADDR)");
+  if (!w.token.empty() && w.token.size() < kMinWorldTokenBytes)
+    return fail(Errc::kInvalidArgument,
+                fmt::format("world: the token is {} bytes; at least {}", w.token.size(), kMinWorldTokenBytes));
+  if (w.token.empty() && !w.one_node())
+    return fail(Errc::kInvalidArgument,
+                fmt::format("world: a world over several nodes (size {}, {} on this node) needs a token", w.size,
+                            w.local_size));
+  return {};
+}
+
 }  // namespace qload

@@ -35,11 +35,8 @@ SpecNames SpecNames::prefixed(std::string_view prefix) const {
 
 Result<std::optional<World>> world_of(const LoadSpec& spec) {
   if (!spec.world) return world_from_env(std::getenv);
-  const World& w = *spec.world;
-  if (w.size == 0 || w.rank >= w.size || w.local_size == 0 || w.local_rank >= w.local_size || w.local_size > w.size)
-    return fail(Errc::kInvalidArgument,
-                fmt::format("world: rank {} of {}, local rank {} of {}", w.rank, w.size, w.local_rank, w.local_size));
-  if (w.size == 1) return std::optional<World>();
+  QLOAD_TRY(check_world(*spec.world));
+  if (spec.world->size == 1) return std::optional<World>();
   return spec.world;
 }
 

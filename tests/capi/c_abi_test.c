@@ -101,6 +101,18 @@ static void options_size(const char* checkpoint) {
   CHECK(error_says("/nonexistent/recipe.lua"));
   CHECK(session == NULL);
   options->recipe = NULL;
+  /* A server's own world, held to the environment's rules. */
+  options->world_size = 2;
+  options->rank = 2;
+  options->master_addr = "127.0.0.1";
+  CHECK(qload_open(checkpoint, options, &session) == QLOAD_ERR_INVALID_ARGUMENT);
+  CHECK(error_says("world: rank 2 of 2"));
+  options->rank = 1;
+  options->world_token = "short";
+  CHECK(qload_open(checkpoint, options, &session) == QLOAD_ERR_INVALID_ARGUMENT);
+  CHECK(error_says("the token is 5 bytes; at least 16"));
+  options->world_size = 0; /* back to the environment's world: one process here */
+  options->world_token = NULL;
   options->devices = "cuda:99";
   CHECK(qload_open(checkpoint, options, &session) == QLOAD_OK);
   qload_session_free(session);

@@ -72,6 +72,16 @@ typedef struct qload_options {
   void* internal;             /* qload's: the settings given to qload_options_set */
   /* Added within ABI version 1 (a caller's struct_size without it leaves it unset): */
   const char* recipe; /* a recipe (.lua) applied to the checkpoint `source` (its own source unused) */
+  /* Added within ABI version 1, read only when struct_size covers world_token: the processes of
+     the load, for a server that already has its own process group. world_size 0: the torchrun
+     variables of the environment (WORLD_SIZE, RANK, ...), else a single process. */
+  uint32_t world_size;
+  uint32_t rank;
+  uint32_t local_world_size; /* processes on this node; 0: world_size */
+  uint32_t local_rank;       /* with local_world_size 0: rank */
+  const char* master_addr;   /* where rank 0 listens for the rendezvous (it binds this address) */
+  uint32_t master_port;      /* 0: 29500 */
+  const char* world_token;   /* the secret every rank proves (>= 16 bytes); NULL on one node: made */
 } qload_options;
 
 typedef struct qload_session qload_session;

@@ -46,4 +46,9 @@ using EnvLookup = std::function<const char*(const char*)>;
 // kPermissionDenied for a token file others can read.
 Result<std::optional<World>> world_from_env(const EnvLookup& env);
 
+// A world given by other means (a server's own process group, through the C++ or C API), held to
+// the same rules: ranks in range, a MASTER_ADDR, a token of at least kMinWorldTokenBytes if any,
+// and one for a world over several nodes. kInvalidArgument naming what is wrong.
+Status check_world(const World& world);
+
 }  // namespace qload
