@@ -39,9 +39,10 @@ constexpr std::uint64_t kMaxMessage = std::uint64_t{64} << 20;
 constexpr std::chrono::milliseconds kHandshakeTime{5000};
 constexpr std::size_t kMaxPending = 64;
 
-// The handshake (little-endian, packed by hand). Rank 0 speaks first with a nonce; the joining
-// rank answers with its nonce, its world and an HMAC over both nonces and its world under the
-// token; rank 0 answers with its own HMAC over the same, and both derive the connection's keys.
+// The handshake: each struct goes on the wire as laid out in memory (sizes fixed by the
+// static_assert below; every rank is the same x86-64 build, so the byte order agrees). Rank 0 speaks first with a
+// nonce; the joining rank answers with its nonce, its world and an HMAC over both nonces and its world under the token;
+// rank 0 answers with its own HMAC over the same, and both derive the connection's keys.
 struct Challenge {
   std::array<char, 8> magic = kMagic;
   std::uint32_t version = kVersion;
