@@ -51,6 +51,27 @@ nlohmann::json report_json(const scheduler::LoadReport& r, const std::string& de
           {"stages", stages}};
 }
 
+nlohmann::json world_json(const session::WorldTotals& totals) {
+  nlohmann::json nodes = nlohmann::json::array(), ranks = nlohmann::json::array();
+  for (const session::NodeTotals& n : totals.nodes)
+    nodes.push_back({{"first_rank", n.first_rank},
+                     {"ranks", n.ranks},
+                     {"read_bytes", n.read_bytes},
+                     {"tensor_read_bytes", n.tensor_bytes}});
+  for (const session::RankTotals& r : totals.ranks)
+    ranks.push_back({{"node", r.node},
+                     {"read_bytes", r.read_bytes},
+                     {"tensor_read_bytes", r.tensor_bytes},
+                     {"received_bytes", r.received_bytes},
+                     {"seconds", r.seconds}});
+  return {{"read_bytes", totals.read_bytes},
+          {"bytes", totals.tensor_bytes},
+          {"checkpoint_tensor_bytes", totals.checkpoint_tensor_bytes},
+          {"seconds", totals.seconds},
+          {"nodes", nodes},
+          {"ranks", ranks}};
+}
+
 }  // namespace
 
 session::SpecNames flag_names() {
@@ -105,7 +126,7 @@ int run_load(const LoadArgs& args) {
     if (req.world) {
       out["rank"] = req.world->rank;
       out["world_size"] = req.world->size;
-      out["world"] = {{"read_bytes", totals.read_bytes}, {"bytes", totals.tensor_bytes}, {"seconds", totals.seconds}};
+      out["world"] = world_json(totals);
     }
     fmt::print("{}\n", out.dump(2));
   } else {
@@ -114,9 +135,14 @@ int run_load(const LoadArgs& args) {
     // The stable line operators grep for.
     fmt::print("qload: loaded {} ({} tensors) in {:.2f} s ({:.2f} GB/s) to {}; peak RSS {}\n",
                format_bytes(r.tensor_bytes), r.tensors, r.seconds, r.gb_per_s, req.devices, format_bytes(rss));
-    if (req.world && req.world->rank == 0)
+    if (req.world && req.world->rank == 0) {
       fmt::print("qload: {} processes read {} ({} of tensor data) in {:.2f} s\n", req.world->size,
                  format_bytes(totals.read_bytes), format_bytes(totals.tensor_bytes), totals.seconds);
+      for (const session::NodeTotals& node : totals.nodes)
+        fmt::print("qload: node of ranks {}..{} read {} of the checkpoint's {} of tensor data\n", node.first_rank,
+                   node.first_rank + node.ranks - 1, format_bytes(node.tensor_bytes),
+                   format_bytes(totals.checkpoint_tensor_bytes));
+    }
   }
   return 0;
 }

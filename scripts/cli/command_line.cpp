@@ -68,8 +68,9 @@ CommandLine::CommandLine() {
                     "QLOAD_* variables; repeatable");
     cmd->add_flag("--share-reads", a.spec.share_reads,
                   "Under WORLD_SIZE > 1: each tensor is read by one of the processes holding it and reaches the "
-                  "others after every process has read (whole replicas: broadcast, TCP for cpu devices and NCCL "
-                  "for GPUs; tensor or pipeline shards: relayed over TCP)");
+                  "others after every process has read (whole replicas: broadcast, through Gloo for cpu "
+                  "devices and NCCL for GPUs; tensor or pipeline shards: relayed, read in place from the reader's "
+                  "memory on the same machine, else through Gloo)");
   };
 
   load = app.add_subcommand("load", "Load a checkpoint (or run a recipe) and report how it went");

@@ -12,6 +12,28 @@ namespace qload::session {
 
 namespace {
 
+WorldTotals world_totals(const std::vector<RankOutcome>& outcomes, const formats::Catalog& catalog) {
+  WorldTotals totals;
+  for (const formats::TensorEntry& t : catalog.tensors) totals.checkpoint_tensor_bytes += t.nbytes;
+  for (const RankOutcome& o : outcomes) {
+    totals.read_bytes += o.read_bytes;
+    totals.tensor_bytes += o.tensor_bytes;
+    totals.seconds = std::max(totals.seconds, o.seconds);
+    totals.ranks.push_back({.node = o.node,
+                            .read_bytes = o.read_bytes,
+                            .tensor_bytes = o.tensor_bytes,
+                            .received_bytes = o.received_bytes,
+                            .seconds = o.seconds});
+    auto node = std::ranges::find(totals.nodes, o.node, &NodeTotals::first_rank);
+    if (node == totals.nodes.end()) node = totals.nodes.insert(totals.nodes.end(), NodeTotals{.first_rank = o.node});
+    ++node->ranks;
+    node->read_bytes += o.read_bytes;
+    node->tensor_bytes += o.tensor_bytes;
+  }
+  std::ranges::sort(totals.nodes, {}, &NodeTotals::first_rank);
+  return totals;
+}
+
 // `world`: the processes of the load, known even when the request failed (so that the failing
 // rank still meets the others to tell them).
 Result<LoadOutcome> load_in(const std::optional<World>& world, Result<LoadRequest> request, const LoadHooks& hooks) {
@@ -50,24 +72,21 @@ Result<LoadOutcome> load_in(const std::optional<World>& world, Result<LoadReques
   req.options.on_tensor = nullptr;
   std::optional<WorldTotals> totals;
   if (rendezvous) {
-    RankOutcome mine{.ok = model.has_value(), .error = model ? "" : model.error().to_string()};
+    RankOutcome mine{.ok = model.has_value(),
+                     .error = model ? "" : model.error().to_string(),
+                     .node = world->rank - world->local_rank};
     if (model) {
-      mine.read_bytes = model->report().read_bytes;
-      mine.tensor_bytes = model->report().tensor_bytes;
-      mine.seconds = model->report().seconds;
+      const scheduler::LoadReport& report = model->report();
+      mine.read_bytes = report.read_bytes;
+      mine.tensor_bytes = report.tensor_bytes;
+      mine.received_bytes = report.shared_in_place_bytes + report.shared_received_bytes;
+      mine.seconds = report.seconds;
     }
     Result<std::vector<RankOutcome>> outcomes = share_outcome(*rendezvous, mine);
     // Another rank failed: this one's model is released on return. This rank failed: its own
     // error is the one to report.
     if (model && !outcomes) return fail(std::move(outcomes.error()));
-    if (outcomes) {
-      totals.emplace();
-      for (const RankOutcome& o : *outcomes) {
-        totals->read_bytes += o.read_bytes;
-        totals->tensor_bytes += o.tensor_bytes;
-        totals->seconds = std::max(totals->seconds, o.seconds);
-      }
-    }
+    if (outcomes) totals = world_totals(*outcomes, planned->catalog);
   }
   if (!model) return fail(std::move(model.error()));
   if (!req.trace.empty()) QLOAD_TRY(trace.write(req.trace, req.trace_overwrite));

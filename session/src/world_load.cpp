@@ -92,7 +92,9 @@ Status agree_on_load(Rendezvous& rendezvous, const Result<PlannedLoad>& load) {
 Result<std::vector<RankOutcome>> share_outcome(Rendezvous& rendezvous, const RankOutcome& mine) {
   const json message = {{"ok", mine.ok},
                         {"error", mine.error},
+                        {"node", mine.node},
                         {"read_bytes", mine.read_bytes},
+                        {"received_bytes", mine.received_bytes},
                         {"tensor_bytes", mine.tensor_bytes},
                         {"seconds", mine.seconds}};
   // The others may still be loading: wait as long as they take (a rank that dies closes its socket).
@@ -107,8 +109,10 @@ Result<std::vector<RankOutcome>> share_outcome(Rendezvous& rendezvous, const Ran
       return fail(Error(Errc::kIo, fmt::format("rank {} sent a malformed outcome", r)));
     out.push_back(RankOutcome{.ok = j.value("ok", false),
                               .error = j.value("error", ""),
+                              .node = j.value("node", std::uint32_t{0}),
                               .read_bytes = j.value("read_bytes", std::uint64_t{0}),
                               .tensor_bytes = j.value("tensor_bytes", std::uint64_t{0}),
+                              .received_bytes = j.value("received_bytes", std::uint64_t{0}),
                               .seconds = j.value("seconds", 0.0)});
   }
   if (mine.ok)

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <vector>
 
 #include "qload/runtime/error.hpp"
 #include "qload/runtime/log.hpp"
@@ -22,11 +23,29 @@ struct LoadHooks {
   scheduler::LoadOptions::TensorCallback on_tensor;
 };
 
-// A multi-process load's totals over every rank.
+// A multi-process load's totals over every rank, per node and per rank: with shared reads, a
+// node's stored tensor bytes read equal the checkpoint's (each byte read once per node), and
+// each rank's received bytes are what other ranks read for it.
+struct RankTotals {
+  std::uint32_t node = 0;  // the node's first rank
+  std::uint64_t read_bytes = 0;
+  std::uint64_t tensor_bytes = 0;  // stored tensor bytes it read
+  std::uint64_t received_bytes = 0;
+  double seconds = 0;
+};
+struct NodeTotals {
+  std::uint32_t first_rank = 0;
+  std::uint32_t ranks = 0;
+  std::uint64_t read_bytes = 0;
+  std::uint64_t tensor_bytes = 0;  // stored tensor bytes its ranks read
+};
 struct WorldTotals {
   std::uint64_t read_bytes = 0;
   std::uint64_t tensor_bytes = 0;
-  double seconds = 0;  // of the slowest rank
+  std::uint64_t checkpoint_tensor_bytes = 0;  // every tensor of the checkpoint, as stored
+  double seconds = 0;                         // of the slowest rank
+  std::vector<NodeTotals> nodes;              // by first rank
+  std::vector<RankTotals> ranks;              // by rank
 };
 
 struct LoadOutcome {

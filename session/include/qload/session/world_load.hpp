@@ -32,9 +32,11 @@ Status agree_on_load(Rendezvous& rendezvous, const Result<PlannedLoad>& load);
 // One rank's outcome as the others learn it.
 struct RankOutcome {
   bool ok = false;
-  std::string error;             // when !ok: the rank's error, as it printed it
-  std::uint64_t read_bytes = 0;  // bytes it read from storage
-  std::uint64_t tensor_bytes = 0;
+  std::string error;                 // when !ok: the rank's error, as it printed it
+  std::uint32_t node = 0;            // its node, named by the node's first rank (RANK - LOCAL_RANK)
+  std::uint64_t read_bytes = 0;      // bytes it read from storage (tensors, gaps, alignment)
+  std::uint64_t tensor_bytes = 0;    // of them, stored tensor bytes
+  std::uint64_t received_bytes = 0;  // bytes of its copies that other ranks read (shared reads)
   double seconds = 0;
 };
 
