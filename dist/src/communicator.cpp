@@ -13,27 +13,40 @@
 namespace qload {
 
 Result<Communicator> Communicator::create(Rendezvous& rendezvous, std::span<const int> gpu_slots,
-                                          std::chrono::milliseconds nccl_timeout) {
+                                          const CommunicatorTimeouts& timeouts) {
   std::unique_ptr<detail::NcclGroup, detail::NcclGroupDeleter> nccl;
   if (std::ranges::any_of(gpu_slots, [](int device) { return device >= 0; })) {
-    QLOAD_ASSIGN_OR_RETURN(nccl, detail::make_nccl_group(rendezvous, gpu_slots, nccl_timeout));
+    QLOAD_ASSIGN_OR_RETURN(nccl, detail::make_nccl_group(rendezvous, gpu_slots, timeouts.nccl));
   }
   detail::GlooGroupPtr gloo;
+  Status made_here;
   if (rendezvous.world().size > 1) {
     Result<detail::GlooGroupPtr> made = detail::make_gloo_group(rendezvous, rendezvous.timeout());
     if (made) {
       gloo = std::move(*made);
     } else if (made.error().code() != Errc::kUnsupported) {  // a build without Gloo refuses host bytes later
-      return fail(std::move(made.error()));
+      made_here = fail(std::move(made.error()));
     }
   }
-  return Communicator(rendezvous, std::move(nccl), std::move(gloo));
+  // Nobody starts using the mesh until every rank has connected its part of it: a rank that
+  // failed here says why, and a rank that dies later is not mistaken for a failed connection.
+  QLOAD_ASSIGN_OR_RETURN(const std::vector<std::string> verdicts,
+                         rendezvous.allgather(made_here ? "" : made_here.error().to_string()));
+  QLOAD_TRY(made_here);
+  for (std::uint32_t r = 0; r < verdicts.size(); ++r)
+    if (!verdicts[r].empty())
+      return fail(Errc::kCancelled, fmt::format("rank {} could not connect to the others: {}", r, verdicts[r]));
+  return Communicator(rendezvous, timeouts.straggler, std::move(nccl), std::move(gloo));
 }
 
 Result<bool> Communicator::all_ok(bool ok) {
-  QLOAD_ASSIGN_OR_RETURN(const std::vector<std::string> all,
-                         rendezvous_->allgather(ok ? "1" : "0", std::chrono::milliseconds(0)));
-  return std::ranges::all_of(all, [](const std::string& m) { return m == "1"; });
+  Result<std::vector<std::string>> all = rendezvous_->allgather(ok ? "1" : "0", straggler_);
+  if (!all)
+    return fail(std::move(all.error())
+                    .with_note(fmt::format(
+                        "waiting for every rank to finish (the straggler_timeout setting: {})",
+                        straggler_.count() > 0 ? fmt::format("{} ms", straggler_.count()) : std::string("no limit"))));
+  return std::ranges::all_of(*all, [](const std::string& m) { return m == "1"; });
 }
 
 Status Communicator::host_transfer(std::span<const std::span<const std::byte>> to_each, std::span<std::byte> mine,

@@ -98,6 +98,7 @@ Result<GlooGroupPtr> make_gloo_group(Rendezvous& rendezvous, std::chrono::millis
   QLOAD_ASSIGN_OR_RETURN(const std::string host, local_address_towards(world));
   const auto rank = static_cast<int>(world.rank), size = static_cast<int>(world.size);
   GlooGroupPtr group(new GlooGroup{.context = nullptr, .rank = world.rank, .timeout = timeout});
+  int connecting = size;  // the peer being connected, for errors
   try {
     gloo::transport::tcp::attr attr;
     attr.hostname = host;
@@ -116,17 +117,18 @@ Result<GlooGroupPtr> make_gloo_group(Rendezvous& rendezvous, std::chrono::millis
       mine.append(address.begin(), address.end());
     }
     QLOAD_ASSIGN_OR_RETURN(const std::vector<std::string> all, rendezvous.allgather(mine));
-    for (int peer = 0; peer < size; ++peer) {
-      if (peer == rank) continue;
-      const std::vector<char> address =
-          address_for(all[static_cast<std::size_t>(peer)], static_cast<std::uint32_t>(peer), world.rank, world.size);
+    for (connecting = 0; connecting < size; ++connecting) {
+      if (connecting == rank) continue;
+      const std::vector<char> address = address_for(all[static_cast<std::size_t>(connecting)],
+                                                    static_cast<std::uint32_t>(connecting), world.rank, world.size);
       if (address.empty())
-        return fail(Errc::kInvalidArgument, fmt::format("Gloo: rank {} sent no address for rank {}", peer, rank));
-      transport->getPair(peer)->connect(address);
+        return fail(Errc::kInvalidArgument, fmt::format("Gloo: rank {} sent no address for rank {}", connecting, rank));
+      transport->getPair(connecting)->connect(address);
     }
     group->context->adopt(std::move(device), std::move(transport));
   } catch (const std::exception& e) {
-    return fail(Errc::kIo, fmt::format("rank {}: connecting Gloo's mesh on {}: {}", rank, host, e.what()));
+    return fail(Errc::kIo, fmt::format("rank {}: connecting Gloo's mesh on {}{}: {}", rank, host,
+                                       connecting < size ? fmt::format(" to rank {}", connecting) : "", e.what()));
   }
   return group;
 }

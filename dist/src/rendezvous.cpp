@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cstring>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include <fmt/format.h>
@@ -152,17 +153,20 @@ Status recv_all(int fd, void* data, std::size_t bytes, const std::string& peer) 
   return {};
 }
 
-// A message: its length, its bytes, and an HMAC under the direction's key over the message's
-// number, length and bytes.
-Mac message_mac(const std::string& key, std::uint64_t number, std::string_view message) {
-  const std::uint64_t length = message.size();
+// The length field's top bit marks an abort notice: rank 0 telling the others why an exchange
+// ends (a rank gone or late), so that every rank's error names the rank at fault.
+constexpr std::uint64_t kAbortNotice = std::uint64_t{1} << 63;
+
+// A message: its length field, its bytes, and an HMAC under the direction's key over the
+// message's number, length field and bytes.
+Mac message_mac(const std::string& key, std::uint64_t number, std::uint64_t length, std::string_view message) {
   return hmac_sha256(key, {std::string_view(reinterpret_cast<const char*>(&number), sizeof number),
                            std::string_view(reinterpret_cast<const char*>(&length), sizeof length), message});
 }
 
-Status send_message(RendezvousChannel& c, std::string_view message, const std::string& peer) {
-  const std::uint64_t length = message.size();
-  const Mac mac = message_mac(c.send_key, c.sent++, message);
+Status send_message(RendezvousChannel& c, std::string_view message, const std::string& peer, bool abort = false) {
+  const std::uint64_t length = message.size() | (abort ? kAbortNotice : 0);
+  const Mac mac = message_mac(c.send_key, c.sent++, length, message);
   QLOAD_TRY(send_all(c.fd.get(), &length, sizeof length, peer));
   QLOAD_TRY(send_all(c.fd.get(), message.data(), message.size(), peer));
   return send_all(c.fd.get(), mac.data(), mac.size(), peer);
@@ -171,17 +175,20 @@ Status send_message(RendezvousChannel& c, std::string_view message, const std::s
 Result<std::string> recv_message(RendezvousChannel& c, const std::string& peer) {
   std::uint64_t length = 0;
   QLOAD_TRY(recv_all(c.fd.get(), &length, sizeof length, peer));
-  if (length > kMaxMessage)
-    return fail(io_error(fmt::format("rendezvous: {} sent a {} byte message (at most {})", peer, length, kMaxMessage)));
-  std::string message(length, '\0');
+  const std::uint64_t size = length & ~kAbortNotice;
+  if (size > kMaxMessage)
+    return fail(io_error(fmt::format("rendezvous: {} sent a {} byte message (at most {})", peer, size, kMaxMessage)));
+  std::string message(size, '\0');
   QLOAD_TRY(recv_all(c.fd.get(), message.data(), message.size(), peer));
   Mac mac{};
   QLOAD_TRY(recv_all(c.fd.get(), mac.data(), mac.size(), peer));
-  if (!dist_detail::same_mac(mac, message_mac(c.receive_key, c.received++, message)))
+  if (!dist_detail::same_mac(mac, message_mac(c.receive_key, c.received++, length, message)))
     return fail(Error(Errc::kPermissionDenied,
                       fmt::format("rendezvous: message {} from {} failed its authentication (forged, replayed or "
                                   "altered on the way)",
                                   c.received - 1, peer)));
+  if ((length & kAbortNotice) != 0)
+    return fail(Error(Errc::kCancelled, fmt::format("{} ended the exchange: {}", peer, message)));
   return message;
 }
 
@@ -251,8 +258,15 @@ Result<std::vector<RendezvousChannel>> accept_ranks(const World& world, std::str
   QLOAD_ASSIGN_OR_RETURN(const UniqueFd listener, listen_on_master_addr(world));
   std::vector<RendezvousChannel> peers(world.size);
   std::vector<Pending> pending;
+  // Each kind of drop from each host is logged once (a rank with the wrong token retries every
+  // 100 ms), and counted for the timeout's error.
+  std::set<std::string> logged;
+  std::uint32_t drops = 0;
   const auto drop = [&](std::size_t i, std::string_view why) {
-    log.warn(fmt::format("rendezvous: rank 0 dropped a connection from {}: {}", pending[i].from, why));
+    const std::string& from = pending[i].from;
+    if (logged.insert(fmt::format("{} {}", from.substr(0, from.rfind(':')), why)).second)
+      log.warn(fmt::format("rendezvous: rank 0 dropped a connection from {}: {}", from, why));
+    ++drops;
     pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
   };
   const Clock::time_point deadline = Clock::now() + timeout;
@@ -267,8 +281,12 @@ Result<std::vector<RendezvousChannel>> accept_ranks(const World& world, std::str
     if (ready < 0) return fail(io_error("rendezvous: poll: " + errno_text(errno)));
     const Clock::time_point now = Clock::now();
     if (now >= deadline)
-      return fail(io_error(fmt::format("rendezvous: rank 0 waited {} ms on {}, and {} of {} ranks joined",
-                                       timeout.count(), where(world), joined, world.size)));
+      return fail(io_error(fmt::format("rendezvous: rank 0 waited {} ms on {}, and {} of {} ranks joined{}",
+                                       timeout.count(), where(world), joined, world.size,
+                                       drops == 0 ? std::string()
+                                                  : fmt::format(" ({} connections dropped, as logged: strangers, or "
+                                                                "ranks with another token)",
+                                                                drops))));
     // Handshakes that made progress, newest first so that erasing keeps the indices valid.
     for (std::size_t i = pending.size(); i-- > 0;) {
       Pending& p = pending[i];
@@ -338,6 +356,8 @@ Result<std::string> joiner_token(const World& world) {
   return dist_detail::read_auto_token(world);
 }
 
+constexpr std::string_view kDroppedHandshake = "rank 0 closed the connection during the handshake";
+
 // One try at joining through a connected socket. nullopt with `why` set when the try failed in
 // a way a later try may not (rank 0 not ready, or it dropped us); an error when rank 0 is not
 // rank 0.
@@ -362,9 +382,8 @@ Result<std::optional<RendezvousChannel>> handshake(UniqueFd fd, const World& wor
   Mac welcome{};
   if (!send_all(fd.get(), &hello, sizeof hello, "rank 0") ||
       !recv_all(fd.get(), welcome.data(), welcome.size(), "rank 0")) {
-    why =
-        "rank 0 closed the connection during the handshake: it did not accept this rank's token "
-        "(is QLOAD_WORLD_TOKEN the same on every rank?)";
+    why = std::string(kDroppedHandshake) +
+          ": it did not accept this rank's token (is QLOAD_WORLD_TOKEN the same on every rank?)";
     return std::optional<RendezvousChannel>();
   }
   if (!dist_detail::same_mac(welcome, rank0_proof(*token, challenge.nonce, hello)))
@@ -382,6 +401,7 @@ Result<RendezvousChannel> connect_to_rank0(const World& world, std::chrono::mill
   const Clock::time_point deadline = Clock::now() + timeout;
   const std::string port = std::to_string(world.master_port);
   std::string last_error = "no address";
+  std::string refused;  // why rank 0 dropped this rank's handshake, if it ever did
   while (true) {
     addrinfo hints{};
     hints.ai_family = AF_UNSPEC;
@@ -410,11 +430,13 @@ Result<RendezvousChannel> connect_to_rank0(const World& world, std::chrono::mill
           configure(joined->fd.get(), timeout);
           return std::move(*joined);
         }
+        if (last_error.starts_with(kDroppedHandshake)) refused = last_error;
       }
     }
     if (Clock::now() >= deadline)
-      return fail(io_error(fmt::format("rendezvous: rank {} could not join rank 0 at {} within {} ms: {}", world.rank,
-                                       where(world), timeout.count(), last_error)));
+      return fail(io_error(fmt::format("rendezvous: rank {} could not join rank 0 at {} within {} ms: {}{}", world.rank,
+                                       where(world), timeout.count(), last_error,
+                                       refused.empty() || refused == last_error ? "" : "; before that, " + refused)));
     std::this_thread::sleep_for(std::chrono::milliseconds(100));  // rank 0 may not listen yet
   }
 }
@@ -462,6 +484,9 @@ Result<std::vector<std::string>> Rendezvous::allgather(std::string_view mine, st
     return all;
   }
   if (world_.rank != 0) {
+    // Rank 0 answers once it has every rank's message, after waiting up to `wait` for the
+    // slowest: wait twice as long for it, so that its verdict on a late rank arrives first.
+    if (wait.count() > 0) set_timeout(peers_[0].fd.get(), 2 * wait);
     QLOAD_TRY(send_message(peers_[0], mine, "rank 0"));
     for (std::uint32_t r = 0; r < world_.size; ++r) {
       QLOAD_ASSIGN_OR_RETURN(all[r], recv_message(peers_[0], "rank 0"));
@@ -470,7 +495,15 @@ Result<std::vector<std::string>> Rendezvous::allgather(std::string_view mine, st
   }
   all[0] = std::string(mine);
   for (std::uint32_t r = 1; r < world_.size; ++r) {
-    QLOAD_ASSIGN_OR_RETURN(all[r], recv_message(peers_[r], rank_name(r)));
+    Result<std::string> received = recv_message(peers_[r], rank_name(r));
+    if (!received) {
+      // The others would only see this rank's socket close: tell them which rank it was.
+      const std::string why = received.error().to_string();
+      for (std::uint32_t q = 1; q < world_.size; ++q)
+        if (q != r && peers_[q].fd) (void)send_message(peers_[q], why, rank_name(q), /*abort=*/true);
+      return fail(std::move(received.error()));
+    }
+    all[r] = std::move(*received);
   }
   for (std::uint32_t r = 1; r < world_.size; ++r)
     for (const std::string& message : all) QLOAD_TRY(send_message(peers_[r], message, rank_name(r)));

@@ -103,6 +103,7 @@ Result<bool> parse_bool(std::string_view text) {
 
 std::string format_duration(std::chrono::nanoseconds d) {
   const std::int64_t ns = d.count();
+  if (ns == 0) return "0s";
   for (const auto& [unit, scale] : {std::pair<std::string_view, std::int64_t>{"h", 3600'000'000'000},
                                     {"m", 60'000'000'000},
                                     {"s", 1'000'000'000},

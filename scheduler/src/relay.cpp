@@ -3,7 +3,7 @@
 // copies cut from it with the same runs that cut staged pieces (converted as placed).
 // - A holder on the reader's machine maps the reader's relay arena (shared memory, map_peer_memory)
 //   and cuts its copies straight into its shards: one copy, nothing on a socket.
-// - Any other holder gets them scattered by the reader over the communicator (TCP), in shard
+// - Any other holder gets them scattered by the reader over the communicator (Gloo), in shard
 //   order, and puts them in place.
 // Every process takes part in every exchange even after a local failure, so none waits for a
 // timeout; a last barrier keeps each relay arena alive until every peer is done with it, and
@@ -187,9 +187,10 @@ Result<RelayStats> relay_shared(const formats::Catalog& catalog, const Plan& pla
     }
   }
   // Each relay arena stays until every peer is done reading it; a failure anywhere fails all.
-  QLOAD_ASSIGN_OR_RETURN(const bool everyone, communicator.all_ok(local.has_value()));
+  Result<bool> everyone = communicator.all_ok(local.has_value());
+  if (!everyone) return fail(std::move(everyone.error()).with_note("stage: after relaying shared tensors"));
   QLOAD_TRY(local);
-  if (!everyone) return fail(Errc::kCancelled, "another process failed while shared tensors were relayed");
+  if (!*everyone) return fail(Errc::kCancelled, "another process failed while shared tensors were relayed");
   return stats;
 }
 

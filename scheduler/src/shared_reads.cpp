@@ -42,8 +42,10 @@ Status broadcast_shared(Model& model, const Plan& plan, Communicator& communicat
 Status SharedReadsBarrier::pass(bool ok) {
   if (passed_) return fail(Errc::kInternal, "the shared-read barrier was passed twice");
   passed_ = true;
-  QLOAD_ASSIGN_OR_RETURN(const bool everyone, communicator_.all_ok(ok));
-  if (ok && !everyone)
+  Result<bool> everyone = communicator_.all_ok(ok);
+  if (!everyone)
+    return fail(std::move(everyone.error()).with_note("stage: every rank done reading, before shared tensors move"));
+  if (ok && !*everyone)
     return fail(Errc::kCancelled, "another process of the load failed, so the tensors it read cannot arrive");
   return {};
 }

@@ -61,8 +61,9 @@ Result<LoadOutcome> load_in(const std::optional<World>& world, Result<LoadReques
   if (rendezvous && req.options.plan.parallel.share_reads) {
     std::vector<int> gpu_slots;
     for (const Device& d : req.options.plan.devices) gpu_slots.push_back(d.is_cuda() ? d.index : -1);
-    QLOAD_ASSIGN_OR_RETURN(communicator,
-                           Communicator::create(*rendezvous, gpu_slots, req.settings.values().nccl_timeout));
+    QLOAD_ASSIGN_OR_RETURN(communicator, Communicator::create(*rendezvous, gpu_slots,
+                                                              {.nccl = req.settings.values().nccl_timeout,
+                                                               .straggler = req.settings.values().straggler_timeout}));
     req.options.communicator = &*communicator;
   }
   Result<scheduler::Model> model = scheduler::load(planned->catalog, planned->plan, req.options);
@@ -82,7 +83,8 @@ Result<LoadOutcome> load_in(const std::optional<World>& world, Result<LoadReques
       mine.received_bytes = report.shared_in_place_bytes + report.shared_received_bytes;
       mine.seconds = report.seconds;
     }
-    Result<std::vector<RankOutcome>> outcomes = share_outcome(*rendezvous, mine);
+    Result<std::vector<RankOutcome>> outcomes =
+        share_outcome(*rendezvous, mine, req.settings.values().straggler_timeout);
     // Another rank failed: this one's model is released on return. This rank failed: its own
     // error is the one to report.
     if (model && !outcomes) return fail(std::move(outcomes.error()));

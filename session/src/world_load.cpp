@@ -89,7 +89,8 @@ Status agree_on_load(Rendezvous& rendezvous, const Result<PlannedLoad>& load) {
   return {};
 }
 
-Result<std::vector<RankOutcome>> share_outcome(Rendezvous& rendezvous, const RankOutcome& mine) {
+Result<std::vector<RankOutcome>> share_outcome(Rendezvous& rendezvous, const RankOutcome& mine,
+                                               std::chrono::milliseconds straggler_timeout) {
   const json message = {{"ok", mine.ok},
                         {"error", mine.error},
                         {"node", mine.node},
@@ -97,10 +98,15 @@ Result<std::vector<RankOutcome>> share_outcome(Rendezvous& rendezvous, const Ran
                         {"received_bytes", mine.received_bytes},
                         {"tensor_bytes", mine.tensor_bytes},
                         {"seconds", mine.seconds}};
-  // The others may still be loading: wait as long as they take (a rank that dies closes its socket).
-  Result<std::vector<std::string>> exchanged = rendezvous.allgather(message.dump(), std::chrono::milliseconds(0));
+  // The others may still be loading: wait for the slowest (a rank that dies closes its socket).
+  Result<std::vector<std::string>> exchanged = rendezvous.allgather(message.dump(), straggler_timeout);
   if (!exchanged)
-    return fail(std::move(exchanged.error()).with_note("stage: sharing every rank's outcome, after loading"));
+    return fail(
+        std::move(exchanged.error())
+            .with_note(fmt::format("stage: sharing every rank's outcome, after loading (the "
+                                   "straggler_timeout setting: {})",
+                                   straggler_timeout.count() > 0 ? fmt::format("{} ms", straggler_timeout.count())
+                                                                 : std::string("no limit"))));
   const std::vector<std::string>& all = *exchanged;
   std::vector<RankOutcome> out;
   for (std::uint32_t r = 0; r < all.size(); ++r) {

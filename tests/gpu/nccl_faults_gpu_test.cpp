@@ -35,7 +35,7 @@ Result<bool> broadcast_rank(std::uint32_t rank, std::uint16_t port, std::chrono:
       Rendezvous::join(World{.rank = rank, .size = 2, .local_rank = rank, .local_size = 2, .master_port = port}, 60s));
   const int device = static_cast<int>(rank);
   const std::vector<int> slots = {device};
-  QLOAD_ASSIGN_OR_RETURN(Communicator comm, Communicator::create(rv, slots, timeout));
+  QLOAD_ASSIGN_OR_RETURN(Communicator comm, Communicator::create(rv, slots, {.nccl = timeout}));
   QLOAD_ASSIGN_OR_RETURN(cuda::DeviceBuffer buffer, cuda::DeviceBuffer::allocate(device, kBytes));
   std::vector<std::byte> mine(kBytes, static_cast<std::byte>(rank + 1));
   QLOAD_TRY(cuda::copy_to_device(buffer.data(), mine.data(), kBytes, device));

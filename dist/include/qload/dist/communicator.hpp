@@ -18,6 +18,13 @@
 
 namespace qload {
 
+// How long its operations may wait (the settings of the same names).
+struct CommunicatorTimeouts {
+  std::chrono::milliseconds nccl = Settings{}.nccl_timeout;
+  // all_ok: how long a rank waits for the slowest; zero: no limit.
+  std::chrono::milliseconds straggler = Settings{}.straggler_timeout;
+};
+
 struct BroadcastBuffer {
   std::span<std::byte> bytes;
   bool on_device = false;  // GPU memory (of the slot's device)
@@ -40,11 +47,11 @@ class Communicator {
   // Over `rendezvous` (borrowed: it must outlive the communicator). `gpu_slots[k]` is the CUDA
   // device of this process's slot k, or -1 for a host slot; with any GPU slot, NCCL
   // communicators are made for them, which every rank must do alike. kUnsupported when NCCL
-  // is missing; kDevice naming the slot when NCCL fails. `nccl_timeout` bounds the creation
+  // is missing; kDevice naming the slot when NCCL fails. `timeouts.nccl` bounds the creation
   // and each broadcast of GPU memory: past it (or on an NCCL error) every communicator is
   // aborted and the call fails naming this rank and the operation.
   static Result<Communicator> create(Rendezvous& rendezvous, std::span<const int> gpu_slots,
-                                     std::chrono::milliseconds nccl_timeout = Settings{}.nccl_timeout);
+                                     const CommunicatorTimeouts& timeouts = {});
 
   Communicator(Communicator&&) noexcept = default;
   Communicator& operator=(Communicator&&) noexcept = default;
@@ -55,8 +62,8 @@ class Communicator {
   // Every rank's `mine`, indexed by rank (small messages: addresses, flags).
   Result<std::vector<std::string>> allgather(std::string_view mine) { return rendezvous_->allgather(mine); }
 
-  // A barrier carrying one bit: true when every rank passed true. Waits as long as the slowest
-  // rank takes; an error when a rank is gone.
+  // A barrier carrying one bit: true when every rank passed true. Waits for the slowest rank
+  // up to the straggler timeout; an error naming the rank that is gone or late.
   Result<bool> all_ok(bool ok);
 
   // Every rank calls it with buffers of the same sizes and slots, in the same order; when it
@@ -71,15 +78,17 @@ class Communicator {
                  std::span<std::byte> mine, std::uint32_t root);
 
  private:
-  Communicator(Rendezvous& rendezvous, std::unique_ptr<detail::NcclGroup, detail::NcclGroupDeleter> nccl,
+  Communicator(Rendezvous& rendezvous, std::chrono::milliseconds straggler,
+               std::unique_ptr<detail::NcclGroup, detail::NcclGroupDeleter> nccl,
                std::unique_ptr<detail::GlooGroup, detail::GlooGroupDeleter> gloo)
-      : rendezvous_(&rendezvous), nccl_(std::move(nccl)), gloo_(std::move(gloo)) {}
+      : rendezvous_(&rendezvous), straggler_(straggler), nccl_(std::move(nccl)), gloo_(std::move(gloo)) {}
 
   // Host bytes through Gloo: the root's to_each[q] to each rank q, into `mine` elsewhere.
   Status host_transfer(std::span<const std::span<const std::byte>> to_each, std::span<std::byte> mine,
                        std::uint32_t root);
 
   Rendezvous* rendezvous_;
+  std::chrono::milliseconds straggler_;
   std::unique_ptr<detail::NcclGroup, detail::NcclGroupDeleter> nccl_;  // null without GPU slots
   std::unique_ptr<detail::GlooGroup, detail::GlooGroupDeleter> gloo_;  // null alone, or without Gloo
 };

@@ -19,7 +19,9 @@
 //
 // A rank that dies closes its socket: the others' next allgather fails naming it instead of
 // waiting (TCP keepalive notices a node that vanished). Joining is bounded by the timeout, and
-// so is each exchange unless it asks to wait as long as the slowest rank takes.
+// so is each exchange (by the join's, or its own). When rank 0 finds a rank gone or late, it
+// tells every other rank which one before leaving (an authenticated abort notice), so every
+// rank's error names the rank at fault.
 #pragma once
 
 #include <chrono>

@@ -40,9 +40,10 @@ struct RankOutcome {
   double seconds = 0;
 };
 
-// Tells every rank how this one ended and learns how they did, waiting as long as the slowest
-// rank's load takes: their outcomes by rank, or kCancelled naming the first rank that failed
-// (when this one did not).
-Result<std::vector<RankOutcome>> share_outcome(Rendezvous& rendezvous, const RankOutcome& mine);
+// Tells every rank how this one ended and learns how they did, waiting for the slowest rank's
+// load up to `straggler_timeout` (zero: no limit): their outcomes by rank, or kCancelled naming
+// the first rank that failed (when this one did not), or the rank that is gone or late.
+Result<std::vector<RankOutcome>> share_outcome(Rendezvous& rendezvous, const RankOutcome& mine,
+                                               std::chrono::milliseconds straggler_timeout);
 
 }  // namespace qload::session

@@ -1,0 +1,187 @@
+#!/usr/bin/env bash
+# Faults in a multi-process load, with real processes on this machine (tests/cli/world_rank.cpp
+# misbehaves on command after its first read, from inside the load):
+#  1. A slow rank (3 s late): every rank still loads everything.
+#  2. A rank killed mid-load (SIGKILL), in worlds of 2 and 4, sharing reads or not, rank 0
+#     included: every other rank fails within seconds, naming the dead rank and the stage.
+#  3. A hung rank (SIGSTOP) with straggler_timeout=2s: every other rank fails once it passes,
+#     naming the hung rank and the setting; resumed afterwards, the hung rank fails too (its
+#     world is gone) instead of exiting 0 without its tensors.
+#  4. MASTER_PORT already taken by another program: both ranks fail within the rendezvous
+#     timeout, rank 0 naming the address.
+#  5. A stranger's connection to rank 0 (a 20-byte hello, then silence) is dropped and logged,
+#     and the load goes on; a rank with the wrong token is refused and nobody exits 0.
+# Nothing may hang: every world is bounded, and the test fails on a wait past its bound.
+# Usage: world_faults.sh QLOAD WORLD_RANK
+set -euo pipefail
+qload=$1
+rank_bin=$2
+dir=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  [[ -n ${KEEP:-} ]] || rm -rf "$dir"
+}
+trap cleanup EXIT
+"$qload" synth "$dir/m" --layers 2 --hidden 256 --intermediate 512 --vocab 512 --heads 4 --kv-heads 2 >/dev/null
+export MASTER_ADDR=127.0.0.1 QLOAD_RENDEZVOUS_TIMEOUT=60
+unset QLOAD_STRAGGLER_TIMEOUT QLOAD_WORLD_TOKEN QLOAD_WORLD_TOKEN_FILE
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+tensors=$(WORLD_SIZE=1 RANK=0 "$rank_bin" "$dir/m" own none | sed 's/rank 0: \([0-9]*\) tensors/\1/')
+
+# start SIZE TAG LAYOUT FAULT_RANK FAULT: every rank of a world in the background (pids[r]);
+# rank R's output in $dir/TAG.R.{out,err}.
+start() {
+  local size=$1 tag=$2 layout=$3 victim=$4 fault=$5
+  MASTER_PORT=$(free_port)
+  export MASTER_PORT
+  pids=()
+  for ((r = 0; r < size; r++)); do
+    local f=none
+    ((r != victim)) || f=$fault
+    WORLD_SIZE=$size RANK=$r LOCAL_RANK=$r LOCAL_WORLD_SIZE=$size \
+      "$rank_bin" "$dir/m" "$layout" "$f" >"$dir/$tag.$r.out" 2>"$dir/$tag.$r.err" &
+    pids+=($!)
+  done
+}
+# finish TAG RANK BOUND: waits for rank RANK (at most BOUND seconds after `start`); its exit
+# code in $dir/TAG.RANK.rc.
+started=0
+finish() {
+  local tag=$1 r=$2 bound=$3 rc=0
+  local pid=${pids[$r]}
+  while kill -0 "$pid" 2>/dev/null && [[ $(ps -o stat= -p "$pid") != T* ]] && (($(date +%s) - started < bound)); do
+    sleep 0.1
+  done
+  if kill -0 "$pid" 2>/dev/null && [[ $(ps -o stat= -p "$pid") != T* ]]; then
+    echo "$tag: rank $r still running after ${bound}s"
+    cat "$dir/$tag.$r.err"
+    exit 1
+  fi
+  { wait "$pid"; } 2>/dev/null || rc=$?  # (quietly: bash reports the victims' signals)
+  echo "$rc" >"$dir/$tag.$r.rc"
+}
+expect() {  # TAG RANK RC TEXT...: rank RANK exited RC (or "fail": any error exit) saying each TEXT
+  local tag=$1 r=$2 want=$3 rc
+  shift 3
+  rc=$(cat "$dir/$tag.$r.rc")
+  if [[ $want == fail ]]; then
+    ((rc != 0 && rc < 128)) || { echo "$tag: rank $r exited $rc, expected an error"; cat "$dir/$tag.$r.err"; exit 1; }
+  else
+    [[ $rc == "$want" ]] || { echo "$tag: rank $r exited $rc, expected $want"; cat "$dir/$tag.$r.err"; exit 1; }
+  fi
+  for text in "$@"; do
+    grep -qF -- "$text" "$dir/$tag.$r.err" "$dir/$tag.$r.out" ||
+      { echo "$tag: rank $r does not say: $text"; cat "$dir/$tag.$r.err"; exit 1; }
+  done
+}
+
+# 1. A slow rank.
+started=$(date +%s)
+start 2 slow dp 1 sleep:3000
+for r in 0 1; do finish slow $r 60; expect slow $r 0 "rank $r: $tensors tensors"; done
+echo "a rank 3 s late: both ranks loaded all $tensors tensors"
+
+# 2. A rank killed mid-load.
+for world in "2 1 dp" "2 1 own" "4 2 dp" "4 0 tp" "4 3 tp"; do
+  read -r size victim layout <<<"$world"
+  tag=killed$size$victim$layout
+  started=$(date +%s)
+  start "$size" "$tag" "$layout" "$victim" kill
+  for ((r = 0; r < size; r++)); do finish "$tag" $r 30; done
+  expect "$tag" "$victim" 137
+  for ((r = 0; r < size; r++)); do
+    ((r == victim)) || expect "$tag" $r fail "rank $victim" "stage:"
+  done
+  echo "rank $victim of $size killed mid-load ($layout): every other rank failed within $(($(date +%s) - started)) s naming it"
+done
+
+# 3. A hung rank.
+export QLOAD_STRAGGLER_TIMEOUT=2
+for world in "2 1 dp" "4 2 dp" "4 1 own"; do
+  read -r size victim layout <<<"$world"
+  tag=hung$size$victim$layout
+  started=$(date +%s)
+  start "$size" "$tag" "$layout" "$victim" stop
+  for ((r = 0; r < size; r++)); do ((r == victim)) || finish "$tag" $r 30; done
+  for ((r = 0; r < size; r++)); do
+    ((r == victim)) || expect "$tag" $r fail "rank $victim" "straggler_timeout"
+  done
+  # Resumed after its world gave up, the hung rank must fail too.
+  kill -CONT "${pids[$victim]}"
+  started=$(date +%s)
+  finish "$tag" "$victim" 30
+  expect "$tag" "$victim" fail "rank 0"
+  echo "rank $victim of $size hung ($layout): the others gave up after the straggler timeout, naming it; resumed, it failed too"
+done
+unset QLOAD_STRAGGLER_TIMEOUT
+
+# 4. MASTER_PORT taken by another program (listening, never answering).
+export QLOAD_RENDEZVOUS_TIMEOUT=3
+port=$(free_port)
+python3 -c "
+import socket, sys, time
+s = socket.socket(); s.bind(('127.0.0.1', $port)); s.listen(8)
+open(sys.argv[1], 'w').close()
+time.sleep(60)" "$dir/squatting" &
+squatter=$!
+while [[ ! -e $dir/squatting ]]; do sleep 0.05; done
+started=$(date +%s)
+pids=()
+for r in 0 1; do
+  WORLD_SIZE=2 RANK=$r LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 MASTER_PORT=$port \
+    "$rank_bin" "$dir/m" dp none >"$dir/taken.$r.out" 2>"$dir/taken.$r.err" &
+  pids+=($!)
+done
+for r in 0 1; do finish taken $r 30; expect taken $r fail; done
+expect taken 0 fail "127.0.0.1:$port"
+kill "$squatter"
+wait "$squatter" 2>/dev/null || true
+echo "MASTER_PORT in use: both ranks failed within $(($(date +%s) - started)) s"
+
+# 5. A stranger's hello to rank 0 before rank 1 joins: dropped and logged, the load goes on.
+export QLOAD_RENDEZVOUS_TIMEOUT=30
+MASTER_PORT=$(free_port)
+export MASTER_PORT
+started=$(date +%s)
+pids=()
+WORLD_SIZE=2 RANK=0 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 "$rank_bin" "$dir/m" dp none >"$dir/stranger.0.out" 2>"$dir/stranger.0.err" &
+pids+=($!)
+python3 - "$MASTER_PORT" <<'PY'
+import socket, sys, time
+deadline = time.time() + 20
+while True:
+    try:
+        s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+        break
+    except OSError:
+        if time.time() > deadline: raise
+        time.sleep(0.05)
+s.sendall(b"hello, I am rank 1!!")  # 20 bytes, then silence until rank 0 drops it
+s.settimeout(20)
+assert s.recv(4096) is not None
+PY
+WORLD_SIZE=2 RANK=1 LOCAL_RANK=1 LOCAL_WORLD_SIZE=2 "$rank_bin" "$dir/m" dp none >"$dir/stranger.1.out" 2>"$dir/stranger.1.err" &
+pids+=($!)
+for r in 0 1; do finish stranger $r 60; expect stranger $r 0 "rank $r: $tensors tensors"; done
+expect stranger 0 0 "dropped"
+echo "a stranger's connection was dropped and logged; both ranks loaded"
+
+# A rank with another token: refused, and neither rank exits 0.
+export QLOAD_RENDEZVOUS_TIMEOUT=3
+MASTER_PORT=$(free_port)
+export MASTER_PORT
+started=$(date +%s)
+pids=()
+for r in 0 1; do
+  QLOAD_WORLD_TOKEN="token of rank $r, long enough!" WORLD_SIZE=2 RANK=$r LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 \
+    "$rank_bin" "$dir/m" dp none >"$dir/token.$r.out" 2>"$dir/token.$r.err" &
+  pids+=($!)
+done
+for r in 0 1; do finish token $r 30; expect token $r fail; done
+expect token 0 fail "connections dropped, as logged"
+expect token 1 fail "did not accept this rank's token"
+# Rank 1 retried for the whole timeout; rank 0 logged that once.
+[[ $(grep -c "dropped a connection" "$dir/token.0.err") == 1 ]] || { echo "rank 0 logged every retry"; cat "$dir/token.0.err"; exit 1; }
+echo "ranks with different tokens: both failed within $(($(date +%s) - started)) s, saying why"
+pids=()
