@@ -135,6 +135,12 @@ Result<session::LoadSpec> spec_of(const char* source, const qload_options* o) {
     if (o->master_port != 0) w.master_port = static_cast<std::uint16_t>(o->master_port);
     spec.world = std::move(w);
   }
+  if (caller_knows(o, offsetof(qload_options, nccl_comm_count), sizeof o->nccl_comm_count) && o->nccl_comm_count > 0) {
+    if (o->nccl_comms == nullptr)
+      return fail(Errc::kInvalidArgument,
+                  fmt::format("qload_options.nccl_comms is NULL with nccl_comm_count {}", o->nccl_comm_count));
+    spec.nccl_comms.assign(o->nccl_comms, o->nccl_comms + o->nccl_comm_count);
+  }
   return spec;
 }
 

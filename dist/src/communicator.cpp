@@ -13,10 +13,15 @@
 namespace qload {
 
 Result<Communicator> Communicator::create(Rendezvous& rendezvous, std::span<const int> gpu_slots,
-                                          const CommunicatorTimeouts& timeouts) {
+                                          const CommunicatorTimeouts& timeouts, std::span<void* const> nccl_comms) {
+  if (!nccl_comms.empty() && nccl_comms.size() != gpu_slots.size())
+    return fail(Errc::kInvalidArgument, fmt::format("{} NCCL communicators handed in for {} device slots",
+                                                    nccl_comms.size(), gpu_slots.size()));
   std::unique_ptr<detail::NcclGroup, detail::NcclGroupDeleter> nccl;
   if (std::ranges::any_of(gpu_slots, [](int device) { return device >= 0; })) {
-    QLOAD_ASSIGN_OR_RETURN(nccl, detail::make_nccl_group(rendezvous, gpu_slots, timeouts.nccl));
+    QLOAD_ASSIGN_OR_RETURN(nccl, detail::make_nccl_group(rendezvous, gpu_slots, timeouts.nccl, nccl_comms));
+  } else if (std::ranges::any_of(nccl_comms, [](void* comm) { return comm != nullptr; })) {
+    return fail(Errc::kInvalidArgument, "NCCL communicators handed in for host slots (only GPU slots use NCCL)");
   }
   detail::GlooGroupPtr gloo;
   Status made_here;

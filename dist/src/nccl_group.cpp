@@ -2,7 +2,8 @@
 // (dlopen of libnccl.so.2, as probe_nccl does), so a binary built with its headers still
 // starts on a machine without it. One communicator per device slot: slot k of every process
 // forms one NCCL clique, created together (ncclGroupStart/End) from unique ids that rank 0
-// makes and hands out over the rendezvous.
+// makes and hands out over the rendezvous; or a server hands in its own communicators, which
+// are checked against the world and never destroyed here.
 //
 // NCCL never gives up by itself: a peer that died or hung leaves a collective spinning on its
 // stream forever, and the failure shows only in ncclCommGetAsyncError. So communicators are
@@ -41,6 +42,9 @@ struct NcclApi {
   decltype(&ncclGroupStart) group_start = nullptr;
   decltype(&ncclGroupEnd) group_end = nullptr;
   decltype(&ncclGetErrorString) error_string = nullptr;
+  decltype(&ncclCommCount) comm_count = nullptr;
+  decltype(&ncclCommUserRank) comm_user_rank = nullptr;
+  decltype(&ncclCommCuDevice) comm_cu_device = nullptr;
 };
 
 template <typename Fn>
@@ -67,7 +71,10 @@ Result<NcclApi> open_nccl() {
                    resolve(api.library, "ncclBroadcast", api.broadcast) &&
                    resolve(api.library, "ncclGroupStart", api.group_start) &&
                    resolve(api.library, "ncclGroupEnd", api.group_end) &&
-                   resolve(api.library, "ncclGetErrorString", api.error_string);
+                   resolve(api.library, "ncclGetErrorString", api.error_string) &&
+                   resolve(api.library, "ncclCommCount", api.comm_count) &&
+                   resolve(api.library, "ncclCommUserRank", api.comm_user_rank) &&
+                   resolve(api.library, "ncclCommCuDevice", api.comm_cu_device);
   if (!all) {
     ::dlclose(api.library);
     return fail(Errc::kUnsupported,
@@ -85,7 +92,8 @@ struct NcclGroup {
   std::vector<int> devices;       // per slot: CUDA device, -1 for a host slot
   std::vector<ncclComm_t> comms;  // per slot: null for a host slot (and after an abort)
   std::vector<cuda::Stream> streams;
-  std::string aborted;  // why the communicators were aborted; empty while they work
+  bool borrowed = false;  // the communicators are the caller's: aborted on failure, never destroyed
+  std::string aborted;    // why the communicators were aborted; empty while they work
 
   // A call's immediate result: in progress is fine (non-blocking communicators), the rest fails.
   Status check(ncclResult_t result, const std::string& what, ncclComm_t comm = nullptr) {
@@ -151,7 +159,7 @@ struct NcclGroup {
 
   ~NcclGroup() {
     for (ncclComm_t comm : comms)
-      if (comm != nullptr) (void)api.comm_destroy(comm);
+      if (comm != nullptr && !borrowed) (void)api.comm_destroy(comm);
     streams.clear();
     if (api.library != nullptr) ::dlclose(api.library);  // RTLD_NODELETE: the code stays mapped
   }
@@ -161,9 +169,43 @@ void NcclGroupDeleter::operator()(NcclGroup* group) const noexcept {
   delete group;
 }
 
+namespace {
+
+// Checks the caller's communicators against the world and the slots' devices, and adopts them.
+Status adopt_communicators(NcclGroup& group, const World& world, std::span<const int> gpu_slots,
+                           std::span<void* const> borrowed) {
+  group.borrowed = true;
+  for (std::size_t k = 0; k < gpu_slots.size(); ++k) {
+    auto* comm = static_cast<ncclComm_t>(borrowed[k]);
+    if (gpu_slots[k] < 0 || comm == nullptr) {
+      if (gpu_slots[k] >= 0 || comm != nullptr)
+        return fail(Errc::kInvalidArgument,
+                    fmt::format("NCCL slot {} ({}): a communicator is needed for each GPU slot and none for a "
+                                "host slot",
+                                k, gpu_slots[k] < 0 ? std::string("host") : fmt::format("cuda:{}", gpu_slots[k])));
+      continue;
+    }
+    int count = 0, rank = 0, device = 0;
+    const std::string what = fmt::format("the NCCL communicator handed in for slot {} (cuda:{})", k, gpu_slots[k]);
+    if (group.api.comm_count(comm, &count) != ncclSuccess || group.api.comm_user_rank(comm, &rank) != ncclSuccess ||
+        group.api.comm_cu_device(comm, &device) != ncclSuccess)
+      return fail(Errc::kInvalidArgument, fmt::format("{}: NCCL does not know it", what));
+    if (static_cast<std::uint32_t>(count) != world.size || static_cast<std::uint32_t>(rank) != world.rank ||
+        device != gpu_slots[k])
+      return fail(Errc::kInvalidArgument,
+                  fmt::format("{} is rank {} of {} on cuda:{}, where this process is rank {} of {} on cuda:{}", what,
+                              rank, count, device, world.rank, world.size, gpu_slots[k]));
+    group.comms[k] = comm;
+  }
+  return {};
+}
+
+}  // namespace
+
 Result<std::unique_ptr<NcclGroup, NcclGroupDeleter>> make_nccl_group(Rendezvous& rendezvous,
                                                                      std::span<const int> gpu_slots,
-                                                                     std::chrono::milliseconds timeout) {
+                                                                     std::chrono::milliseconds timeout,
+                                                                     std::span<void* const> borrowed) {
   const CudaInfo cuda = probe_cuda();
   for (std::size_t k = 0; k < gpu_slots.size(); ++k)
     if (gpu_slots[k] >= 0 && static_cast<std::size_t>(gpu_slots[k]) >= cuda.devices.size())
@@ -177,6 +219,34 @@ Result<std::unique_ptr<NcclGroup, NcclGroupDeleter>> make_nccl_group(Rendezvous&
   group->timeout = timeout;
   group->devices.assign(gpu_slots.begin(), gpu_slots.end());
   group->comms.assign(gpu_slots.size(), nullptr);
+  for (int device : gpu_slots) {
+    if (device < 0) {
+      group->streams.emplace_back();
+      continue;
+    }
+    QLOAD_ASSIGN_OR_RETURN(cuda::Stream stream, cuda::Stream::create(device));
+    group->streams.push_back(std::move(stream));
+  }
+  // Every rank says whether it hands in its own communicators; all must agree (the exchanges
+  // below differ), and a rank whose communicators do not fit says so to the others.
+  Status adopted;
+  if (!borrowed.empty()) adopted = adopt_communicators(*group, world, gpu_slots, borrowed);
+  const std::string mode = borrowed.empty() ? "own" : adopted ? "borrowed" : "refused";
+  QLOAD_ASSIGN_OR_RETURN(const std::vector<std::string> modes, rendezvous.allgather(mode));
+  if (!adopted) {
+    group->comms.assign(gpu_slots.size(), nullptr);  // not ours to abort: nothing ran on them
+    return fail(std::move(adopted.error()));
+  }
+  for (std::uint32_t r = 0; r < modes.size(); ++r) {
+    if (modes[r] == mode) continue;
+    group->comms.assign(gpu_slots.size(), nullptr);
+    if (modes[r] == "refused")
+      return fail(Errc::kCancelled, fmt::format("rank {}'s NCCL communicators do not fit the world", r));
+    return fail(Errc::kInvalidArgument, fmt::format("rank {} {} NCCL communicators, where rank {} {}", r,
+                                                    modes[r] == "own" ? "makes its own" : "hands in its", world.rank,
+                                                    mode == "own" ? "makes its own" : "hands in its"));
+  }
+  if (group->borrowed) return group;
   // Rank 0 makes one unique id per slot; every rank learns them.
   std::string ids;
   if (world.rank == 0) {
@@ -192,14 +262,6 @@ Result<std::unique_ptr<NcclGroup, NcclGroupDeleter>> make_nccl_group(Rendezvous&
     return fail(Errc::kInvalidArgument,
                 fmt::format("rank 0 has {} device slots, rank {} has {}", all[0].size() / sizeof(ncclUniqueId),
                             world.rank, gpu_slots.size()));
-  for (int device : gpu_slots) {
-    if (device < 0) {
-      group->streams.emplace_back();
-      continue;
-    }
-    QLOAD_ASSIGN_OR_RETURN(cuda::Stream stream, cuda::Stream::create(device));
-    group->streams.push_back(std::move(stream));
-  }
   std::vector<std::uint32_t> gpu_slot_indices;
   QLOAD_TRY(group->check(group->api.group_start(), "ncclGroupStart"));
   Status made;

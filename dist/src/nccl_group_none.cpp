@@ -10,7 +10,8 @@ void NcclGroupDeleter::operator()(NcclGroup* group) const noexcept {
 }
 
 Result<std::unique_ptr<NcclGroup, NcclGroupDeleter>> make_nccl_group(Rendezvous&, std::span<const int>,
-                                                                     std::chrono::milliseconds) {
+                                                                     std::chrono::milliseconds,
+                                                                     std::span<void* const>) {
   return fail(Errc::kUnsupported, "broadcasting GPU memory needs NCCL, and this build of qload has no NCCL support");
 }
 

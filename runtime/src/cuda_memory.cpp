@@ -312,6 +312,10 @@ Status copy_on_device(std::byte* device_dst, const std::byte* device_src, std::s
   return check(cudaStreamSynchronize(nullptr), what);
 }
 
+Status make_current(int device) {
+  return use_device(device);
+}
+
 Result<MemoryInfo> memory_info(int device) {
   QLOAD_TRY(use_device(device));
   MemoryInfo info;

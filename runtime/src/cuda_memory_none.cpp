@@ -132,4 +132,8 @@ Result<MemoryInfo> memory_info(int) {
   return no_cuda();
 }
 
+Status make_current(int) {
+  return no_cuda();
+}
+
 }  // namespace qload::cuda

@@ -63,7 +63,8 @@ Result<LoadOutcome> load_in(const std::optional<World>& world, Result<LoadReques
     for (const Device& d : req.options.plan.devices) gpu_slots.push_back(d.is_cuda() ? d.index : -1);
     QLOAD_ASSIGN_OR_RETURN(communicator, Communicator::create(*rendezvous, gpu_slots,
                                                               {.nccl = req.settings.values().nccl_timeout,
-                                                               .straggler = req.settings.values().straggler_timeout}));
+                                                               .straggler = req.settings.values().straggler_timeout},
+                                                              req.nccl_comms));
     req.options.communicator = &*communicator;
   }
   Result<scheduler::Model> model = scheduler::load(planned->catalog, planned->plan, req.options);

@@ -131,6 +131,16 @@ Result<LoadRequest> build_request(const LoadSpec& spec, const Logger& log) {
     return fail(Error(Errc::kInvalidArgument,
                       fmt::format("{} needs a multi-process load (WORLD_SIZE above 1)", spec.names.share_reads)));
   if (spec.share_reads) req.options.plan.parallel.share_reads = true;
+  if (!spec.nccl_comms.empty()) {
+    if (!req.world)
+      return fail(Error(Errc::kInvalidArgument, "NCCL communicators were handed in for a single-process load"));
+    if (spec.nccl_comms.size() != req.options.plan.devices.size())
+      return fail(Error(Errc::kInvalidArgument,
+                        fmt::format("{} NCCL communicators handed in for {} devices ({}): one per device, null for "
+                                    "a cpu device",
+                                    spec.nccl_comms.size(), req.options.plan.devices.size(), req.devices)));
+    req.nccl_comms = spec.nccl_comms;
+  }
   if (req.world) {
     req.options.plan.parallel.processes = req.world->size;
     req.options.plan.parallel.process = req.world->rank;

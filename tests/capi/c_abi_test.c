@@ -111,6 +111,25 @@ static void options_size(const char* checkpoint) {
   options->world_token = "short";
   CHECK(qload_open(checkpoint, options, &session) == QLOAD_ERR_INVALID_ARGUMENT);
   CHECK(error_says("the token is 5 bytes; at least 16"));
+  /* A server's own NCCL communicators: one per device of this process, in a world. */
+  {
+    void* comms[2] = {NULL, NULL};
+    options->world_token = "a server's own secret, 32 bytes!";
+    options->data_parallel = 2;
+    options->nccl_comms = comms;
+    options->nccl_comm_count = 2;
+    CHECK(qload_open(checkpoint, options, &session) == QLOAD_ERR_INVALID_ARGUMENT);
+    CHECK(error_says("2 NCCL communicators handed in for 1 devices (cpu)"));
+    options->world_size = 0;
+    CHECK(qload_open(checkpoint, options, &session) == QLOAD_ERR_INVALID_ARGUMENT);
+    CHECK(error_says("NCCL communicators were handed in for a single-process load"));
+    options->nccl_comms = NULL;
+    CHECK(qload_open(checkpoint, options, &session) == QLOAD_ERR_INVALID_ARGUMENT);
+    CHECK(error_says("nccl_comms is NULL with nccl_comm_count 2"));
+    options->nccl_comm_count = 0;
+    options->data_parallel = 0;
+    CHECK(session == NULL);
+  }
   options->world_size = 0; /* back to the environment's world: one process here */
   options->world_token = NULL;
   options->devices = "cuda:99";

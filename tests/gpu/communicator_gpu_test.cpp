@@ -7,6 +7,8 @@
 // hang.
 #include <catch2/catch.hpp>
 
+#include <dlfcn.h>
+
 #include <future>
 #include <numeric>
 
@@ -83,7 +85,96 @@ void expect_both_clean(Rank rank) {
   }
 }
 
+// What a server does with NCCL itself: opened at run time like qload does (no link-time
+// NCCL in the tests); the types spelt out here, as nccl.h lays them out.
+struct ServerNccl {
+  struct UniqueId {
+    char internal[128];
+  };
+  int (*get_unique_id)(UniqueId*) = nullptr;
+  int (*comm_init_rank)(void**, int, UniqueId, int) = nullptr;
+  int (*comm_count)(void*, int*) = nullptr;
+  int (*comm_destroy)(void*) = nullptr;
+
+  static std::optional<ServerNccl> open() {
+    void* library = ::dlopen("libnccl.so.2", RTLD_NOW | RTLD_NODELETE);
+    if (library == nullptr) return std::nullopt;
+    ServerNccl n;
+    n.get_unique_id = reinterpret_cast<decltype(n.get_unique_id)>(::dlsym(library, "ncclGetUniqueId"));
+    n.comm_init_rank = reinterpret_cast<decltype(n.comm_init_rank)>(::dlsym(library, "ncclCommInitRank"));
+    n.comm_count = reinterpret_cast<decltype(n.comm_count)>(::dlsym(library, "ncclCommCount"));
+    n.comm_destroy = reinterpret_cast<decltype(n.comm_destroy)>(::dlsym(library, "ncclCommDestroy"));
+    if (!n.get_unique_id || !n.comm_init_rank || !n.comm_count || !n.comm_destroy) return std::nullopt;
+    return n;
+  }
+};
+
 }  // namespace
+
+TEST_CASE("communicator: a server's own NCCL communicators carry the broadcast and stay the server's", "[gpu][nccl]") {
+  const CudaInfo info = probe_cuda();
+  if (info.devices.empty()) {
+    WARN("SKIPPED [gpu]: no GPU visible: " << info.unavailable_reason);
+    return;
+  }
+  const std::optional<ServerNccl> nccl = ServerNccl::open();
+  if (!nccl) {
+    WARN("SKIPPED [gpu]: no NCCL library here");
+    return;
+  }
+  const std::uint32_t size = info.devices.size() >= 2 ? 2 : 1;
+  ServerNccl::UniqueId id{};
+  REQUIRE(nccl->get_unique_id(&id) == 0);
+  const std::uint16_t port = free_port();
+  constexpr std::size_t kBytes = std::size_t{3} << 20;
+  // Rank r: the server makes its communicator on cuda:r, hands it to qload for a broadcast,
+  // and after qload is done with it, the communicator is still the server's to use and destroy.
+  const auto rank = [&](std::uint32_t r) -> Result<std::vector<std::string>> {
+    std::vector<std::string> wrong;
+    const int device = static_cast<int>(r);
+    QLOAD_TRY(cuda::make_current(device));
+    void* server_comm = nullptr;
+    if (nccl->comm_init_rank(&server_comm, static_cast<int>(size), id, static_cast<int>(r)) != 0)
+      return fail(Errc::kDevice, "the server's ncclCommInitRank failed");
+    {
+      QLOAD_ASSIGN_OR_RETURN(
+          Rendezvous rv,
+          Rendezvous::join(World{.rank = r, .size = size, .local_rank = r, .local_size = size, .master_port = port},
+                           60s));
+      const std::vector<int> slots = {device};
+      const std::vector<void*> comms = {server_comm};
+      QLOAD_ASSIGN_OR_RETURN(Communicator comm, Communicator::create(rv, slots, {}, comms));
+      QLOAD_ASSIGN_OR_RETURN(cuda::DeviceBuffer buffer, cuda::DeviceBuffer::allocate(device, kBytes));
+      const std::vector<std::byte> mine = pattern(kBytes, static_cast<int>(r) + 1);
+      QLOAD_TRY(cuda::copy_to_device(buffer.data(), mine.data(), kBytes, device));
+      const BroadcastBuffer b{.bytes = std::span(buffer.data(), kBytes), .on_device = true, .slot = 0};
+      QLOAD_TRY(comm.broadcast(std::span(&b, 1), 0));
+      std::vector<std::byte> out(kBytes);
+      QLOAD_TRY(cuda::copy_to_host(out.data(), buffer.data(), kBytes, device));
+      if (out != pattern(kBytes, 1)) wrong.push_back(fmt::format("rank {} does not hold rank 0's bytes", r));
+      // Handed in for a slot of another device, it is refused by name on every rank.
+      const std::vector<int> elsewhere = {device + 1};
+      Result<Communicator> refused = Communicator::create(rv, elsewhere, {}, comms);
+      if (refused)
+        wrong.push_back("a communicator on another device was taken");
+      else if (refused.error().message().find(fmt::format("where this process is rank {} of {} on cuda:{}", r, size,
+                                                          device + 1)) == std::string::npos)
+        wrong.push_back("refused, but not by name: " + refused.error().to_string());
+    }
+    int count = 0;
+    if (nccl->comm_count(server_comm, &count) != 0 || count != static_cast<int>(size))
+      wrong.push_back("qload destroyed the server's communicator");
+    if (nccl->comm_destroy(server_comm) != 0) wrong.push_back("the server could not destroy its communicator");
+    return wrong;
+  };
+  if (size == 1) {
+    auto alone = rank(0);
+    if (!alone) FAIL(alone.error().to_string());
+    CHECK(alone->empty());
+    return;
+  }
+  expect_both_clean(rank);
+}
 
 TEST_CASE("communicator: GPU memory is broadcast through NCCL", "[gpu][nccl]") {
   const CudaInfo info = probe_cuda();

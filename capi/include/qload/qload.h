@@ -82,6 +82,14 @@ typedef struct qload_options {
   const char* master_addr;   /* where rank 0 listens for the rendezvous (it binds this address) */
   uint32_t master_port;      /* 0: 29500 */
   const char* world_token;   /* the secret every rank proves (>= 16 bytes); NULL on one node: made */
+  /* Added within ABI version 1, read only when struct_size covers nccl_comm_count: the server's
+     own NCCL communicators (ncclComm_t), one per device of `devices` in order (NULL for a cpu
+     device), over the world's ranks as the world numbers them: used instead of new ones when
+     GPU memory moves between processes (shared reads), so no second NCCL world is built. They
+     must outlive qload_open; qload never destroys them, but aborts them if a broadcast on them
+     fails or hangs (a collective left running would write into memory the failed load frees). */
+  void* const* nccl_comms;
+  size_t nccl_comm_count;
 } qload_options;
 
 typedef struct qload_session qload_session;

@@ -50,8 +50,16 @@ class Communicator {
   // is missing; kDevice naming the slot when NCCL fails. `timeouts.nccl` bounds the creation
   // and each broadcast of GPU memory: past it (or on an NCCL error) every communicator is
   // aborted and the call fails naming this rank and the operation.
+  //
+  // `nccl_comms`: a server's own NCCL communicators (ncclComm_t), one per slot, null for a host
+  // slot, used instead of making new ones (no second NCCL world, no extra GPU memory). Each must
+  // span the world's ranks as the world numbers them, on its slot's device (checked:
+  // kInvalidArgument naming the slot); every rank hands its own or none. qload never destroys
+  // them, but aborts them (ncclCommAbort) when a broadcast on them fails or passes the timeout,
+  // as torch's watchdog does: a collective still running would write into memory the failed
+  // load releases.
   static Result<Communicator> create(Rendezvous& rendezvous, std::span<const int> gpu_slots,
-                                     const CommunicatorTimeouts& timeouts = {});
+                                     const CommunicatorTimeouts& timeouts = {}, std::span<void* const> nccl_comms = {});
 
   Communicator(Communicator&&) noexcept = default;
   Communicator& operator=(Communicator&&) noexcept = default;
@@ -95,9 +103,11 @@ class Communicator {
 
 namespace detail {
 // nccl_group.cpp (NCCL builds) or nccl_group_none.cpp.
+// `borrowed`: the caller's communicators per slot (Communicator::create's nccl_comms), or empty.
 Result<std::unique_ptr<NcclGroup, NcclGroupDeleter>> make_nccl_group(Rendezvous& rendezvous,
                                                                      std::span<const int> gpu_slots,
-                                                                     std::chrono::milliseconds timeout);
+                                                                     std::chrono::milliseconds timeout,
+                                                                     std::span<void* const> borrowed);
 Status nccl_broadcast(NcclGroup& group, std::span<const BroadcastBuffer> buffers, std::uint32_t root);
 }  // namespace detail
 

@@ -158,4 +158,8 @@ struct MemoryInfo {
 // cudaMemGetInfo on `device`.
 Result<MemoryInfo> memory_info(int device);
 
+// Makes `device` the calling thread's current CUDA device (cudaSetDevice), the one libraries
+// such as NCCL create their resources on.
+Status make_current(int device);
+
 }  // namespace qload::cuda

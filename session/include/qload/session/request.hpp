@@ -69,6 +69,11 @@ struct LoadSpec {
   // rendezvous address and token): used instead of the torchrun variables of the environment.
   // Unset: the environment's (world_from_env), or a single process.
   std::optional<World> world;
+  // A server's own NCCL communicators (ncclComm_t), one per device of this process in order,
+  // null for a cpu device, over the world's ranks: used, instead of new ones, when GPU memory
+  // moves between processes (shared reads). Borrowed: they must outlive the load; qload never
+  // destroys them, but aborts them if a broadcast on them fails or hangs (Communicator::create).
+  std::vector<void*> nccl_comms;
 };
 
 // The spec's world, else the environment's; nullopt for a single process.
@@ -87,6 +92,7 @@ struct LoadRequest {
   // One process of a multi-process load (torchrun-style environment, world.hpp): its
   // layout's processes and process are the world's size and rank.
   std::optional<World> world;
+  std::vector<void*> nccl_comms;  // the spec's
   // Every setting (runtime/settings.hpp) and where it came from: default < recipe <
   // environment < the spec's; already applied to `options`.
   ResolvedSettings settings;
