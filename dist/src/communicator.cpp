@@ -54,27 +54,35 @@ Result<bool> Communicator::all_ok(bool ok) {
   return std::ranges::all_of(*all, [](const std::string& m) { return m == "1"; });
 }
 
-Status Communicator::host_transfer(std::span<const std::span<const std::byte>> to_each, std::span<std::byte> mine,
-                                   std::uint32_t root) {
-  if (size() == 1) return {};
-  if (!gloo_)
+Status Communicator::move(std::span<const HostMove> moves) {
+  bool mine = false;
+  for (const HostMove& m : moves) {
+    if (m.from >= size() || m.to >= size())
+      return fail(Errc::kInvalidArgument, fmt::format("a move from rank {} to rank {} of {}", m.from, m.to, size()));
+    mine = mine || (!m.bytes.empty() && m.from != m.to && (m.from == rank() || m.to == rank()));
+  }
+  if (size() == 1 || moves.empty()) return {};
+  if (!gloo_) {
+    if (!mine) return {};
     return fail(Errc::kUnsupported,
                 "moving host memory between processes needs Gloo, and this qload was built without it (libgloo-dev)");
-  return detail::gloo_send_parts(*gloo_, to_each, mine, root);
+  }
+  return detail::gloo_moves(*gloo_, moves);
 }
 
 Status Communicator::broadcast(std::span<const BroadcastBuffer> buffers, std::uint32_t root) {
   if (root >= size()) return fail(Errc::kInvalidArgument, fmt::format("broadcast from rank {} of {}", root, size()));
   std::vector<BroadcastBuffer> on_gpus;
+  std::vector<HostMove> moves;  // host memory: the root sends the same bytes to every rank
   for (const BroadcastBuffer& b : buffers) {
     if (b.on_device) {
       on_gpus.push_back(b);
       continue;
     }
-    // Host memory: the root sends the same bytes to every rank.
-    const std::vector<std::span<const std::byte>> to_each(size(), b.bytes);
-    QLOAD_TRY(host_transfer(to_each, rank() == root ? std::span<std::byte>() : b.bytes, root));
+    for (std::uint32_t q = 0; q < size(); ++q)
+      if (q != root) moves.push_back({.from = root, .to = q, .bytes = b.bytes});
   }
+  QLOAD_TRY(move(moves));
   if (on_gpus.empty()) return {};
   if (!nccl_) return fail(Errc::kInvalidArgument, "broadcast of GPU memory on a communicator made without GPU slots");
   return detail::nccl_broadcast(*nccl_, on_gpus, root);
@@ -94,8 +102,16 @@ Status Communicator::scatter(std::span<const std::uint64_t> sizes, std::span<con
         return fail(Errc::kInvalidArgument,
                     fmt::format("scatter: rank {}'s part is {} bytes, where every rank expects {}", q, parts[q].size(),
                                 sizes[q]));
-  return host_transfer(rank() == root ? parts : std::span<const std::span<const std::byte>>(),
-                       rank() == root ? std::span<std::byte>() : mine, root);
+  std::vector<HostMove> moves;
+  for (std::uint32_t q = 0; q < size(); ++q) {
+    if (q == root) continue;
+    // Gloo only reads what it sends; the root's parts are const.
+    const std::span<std::byte> bytes = rank() == root
+                                           ? std::span(const_cast<std::byte*>(parts[q].data()), parts[q].size())
+                                           : (q == rank() ? mine : std::span<std::byte>());
+    moves.push_back({.from = root, .to = q, .bytes = bytes});
+  }
+  return move(moves);
 }
 
 }  // namespace qload

@@ -133,35 +133,48 @@ Result<GlooGroupPtr> make_gloo_group(Rendezvous& rendezvous, std::chrono::millis
   return group;
 }
 
-Status gloo_send_parts(GlooGroup& group, std::span<const std::span<const std::byte>> to_each, std::span<std::byte> mine,
-                       std::uint32_t root) {
-  const std::uint64_t slot = group.next_slot++;
+Status gloo_moves(GlooGroup& group, std::span<const HostMove> moves) {
+  const std::uint64_t first_slot = group.next_slot;
+  group.next_slot += moves.size();
   const std::chrono::milliseconds wait = group.context->getTimeout();
-  std::uint32_t peer = root;  // who this rank waits on, for the error
+  struct Posted {
+    std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
+    bool sends = false;
+    std::uint32_t peer = 0;
+  };
+  std::vector<Posted> posted;
+  posted.reserve(moves.size());     // `current` points into it
+  const Posted* current = nullptr;  // the one being issued or waited for, for the error
   try {
-    if (group.rank == root) {
-      std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> sends;
-      for (std::uint32_t q = 0; q < to_each.size(); ++q) {
-        if (q == root || to_each[q].empty()) continue;
-        // Gloo only reads a buffer it sends; its API takes a mutable pointer for both directions.
-        auto buffer = group.context->createUnboundBuffer(const_cast<std::byte*>(to_each[q].data()), to_each[q].size());
-        buffer->send(static_cast<int>(q), slot);
-        sends.push_back(std::move(buffer));
+    for (std::size_t i = 0; i < moves.size(); ++i) {
+      const HostMove& m = moves[i];
+      if (m.bytes.empty() || m.from == m.to || (m.from != group.rank && m.to != group.rank)) continue;
+      const bool sends = m.from == group.rank;
+      Posted& p =
+          posted.emplace_back(Posted{.buffer = group.context->createUnboundBuffer(m.bytes.data(), m.bytes.size()),
+                                     .sends = sends,
+                                     .peer = sends ? m.to : m.from});
+      current = &p;
+      if (sends) {
+        p.buffer->send(static_cast<int>(m.to), first_slot + i);
+      } else {
+        p.buffer->recv(static_cast<int>(m.from), first_slot + i);
       }
-      for (auto& buffer : sends) {
-        int to = -1;
-        buffer->waitSend(&to, wait);
-        peer = static_cast<std::uint32_t>(to);
+    }
+    for (const Posted& p : posted) {
+      current = &p;
+      if (p.sends) {
+        p.buffer->waitSend(nullptr, wait);
+      } else {
+        p.buffer->waitRecv(nullptr, wait);
       }
-    } else if (!mine.empty()) {
-      auto buffer = group.context->createUnboundBuffer(mine.data(), mine.size());
-      buffer->recv(static_cast<int>(root), slot);
-      buffer->waitRecv(nullptr, wait);
     }
   } catch (const std::exception& e) {
-    return fail(Errc::kIo,
-                fmt::format("rank {}: {} rank {} through Gloo: {}", group.rank,
-                            group.rank == root ? "sending to (or waiting on)" : "receiving from", peer, e.what()));
+    return fail(Errc::kIo, fmt::format("rank {}: {} rank {} through Gloo: {}", group.rank,
+                                       current == nullptr ? "moving bytes with"
+                                       : current->sends   ? "sending to"
+                                                          : "receiving from",
+                                       current == nullptr ? 0 : current->peer, e.what()));
   }
   return {};
 }

@@ -23,11 +23,8 @@ using GlooGroupPtr = std::unique_ptr<GlooGroup, GlooGroupDeleter>;
 // the mesh cannot be built within `timeout`.
 Result<GlooGroupPtr> make_gloo_group(Rendezvous& rendezvous, std::chrono::milliseconds timeout);
 
-// One transfer: the root sends `to_each[q]` to every rank q that is not the root (an empty span
-// sends nothing); every other rank receives its part into `mine`, whose size every rank agrees
-// on beforehand. Returns when this rank's part of it is done. Waits up to the group's timeout
-// for each part (zero: no limit).
-Status gloo_send_parts(GlooGroup& group, std::span<const std::span<const std::byte>> to_each, std::span<std::byte> mine,
-                       std::uint32_t root);
+// Communicator::move: every move this rank is in, issued at once (one Gloo slot per move, the
+// same on every rank), then waited for, each up to the group's timeout (zero: no limit).
+Status gloo_moves(GlooGroup& group, std::span<const HostMove> moves);
 
 }  // namespace qload::detail

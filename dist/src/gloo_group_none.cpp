@@ -15,7 +15,7 @@ Result<GlooGroupPtr> make_gloo_group(Rendezvous&, std::chrono::milliseconds) {
               "this qload was built without Gloo (libgloo-dev), which moves host memory between processes");
 }
 
-Status gloo_send_parts(GlooGroup&, std::span<const std::span<const std::byte>>, std::span<std::byte>, std::uint32_t) {
+Status gloo_moves(GlooGroup&, std::span<const HostMove>) {
   return fail(Errc::kUnsupported, "this qload was built without Gloo");
 }
 

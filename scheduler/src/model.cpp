@@ -58,6 +58,12 @@ Status Model::copy_to_host(const DeviceTensor& tensor, std::uint64_t offset, std
   return {};
 }
 
+void Model::add_load_seconds(double seconds) noexcept {
+  LoadReport& r = parts_.report;
+  r.seconds += seconds;
+  r.gb_per_s = r.seconds > 0 ? static_cast<double>(r.tensor_bytes) / r.seconds / 1e9 : 0;
+}
+
 void Model::release() noexcept {
   parts_ = Parts{};
   by_name_.clear();

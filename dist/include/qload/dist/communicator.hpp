@@ -25,6 +25,15 @@ struct CommunicatorTimeouts {
   std::chrono::milliseconds straggler = Settings{}.straggler_timeout;
 };
 
+// A range of host memory moving from rank `from` to rank `to`: `bytes` is what `from` sends and
+// where `to` receives it (the same size on both; Gloo only reads a buffer it sends). Other ranks
+// pass it too and ignore it.
+struct HostMove {
+  std::uint32_t from = 0;
+  std::uint32_t to = 0;
+  std::span<std::byte> bytes;
+};
+
 struct BroadcastBuffer {
   std::span<std::byte> bytes;
   bool on_device = false;  // GPU memory (of the slot's device)
@@ -78,6 +87,11 @@ class Communicator {
   // returns, each holds rank `root`'s bytes.
   Status broadcast(std::span<const BroadcastBuffer> buffers, std::uint32_t root);
 
+  // Host memory delivered point to point: every rank passes the same list in the same order (a
+  // move's place in it tags its bytes), and sends or receives the moves it is in. All are issued
+  // at once and then waited for, so transfers overlap, both ways. Through Gloo.
+  Status move(std::span<const HostMove> moves);
+
   // Rank `root` sends `parts[q]` to each rank q (parts is read on the root only, and its own
   // entry ignored); every other rank receives its part into `mine`. `sizes[q]` is rank q's
   // part's size, the same on every rank (so each knows how many pieces to wait for). Host
@@ -90,10 +104,6 @@ class Communicator {
                std::unique_ptr<detail::NcclGroup, detail::NcclGroupDeleter> nccl,
                std::unique_ptr<detail::GlooGroup, detail::GlooGroupDeleter> gloo)
       : rendezvous_(&rendezvous), straggler_(straggler), nccl_(std::move(nccl)), gloo_(std::move(gloo)) {}
-
-  // Host bytes through Gloo: the root's to_each[q] to each rank q, into `mine` elsewhere.
-  Status host_transfer(std::span<const std::span<const std::byte>> to_each, std::span<std::byte> mine,
-                       std::uint32_t root);
 
   Rendezvous* rendezvous_;
   std::chrono::milliseconds straggler_;

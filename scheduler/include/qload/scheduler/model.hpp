@@ -79,7 +79,7 @@ struct LoadReport {
   // in place from a reader's memory on this machine, or received over the communicator.
   std::uint64_t shared_in_place_bytes = 0;
   std::uint64_t shared_received_bytes = 0;
-  double seconds = 0;   // the whole load: open, allocate, read, verify, place, check
+  double seconds = 0;   // the whole load: open, allocate, read, verify, place, check, shared reads' exchange
   double gb_per_s = 0;  // tensor_bytes / seconds / 1e9 (stored bytes: what was read)
   std::uint64_t staging_budget_bytes = 0;
   std::uint64_t peak_staging_bytes = 0;  // most staging bytes leased at once during this load
@@ -132,6 +132,10 @@ class Model {
 
   // Frees the arenas (host and GPU) and mappings now; every pointer into them becomes invalid.
   void release() noexcept;
+
+  // Counts the loader's steps after the model was assembled (the shared reads' exchange) in the
+  // report's seconds and GB/s.
+  void add_load_seconds(double seconds) noexcept;
 
  private:
   Parts parts_;
