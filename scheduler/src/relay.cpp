@@ -3,8 +3,8 @@
 // copies cut from it with the same runs that cut staged pieces (converted as placed).
 // - A holder on the reader's machine maps the reader's relay arena (shared memory, map_peer_memory)
 //   and cuts its copies straight into its shards: one copy, nothing on a socket.
-// - Any other holder gets them scattered by the reader over the communicator (Gloo), in shard
-//   order, and puts them in place.
+// - Any other holder gets them from the reader through the communicator (Gloo), in shard
+//   order, several tensors' copies moved at once, and puts them in place.
 // Every process takes part in every exchange even after a local failure, so none waits for a
 // timeout; a last barrier keeps each relay arena alive until every peer is done with it, and
 // fails everyone if anyone failed.
@@ -18,6 +18,10 @@
 
 namespace qload::scheduler::detail {
 namespace {
+
+// Relayed copies sent through the communicator in one go, at most about this many bytes (the
+// reader holds them cut until they are sent).
+constexpr std::uint64_t kRelayWindowBytes = std::uint64_t{64} << 20;
 
 // Which relay arenas each process reads in place: in_place[q][r] when process q mapped process
 // r's. Learnt by two exchanges: every relay arena's address, then what each process mapped.
@@ -135,57 +139,88 @@ Result<RelayStats> relay_shared(const formats::Catalog& catalog, const Plan& pla
   const std::uint32_t me = communicator.rank();
   QLOAD_ASSIGN_OR_RETURN(const PeerMaps maps, map_peers(plan, targets, communicator, map_peer_memory));
   Status local;  // the first failure here; collectives go on regardless
+  const auto named = [&](const RelayedTensor& relayed, Status failed) {
+    return fail(std::move(failed)
+                    .error()
+                    .with_tensor(catalog.tensors[relayed.tensor].name)
+                    .with_note(fmt::format("relaying it from process {}", relayed.reader)));
+  };
+  // Copies that go through the communicator travel in windows of several tensors, all moved
+  // at once (every process forms the same windows: the sizes are the plan's).
+  struct Sent {
+    const RelayedTensor* relayed;
+    std::vector<std::vector<std::byte>> parts;  // the reader's: one per process
+    std::vector<std::byte> mine;                // a holder's: what it receives
+  };
+  std::vector<Sent> window;
+  std::vector<HostMove> moves;
+  std::uint64_t window_bytes = 0;
+  const auto flush = [&]() -> Status {
+    if (Status moved = communicator.move(moves); !moved)
+      return named(*window.front().relayed,
+                   fail(std::move(moved).error().with_note(fmt::format("with {} more tensors", window.size() - 1))));
+    for (const Sent& sent : window) {
+      const RelayedTensor& relayed = *sent.relayed;
+      if (me == relayed.reader || !plan.tensors[relayed.tensor].received || !local) continue;
+      if (Status put = put_received(plan, plan.tensors[relayed.tensor], sent.mine, targets); !put) {
+        local = named(relayed, std::move(put));
+      } else {
+        stats.received_bytes += sent.mine.size();
+      }
+    }
+    window.clear();
+    moves.clear();
+    window_bytes = 0;
+    return {};
+  };
   for (const RelayedTensor& relayed : plan.relayed) {
     const formats::TensorEntry& t = catalog.tensors[relayed.tensor];
     const TensorPlacement& placed = plan.tensors[relayed.tensor];
-    const auto named = [&](Status failed) {
-      return fail(std::move(failed).error().with_tensor(t.name).with_note(
-          fmt::format("relaying it from process {}", relayed.reader)));
-    };
     // What goes over the communicator: the copies of holders that do not read in place.
     std::vector<std::uint64_t> sizes = relayed.bytes_to;
-    bool any = false;
+    std::uint64_t total = 0;
     for (std::uint32_t q = 0; q < sizes.size(); ++q) {
       if (maps.reads_in_place(q, relayed.reader)) sizes[q] = 0;
-      any = any || sizes[q] > 0;
+      total += sizes[q];
     }
-    std::vector<std::byte> mine;
-    if (any) {
-      std::vector<std::vector<std::byte>> parts;
-      std::vector<std::span<const std::byte>> views;
+    if (total > 0) {
+      Sent& sent = window.emplace_back(Sent{.relayed = &relayed, .parts = {}, .mine = {}});
       if (me == relayed.reader && local) {
         auto cut = cut_copies(t, relayed, sizes, targets[plan.relay_region]->base() + relayed.offset);
         if (cut) {
-          parts = std::move(*cut);
+          sent.parts = std::move(*cut);
         } else {
-          local = named(fail(std::move(cut).error()));
+          local = named(relayed, fail(std::move(cut).error()));
         }
       }
-      if (me == relayed.reader && parts.empty()) {  // after a failure here: placeholders, so no one waits
-        parts.resize(sizes.size());
-        for (std::size_t q = 0; q < sizes.size(); ++q) parts[q].resize(static_cast<std::size_t>(sizes[q]));
+      if (me == relayed.reader && sent.parts.empty()) {  // after a failure here: placeholders, so no one waits
+        sent.parts.resize(sizes.size());
+        for (std::size_t q = 0; q < sizes.size(); ++q) sent.parts[q].resize(static_cast<std::size_t>(sizes[q]));
       }
-      views.assign(parts.begin(), parts.end());
-      if (me != relayed.reader) mine.resize(static_cast<std::size_t>(sizes[me]));
-      if (Status sent = communicator.scatter(sizes, views, mine, relayed.reader); !sent) return named(std::move(sent));
-    }
-    if (!placed.received || !local) continue;
-    if (maps.reads_in_place(me, relayed.reader)) {
-      const MappedRegion& mapped = maps.mapped[relayed.reader];
-      const std::span<const std::byte> arena(mapped.data(), static_cast<std::size_t>(mapped.size()));
-      if (relayed.offset > arena.size() || t.nbytes > arena.size() - relayed.offset) {
-        local = named(fail(Errc::kInternal, "the reader's relay arena is smaller than its plan says"));
-        continue;
+      if (me != relayed.reader) sent.mine.resize(static_cast<std::size_t>(sizes[me]));
+      // (Moving a Sent keeps its buffers where they are: the spans stay valid as the window grows.)
+      for (std::uint32_t q = 0; q < sizes.size(); ++q) {
+        if (q == relayed.reader || sizes[q] == 0) continue;
+        const std::span<std::byte> bytes = me == relayed.reader ? std::span(sent.parts[q])
+                                           : q == me            ? std::span(sent.mine)
+                                                                : std::span<std::byte>();
+        moves.push_back({.from = relayed.reader, .to = q, .bytes = bytes});
       }
-      if (Status put = cut_in_place(t, plan, placed, arena.subspan(relayed.offset, t.nbytes), targets); !put)
-        local = named(std::move(put));
-      stats.in_place_bytes += relayed.bytes_to[me];
-    } else if (Status put = put_received(plan, placed, mine, targets); !put) {
-      local = named(std::move(put));
-    } else {
-      stats.received_bytes += mine.size();
+      window_bytes += total;
+      if (window_bytes >= kRelayWindowBytes) QLOAD_TRY(flush());
     }
+    if (!placed.received || !local || !maps.reads_in_place(me, relayed.reader)) continue;
+    const MappedRegion& mapped = maps.mapped[relayed.reader];
+    const std::span<const std::byte> arena(mapped.data(), static_cast<std::size_t>(mapped.size()));
+    if (relayed.offset > arena.size() || t.nbytes > arena.size() - relayed.offset) {
+      local = named(relayed, fail(Errc::kInternal, "the reader's relay arena is smaller than its plan says"));
+      continue;
+    }
+    if (Status put = cut_in_place(t, plan, placed, arena.subspan(relayed.offset, t.nbytes), targets); !put)
+      local = named(relayed, std::move(put));
+    stats.in_place_bytes += relayed.bytes_to[me];
   }
+  if (!window.empty()) QLOAD_TRY(flush());
   // Each relay arena stays until every peer is done reading it; a failure anywhere fails all.
   Result<bool> everyone = communicator.all_ok(local.has_value());
   if (!everyone) return fail(std::move(everyone.error()).with_note("stage: after relaying shared tensors"));
