@@ -54,6 +54,24 @@ Result<bool> Communicator::all_ok(bool ok) {
   return std::ranges::all_of(*all, [](const std::string& m) { return m == "1"; });
 }
 
+Result<PeerRegions> Communicator::map_peer_regions(const std::optional<PeerAddress>& mine, bool allowed) {
+  PeerRegions regions;
+  regions.mapped.resize(size());
+  if (!allowed) return regions;  // every rank is given the same setting, so none exchanges
+  QLOAD_ASSIGN_OR_RETURN(const std::vector<std::string> addresses, allgather(mine ? mine->to_string() : ""));
+  std::string mapped(size(), '0');
+  for (std::uint32_t r = 0; r < size(); ++r) {
+    const std::optional<PeerAddress> address = PeerAddress::parse(addresses[r]);
+    if (r == rank() || !address) continue;
+    if (auto memory = map_peer_memory(*address)) {  // else: another machine, or not visible here
+      regions.mapped[r] = std::move(*memory);
+      mapped[r] = '1';
+    }
+  }
+  QLOAD_ASSIGN_OR_RETURN(regions.in_place, allgather(mapped));
+  return regions;
+}
+
 Status Communicator::move(std::span<const HostMove> moves) {
   bool mine = false;
   for (const HostMove& m : moves) {

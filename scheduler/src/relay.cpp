@@ -1,8 +1,9 @@
 // Relayed shared reads (SharedReads::kRelay), once every process has read: each relayed
 // tensor's reader kept the stored tensor in its relay arena, and every other holder gets its
 // copies cut from it with the same runs that cut staged pieces (converted as placed).
-// - A holder on the reader's machine maps the reader's relay arena (shared memory, map_peer_memory)
-//   and cuts its copies straight into its shards: one copy, nothing on a socket.
+// - A holder on the reader's machine maps the reader's relay arena (shared memory, through the
+//   communicator's peer regions) and cuts its copies straight into its shards: one copy, nothing
+//   on a socket.
 // - Any other holder gets them from the reader through the communicator (Gloo), in shard
 //   order, several tensors' copies moved at once, and puts them in place.
 // Every process takes part in every exchange even after a local failure, so none waits for a
@@ -13,7 +14,6 @@
 #include <fmt/format.h>
 
 #include "load_internal.hpp"
-#include "qload/dist/peer_memory.hpp"
 #include "shard_delivery.hpp"
 
 namespace qload::scheduler::detail {
@@ -22,37 +22,6 @@ namespace {
 // Relayed copies sent through the communicator in one go, at most about this many bytes (the
 // reader holds them cut until they are sent).
 constexpr std::uint64_t kRelayWindowBytes = std::uint64_t{64} << 20;
-
-// Which relay arenas each process reads in place: in_place[q][r] when process q mapped process
-// r's. Learnt by two exchanges: every relay arena's address, then what each process mapped.
-struct PeerMaps {
-  std::vector<MappedRegion> mapped;   // [r]: this process's mapping of r's relay arena
-  std::vector<std::string> in_place;  // [q][r] == '1'
-  bool reads_in_place(std::uint32_t q, std::uint32_t r) const { return !in_place.empty() && in_place[q][r] == '1'; }
-};
-
-Result<PeerMaps> map_peers(const Plan& plan, std::span<const std::unique_ptr<ArenaTarget>> targets,
-                           Communicator& communicator, bool allowed) {
-  PeerMaps maps;
-  maps.mapped.resize(communicator.size());
-  if (!allowed) return maps;
-  std::string mine;
-  if (plan.relay_region != kNoRegion)
-    if (const std::optional<PeerAddress> address = targets[plan.relay_region]->peer_address())
-      mine = address->to_string();
-  QLOAD_ASSIGN_OR_RETURN(const std::vector<std::string> addresses, communicator.allgather(mine));
-  std::string mapped(communicator.size(), '0');
-  for (std::uint32_t r = 0; r < communicator.size(); ++r) {
-    const std::optional<PeerAddress> address = PeerAddress::parse(addresses[r]);
-    if (r == communicator.rank() || !address) continue;
-    if (auto memory = qload::map_peer_memory(*address)) {  // else: another machine, or not visible here
-      maps.mapped[r] = std::move(*memory);
-      mapped[r] = '1';
-    }
-  }
-  QLOAD_ASSIGN_OR_RETURN(maps.in_place, communicator.allgather(mapped));
-  return maps;
-}
 
 // The reader's side: the copies of the holders in `sizes` (non-zero), cut from the stored
 // tensor and converted as placed, one message per process.
@@ -137,7 +106,9 @@ Result<RelayStats> relay_shared(const formats::Catalog& catalog, const Plan& pla
                                 bool map_peer_memory) {
   RelayStats stats;
   const std::uint32_t me = communicator.rank();
-  QLOAD_ASSIGN_OR_RETURN(const PeerMaps maps, map_peers(plan, targets, communicator, map_peer_memory));
+  std::optional<PeerAddress> relay_arena;  // this process's, which the others may read in place
+  if (plan.relay_region != kNoRegion) relay_arena = targets[plan.relay_region]->peer_address();
+  QLOAD_ASSIGN_OR_RETURN(const PeerRegions maps, communicator.map_peer_regions(relay_arena, map_peer_memory));
   Status local;  // the first failure here; collectives go on regardless
   const auto named = [&](const RelayedTensor& relayed, Status failed) {
     return fail(std::move(failed)

@@ -106,8 +106,11 @@ for mode in ("shared", "gloo"):
     assert node["ranks"] == size and node["tensor_read_bytes"] == world["checkpoint_tensor_bytes"], (tag, mode, world)
     received = [r["shared_in_place_bytes"] + r["shared_received_bytes"] for r in reports]
     assert [rank["received_bytes"] for rank in world["ranks"]] == received, (world, received)
+    in_place = [r["shared_in_place_bytes"] for r in reports]
     if mode == "gloo":
-        assert all(r["shared_in_place_bytes"] == 0 for r in reports), (tag, [r["shared_in_place_bytes"] for r in reports])
+        assert sum(in_place) == 0, (tag, in_place)
+    elif shared and "_tp" in tag:  # relayed shards on one machine: read in place from the reader's memory
+        assert sum(in_place) > 0, (tag, in_place)
     assert (sum(received) > 0) == shared, (tag, mode, received)
 PY
     worlds=$((worlds + 3))

@@ -12,6 +12,7 @@
 #include <memory>
 #include <span>
 
+#include "qload/dist/peer_memory.hpp"
 #include "qload/dist/rendezvous.hpp"
 #include "qload/runtime/error.hpp"
 #include "qload/runtime/settings.hpp"
@@ -32,6 +33,16 @@ struct HostMove {
   std::uint32_t from = 0;
   std::uint32_t to = 0;
   std::span<std::byte> bytes;
+};
+
+// Every rank's shared host region as this rank sees it (Communicator::map_peer_regions):
+// read in place where it could be mapped, else to be sent through the communicator.
+struct PeerRegions {
+  std::vector<MappedRegion> mapped;   // [r]: this rank's read-only mapping of rank r's region
+  std::vector<std::string> in_place;  // [q][r] == '1': rank q mapped rank r's region
+  bool reads_in_place(std::uint32_t q, std::uint32_t r) const {
+    return q < in_place.size() && r < in_place[q].size() && in_place[q][r] == '1';
+  }
 };
 
 struct BroadcastBuffer {
@@ -86,6 +97,13 @@ class Communicator {
   // Every rank calls it with buffers of the same sizes and slots, in the same order; when it
   // returns, each holds rank `root`'s bytes.
   Status broadcast(std::span<const BroadcastBuffer> buffers, std::uint32_t root);
+
+  // Same-node shared memory, the engine that copies nothing through a socket: each rank offers
+  // the address of one shared host region it filled (or none), and maps the other ranks'
+  // regions where it can (the same machine, and `allowed`: the map_peer_memory setting); then
+  // every rank learns who maps whose, so that bytes read in place are not also sent. Every rank
+  // calls it together.
+  Result<PeerRegions> map_peer_regions(const std::optional<PeerAddress>& mine, bool allowed);
 
   // Host memory delivered point to point: every rank passes the same list in the same order (a
   // move's place in it tags its bytes), and sends or receives the moves it is in. All are issued
