@@ -19,16 +19,8 @@
 # Usage: multiprocess.sh QLOAD [cpu|cuda]
 set -euo pipefail
 qload=$1
-dir=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  [[ -n ${KEEP:-} ]] || rm -rf "$dir"
-}
-trap cleanup EXIT
+source "$(dirname "$0")/world_common.sh"
 "$qload" synth "$dir/m" --layers 4 --hidden 256 --intermediate 512 --vocab 512 --heads 8 --kv-heads 2 --shards 2 >/dev/null
-export MASTER_ADDR=127.0.0.1 QLOAD_RENDEZVOUS_TIMEOUT=60
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
 # Runs `$3 RANK` (a function) as every rank of a world of $1, writing rank R's stdout to
 # $dir/$2.R.out, its stderr to $dir/$2.R.err and its exit code to $dir/$2.R.rc.

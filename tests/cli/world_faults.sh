@@ -16,17 +16,8 @@
 set -euo pipefail
 qload=$1
 rank_bin=$2
-dir=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  [[ -n ${KEEP:-} ]] || rm -rf "$dir"
-}
-trap cleanup EXIT
+source "$(dirname "$0")/world_common.sh"
 "$qload" synth "$dir/m" --layers 2 --hidden 256 --intermediate 512 --vocab 512 --heads 4 --kv-heads 2 >/dev/null
-export MASTER_ADDR=127.0.0.1 QLOAD_RENDEZVOUS_TIMEOUT=60
-unset QLOAD_STRAGGLER_TIMEOUT QLOAD_WORLD_TOKEN QLOAD_WORLD_TOKEN_FILE
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 tensors=$(WORLD_SIZE=1 RANK=0 "$rank_bin" "$dir/m" own none | sed 's/rank 0: \([0-9]*\) tensors/\1/')
 
 # start SIZE TAG LAYOUT FAULT_RANK FAULT: every rank of a world in the background (pids[r]);

@@ -11,15 +11,7 @@
 # Usage: world_layouts.sh QLOAD
 set -euo pipefail
 qload=$1
-dir=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  [[ -n ${KEEP:-} ]] || rm -rf "$dir"
-}
-trap cleanup EXIT
-export MASTER_ADDR=127.0.0.1 QLOAD_RENDEZVOUS_TIMEOUT=60
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+source "$(dirname "$0")/world_common.sh"
 
 # world SIZE TAG ARGS...: `qload load ARGS --dump $dir/TAG --json` as every rank of a world of
 # SIZE; rank R's report in $dir/TAG.R.json. Fails naming the rank that failed.
