@@ -35,16 +35,18 @@ start() {
     pids+=($!)
   done
 }
+# running PID: alive and not stopped (its state in /proc: no procps on a bare machine).
+running() { [[ -e /proc/$1/stat && $(sed 's/.*) \(.\).*/\1/' "/proc/$1/stat" 2>/dev/null) != [TZ] ]]; }
 # finish TAG RANK BOUND: waits for rank RANK (at most BOUND seconds after `start`); its exit
 # code in $dir/TAG.RANK.rc.
 started=0
 finish() {
   local tag=$1 r=$2 bound=$3 rc=0
   local pid=${pids[$r]}
-  while kill -0 "$pid" 2>/dev/null && [[ $(ps -o stat= -p "$pid") != T* ]] && (($(date +%s) - started < bound)); do
+  while running "$pid" && (($(date +%s) - started < bound)); do
     sleep 0.1
   done
-  if kill -0 "$pid" 2>/dev/null && [[ $(ps -o stat= -p "$pid") != T* ]]; then
+  if running "$pid"; then
     echo "$tag: rank $r still running after ${bound}s"
     cat "$dir/$tag.$r.err"
     exit 1
