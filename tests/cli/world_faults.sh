@@ -20,8 +20,22 @@ source "$(dirname "$0")/world_common.sh"
 "$qload" synth "$dir/m" --layers 2 --hidden 256 --intermediate 512 --vocab 512 --heads 4 --kv-heads 2 >/dev/null
 tensors=$(WORLD_SIZE=1 RANK=0 "$rank_bin" "$dir/m" own none | sed 's/rank 0: \([0-9]*\) tensors/\1/')
 
-# start SIZE TAG LAYOUT FAULT_RANK FAULT: every rank of a world in the background (pids[r]);
-# rank R's output in $dir/TAG.R.{out,err}.
+# launch TAG SIZE RANK LAYOUT FAULT: one rank of a world of SIZE in the background (its pid
+# appended to pids); its output in $dir/TAG.RANK.{out,err}. MASTER_PORT as exported.
+launch() {
+  WORLD_SIZE=$2 RANK=$3 LOCAL_RANK=$3 LOCAL_WORLD_SIZE=$2 \
+    "$rank_bin" "$dir/m" "$4" "$5" >"$dir/$1.$3.out" 2>"$dir/$1.$3.err" &
+  pids+=($!)
+}
+# fresh_world TIMEOUT: a new world's rendezvous (a free port, TIMEOUT seconds), clock and pids.
+fresh_world() {
+  export QLOAD_RENDEZVOUS_TIMEOUT=$1 MASTER_PORT
+  MASTER_PORT=$(free_port)
+  started=$(date +%s)
+  pids=()
+}
+# start SIZE TAG LAYOUT FAULT_RANK FAULT: every rank of a world on a fresh port, FAULT on
+# rank FAULT_RANK; pids[r] is rank r.
 start() {
   local size=$1 tag=$2 layout=$3 victim=$4 fault=$5
   MASTER_PORT=$(free_port)
@@ -30,9 +44,7 @@ start() {
   for ((r = 0; r < size; r++)); do
     local f=none
     ((r != victim)) || f=$fault
-    WORLD_SIZE=$size RANK=$r LOCAL_RANK=$r LOCAL_WORLD_SIZE=$size \
-      "$rank_bin" "$dir/m" "$layout" "$f" >"$dir/$tag.$r.out" 2>"$dir/$tag.$r.err" &
-    pids+=($!)
+    launch "$tag" "$size" $r "$layout" "$f"
   done
 }
 # running PID: alive and not stopped (its state in /proc: no procps on a bare machine).
@@ -120,12 +132,9 @@ time.sleep(60)" "$dir/squatting" &
 squatter=$!
 while [[ ! -e $dir/squatting ]]; do sleep 0.05; done
 started=$(date +%s)
+export MASTER_PORT=$port
 pids=()
-for r in 0 1; do
-  WORLD_SIZE=2 RANK=$r LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 MASTER_PORT=$port \
-    "$rank_bin" "$dir/m" dp none >"$dir/taken.$r.out" 2>"$dir/taken.$r.err" &
-  pids+=($!)
-done
+for r in 0 1; do launch taken 2 $r dp none; done
 for r in 0 1; do finish taken $r 30; expect taken $r fail; done
 expect taken 0 fail "127.0.0.1:$port"
 kill "$squatter"
@@ -133,13 +142,8 @@ wait "$squatter" 2>/dev/null || true
 echo "MASTER_PORT in use: both ranks failed within $(($(date +%s) - started)) s"
 
 # 5. A stranger's hello to rank 0 before rank 1 joins: dropped and logged, the load goes on.
-export QLOAD_RENDEZVOUS_TIMEOUT=30
-MASTER_PORT=$(free_port)
-export MASTER_PORT
-started=$(date +%s)
-pids=()
-WORLD_SIZE=2 RANK=0 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 "$rank_bin" "$dir/m" dp none >"$dir/stranger.0.out" 2>"$dir/stranger.0.err" &
-pids+=($!)
+fresh_world 30
+launch stranger 2 0 dp none
 python3 - "$MASTER_PORT" <<'PY'
 import socket, sys, time
 deadline = time.time() + 20
@@ -154,23 +158,14 @@ s.sendall(b"hello, I am rank 1!!")  # 20 bytes, then silence until rank 0 drops 
 s.settimeout(20)
 assert s.recv(4096) is not None
 PY
-WORLD_SIZE=2 RANK=1 LOCAL_RANK=1 LOCAL_WORLD_SIZE=2 "$rank_bin" "$dir/m" dp none >"$dir/stranger.1.out" 2>"$dir/stranger.1.err" &
-pids+=($!)
+launch stranger 2 1 dp none
 for r in 0 1; do finish stranger $r 60; expect stranger $r 0 "rank $r: $tensors tensors"; done
 expect stranger 0 0 "dropped"
 echo "a stranger's connection was dropped and logged; both ranks loaded"
 
 # A rank with another token: refused, and neither rank exits 0.
-export QLOAD_RENDEZVOUS_TIMEOUT=3
-MASTER_PORT=$(free_port)
-export MASTER_PORT
-started=$(date +%s)
-pids=()
-for r in 0 1; do
-  QLOAD_WORLD_TOKEN="token of rank $r, long enough!" WORLD_SIZE=2 RANK=$r LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 \
-    "$rank_bin" "$dir/m" dp none >"$dir/token.$r.out" 2>"$dir/token.$r.err" &
-  pids+=($!)
-done
+fresh_world 3
+for r in 0 1; do QLOAD_WORLD_TOKEN="token of rank $r, long enough!" launch token 2 $r dp none; done
 for r in 0 1; do finish token $r 30; expect token $r fail; done
 expect token 0 fail "connections dropped, as logged"
 expect token 1 fail "did not accept this rank's token"
