@@ -3,8 +3,7 @@
 # WORLD_SIZE=N, meeting over the rendezvous) load a data-parallel replica (dp:N) or a
 # tensor-parallel shard (tp:N) each, either reading what they need themselves ("independent": a
 # replica reads everything, a shard its byte ranges) or with --share-reads (each tensor read by
-# one process; replicas get it broadcast, shards cut in place on this machine or relayed, host
-# memory through Gloo). Also, in the same run: one process loading the whole checkpoint alone
+# one process, which sends the others' copies through Gloo while the load goes on). Also, in the same run: one process loading the whole checkpoint alone
 # ("single"), and the transfer engine's bandwidth (qload_dist_bench: Gloo, root to each rank), so
 # that each shared load is printed beside its bound: single + the most bytes any rank received /
 # that bandwidth (issue 20's speed target). Warm: the files are in the page cache. Cold: evicted

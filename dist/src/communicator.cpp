@@ -54,38 +54,37 @@ Result<bool> Communicator::all_ok(bool ok) {
   return std::ranges::all_of(*all, [](const std::string& m) { return m == "1"; });
 }
 
-Result<PeerRegions> Communicator::map_peer_regions(const std::optional<PeerAddress>& mine, bool allowed) {
-  PeerRegions regions;
-  regions.mapped.resize(size());
-  if (!allowed) return regions;  // every rank is given the same setting, so none exchanges
-  QLOAD_ASSIGN_OR_RETURN(const std::vector<std::string> addresses, allgather(mine ? mine->to_string() : ""));
-  std::string mapped(size(), '0');
-  for (std::uint32_t r = 0; r < size(); ++r) {
-    const std::optional<PeerAddress> address = PeerAddress::parse(addresses[r]);
-    if (r == rank() || !address) continue;
-    if (auto memory = map_peer_memory(*address)) {  // else: another machine, or not visible here
-      regions.mapped[r] = std::move(*memory);
-      mapped[r] = '1';
-    }
-  }
-  QLOAD_ASSIGN_OR_RETURN(regions.in_place, allgather(mapped));
-  return regions;
+Status Communicator::move(std::span<const HostMove> moves) {
+  QLOAD_ASSIGN_OR_RETURN(PostedMoves posted, post_moves(std::vector<HostMove>(moves.begin(), moves.end())));
+  for (std::size_t i = 0; i < moves.size(); ++i)
+    if (moves[i].from == rank() && moves[i].to != rank() && !moves[i].bytes.empty()) QLOAD_TRY(posted.send(i));
+  return posted.finish();
 }
 
-Status Communicator::move(std::span<const HostMove> moves) {
+Result<PostedMoves> Communicator::post_moves(std::vector<HostMove> moves) {
   bool mine = false;
   for (const HostMove& m : moves) {
     if (m.from >= size() || m.to >= size())
       return fail(Errc::kInvalidArgument, fmt::format("a move from rank {} to rank {} of {}", m.from, m.to, size()));
     mine = mine || (!m.bytes.empty() && m.from != m.to && (m.from == rank() || m.to == rank()));
   }
-  if (size() == 1 || moves.empty()) return {};
   if (!gloo_) {
-    if (!mine) return {};
+    if (!mine) return PostedMoves();
     return fail(Errc::kUnsupported,
                 "moving host memory between processes needs Gloo, and this qload was built without it (libgloo-dev)");
   }
-  return detail::gloo_moves(*gloo_, moves);
+  // Every rank with a mesh takes the list's slots, in it or not, so slots stay the same on all.
+  QLOAD_ASSIGN_OR_RETURN(detail::GlooExchangePtr posted, detail::gloo_post(*gloo_, std::move(moves)));
+  return PostedMoves(std::move(posted));
+}
+
+Status PostedMoves::send(std::size_t i) {
+  if (!gloo_) return fail(Errc::kInternal, fmt::format("move {} is not this rank's to send", i));
+  return detail::gloo_send(*gloo_, i);
+}
+
+Status PostedMoves::finish() {
+  return gloo_ ? detail::gloo_finish(*gloo_) : Status{};
 }
 
 Status Communicator::broadcast(std::span<const BroadcastBuffer> buffers, std::uint32_t root) {

@@ -1,11 +1,14 @@
 #include "gloo_group.hpp"
 
 #include <netdb.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <exception>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -32,6 +35,39 @@ class MeshContext : public gloo::Context {
     device_ = std::move(device);
     transportContext_ = std::move(transport);
   }
+};
+
+// Gloo writes to its sockets with writev, which raises SIGPIPE when the peer is gone, and the
+// default action ends the process: a rank would die of another rank's death instead of
+// failing with an error naming it. A library must not change the process's signal handling,
+// so each thread that calls into Gloo blocks SIGPIPE for the call (the write then fails with
+// EPIPE, which Gloo reports), and takes back any SIGPIPE the call raised before unblocking it.
+// Gloo's own I/O thread, started while the mesh is made, inherits the blocked mask for good.
+class SigpipeBlocked {
+ public:
+  SigpipeBlocked() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+    sigset_t pending;
+    sigpending(&pending);
+    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
+  }
+  SigpipeBlocked(const SigpipeBlocked&) = delete;
+  SigpipeBlocked& operator=(const SigpipeBlocked&) = delete;
+  ~SigpipeBlocked() {
+    if (!was_pending_) {
+      const timespec now{};
+      while (sigtimedwait(&pipe_, nullptr, &now) == SIGPIPE) {
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+
+ private:
+  sigset_t pipe_{};
+  sigset_t old_{};
+  bool was_pending_ = false;
 };
 
 // The address of this machine on the route to MASTER_ADDR: the interface the other ranks can
@@ -98,7 +134,8 @@ Result<GlooGroupPtr> make_gloo_group(Rendezvous& rendezvous, std::chrono::millis
   QLOAD_ASSIGN_OR_RETURN(const std::string host, local_address_towards(world));
   const auto rank = static_cast<int>(world.rank), size = static_cast<int>(world.size);
   GlooGroupPtr group(new GlooGroup{.context = nullptr, .rank = world.rank, .timeout = timeout});
-  int connecting = size;  // the peer being connected, for errors
+  int connecting = size;       // the peer being connected, for errors
+  const SigpipeBlocked quiet;  // also for Gloo's I/O thread, which starts here
   try {
     gloo::transport::tcp::attr attr;
     attr.hostname = host;
@@ -133,48 +170,88 @@ Result<GlooGroupPtr> make_gloo_group(Rendezvous& rendezvous, std::chrono::millis
   return group;
 }
 
-Status gloo_moves(GlooGroup& group, std::span<const HostMove> moves) {
-  const std::uint64_t first_slot = group.next_slot;
-  group.next_slot += moves.size();
-  const std::chrono::milliseconds wait = group.context->getTimeout();
-  struct Posted {
-    std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
-    bool sends = false;
-    std::uint32_t peer = 0;
-  };
-  std::vector<Posted> posted;
-  posted.reserve(moves.size());     // `current` points into it
-  const Posted* current = nullptr;  // the one being issued or waited for, for the error
+struct GlooExchange {
+  GlooGroup* group = nullptr;
+  std::vector<HostMove> moves;
+  std::uint64_t first_slot = 0;
+  // [move]: this rank's buffer for it (null for a move it is not in). Destroyed with the
+  // exchange: Gloo holds only weak references, so a cancelled receive writes nowhere.
+  std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> buffers;
+  std::mutex issuing;        // sends come from any thread
+  std::vector<char> issued;  // [move]: its send was issued here
+};
+
+void GlooExchangeDeleter::operator()(GlooExchange* exchange) const noexcept {
+  delete exchange;
+}
+
+namespace {
+
+bool sends(const GlooExchange& x, const HostMove& m) {
+  return m.from == x.group->rank;
+}
+
+std::string failed(const GlooExchange& x, const HostMove& m, const std::exception& e) {
+  return fmt::format("rank {}: {} rank {} through Gloo: {}", x.group->rank,
+                     sends(x, m) ? "sending to" : "receiving from", sends(x, m) ? m.to : m.from, e.what());
+}
+
+}  // namespace
+
+Result<GlooExchangePtr> gloo_post(GlooGroup& group, std::vector<HostMove> moves) {
+  const SigpipeBlocked quiet;
+  GlooExchangePtr x(new GlooExchange{.group = &group, .moves = std::move(moves), .first_slot = group.next_slot});
+  group.next_slot += x->moves.size();
+  x->buffers.resize(x->moves.size());
+  x->issued.assign(x->moves.size(), 0);
+  bool mine = false;
+  for (std::size_t i = 0; i < x->moves.size(); ++i) {
+    const HostMove& m = x->moves[i];
+    if (m.bytes.empty() || m.from == m.to || (m.from != group.rank && m.to != group.rank)) continue;
+    mine = true;
+    try {
+      x->buffers[i] = group.context->createUnboundBuffer(m.bytes.data(), m.bytes.size());
+      if (!sends(*x, m)) x->buffers[i]->recv(static_cast<int>(m.from), x->first_slot + i);
+    } catch (const std::exception& e) {
+      return fail(Errc::kIo, failed(*x, m, e));
+    }
+  }
+  if (!mine) return GlooExchangePtr();
+  return x;
+}
+
+Status gloo_send(GlooExchange& x, std::size_t i) {
+  if (i >= x.moves.size() || !x.buffers[i] || !sends(x, x.moves[i]))
+    return fail(Errc::kInternal, fmt::format("rank {} does not send move {} of {}", x.group->rank, i, x.moves.size()));
+  const std::lock_guard lock(x.issuing);
+  if (x.issued[i] != 0) return fail(Errc::kInternal, fmt::format("move {} was sent twice", i));
+  const SigpipeBlocked quiet;
   try {
-    for (std::size_t i = 0; i < moves.size(); ++i) {
-      const HostMove& m = moves[i];
-      if (m.bytes.empty() || m.from == m.to || (m.from != group.rank && m.to != group.rank)) continue;
-      const bool sends = m.from == group.rank;
-      Posted& p =
-          posted.emplace_back(Posted{.buffer = group.context->createUnboundBuffer(m.bytes.data(), m.bytes.size()),
-                                     .sends = sends,
-                                     .peer = sends ? m.to : m.from});
-      current = &p;
-      if (sends) {
-        p.buffer->send(static_cast<int>(m.to), first_slot + i);
-      } else {
-        p.buffer->recv(static_cast<int>(m.from), first_slot + i);
-      }
-    }
-    for (const Posted& p : posted) {
-      current = &p;
-      if (p.sends) {
-        p.buffer->waitSend(nullptr, wait);
-      } else {
-        p.buffer->waitRecv(nullptr, wait);
-      }
-    }
+    x.buffers[i]->send(static_cast<int>(x.moves[i].to), x.first_slot + i);
   } catch (const std::exception& e) {
-    return fail(Errc::kIo, fmt::format("rank {}: {} rank {} through Gloo: {}", group.rank,
-                                       current == nullptr ? "moving bytes with"
-                                       : current->sends   ? "sending to"
-                                                          : "receiving from",
-                                       current == nullptr ? 0 : current->peer, e.what()));
+    return fail(Errc::kIo, failed(x, x.moves[i], e));
+  }
+  x.issued[i] = 1;
+  return {};
+}
+
+Status gloo_finish(GlooExchange& x) {
+  const SigpipeBlocked quiet;
+  const std::chrono::milliseconds wait = x.group->context->getTimeout();
+  for (std::size_t i = 0; i < x.moves.size(); ++i) {
+    if (!x.buffers[i]) continue;
+    const HostMove& m = x.moves[i];
+    if (sends(x, m) && x.issued[i] == 0)
+      return fail(Errc::kInternal, fmt::format("rank {} never sent move {} (to rank {})", x.group->rank, i, m.to));
+    try {
+      if (sends(x, m)) {
+        x.buffers[i]->waitSend(nullptr, wait);
+      } else {
+        x.buffers[i]->waitRecv(nullptr, wait);
+      }
+    } catch (const std::exception& e) {
+      return fail(Errc::kIo, failed(x, m, e));
+    }
   }
   return {};
 }

@@ -23,8 +23,12 @@ using GlooGroupPtr = std::unique_ptr<GlooGroup, GlooGroupDeleter>;
 // the mesh cannot be built within `timeout`.
 Result<GlooGroupPtr> make_gloo_group(Rendezvous& rendezvous, std::chrono::milliseconds timeout);
 
-// Communicator::move: every move this rank is in, issued at once (one Gloo slot per move, the
-// same on every rank), then waited for, each up to the group's timeout (zero: no limit).
-Status gloo_moves(GlooGroup& group, std::span<const HostMove> moves);
+// Communicator::post_moves: one Gloo slot per move (the same on every rank); this rank's
+// receives posted now, its sends by gloo_send, all waited for by gloo_finish, each up to the
+// group's timeout. Null when this rank is in none of the moves.
+using GlooExchangePtr = std::unique_ptr<GlooExchange, GlooExchangeDeleter>;
+Result<GlooExchangePtr> gloo_post(GlooGroup& group, std::vector<HostMove> moves);
+Status gloo_send(GlooExchange& exchange, std::size_t i);
+Status gloo_finish(GlooExchange& exchange);
 
 }  // namespace qload::detail

@@ -15,7 +15,21 @@ Result<GlooGroupPtr> make_gloo_group(Rendezvous&, std::chrono::milliseconds) {
               "this qload was built without Gloo (libgloo-dev), which moves host memory between processes");
 }
 
-Status gloo_moves(GlooGroup&, std::span<const HostMove>) {
+struct GlooExchange {};
+
+void GlooExchangeDeleter::operator()(GlooExchange* exchange) const noexcept {
+  delete exchange;
+}
+
+Result<GlooExchangePtr> gloo_post(GlooGroup&, std::vector<HostMove>) {
+  return fail(Errc::kUnsupported, "this qload was built without Gloo");
+}
+
+Status gloo_send(GlooExchange&, std::size_t) {
+  return fail(Errc::kUnsupported, "this qload was built without Gloo");
+}
+
+Status gloo_finish(GlooExchange&) {
   return fail(Errc::kUnsupported, "this qload was built without Gloo");
 }
 

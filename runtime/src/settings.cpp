@@ -55,9 +55,6 @@ constexpr std::array<SettingSpec, kSettingCount> kTable{{
     {.name = "max_gap_bytes", .env = "QLOAD_MAX_GAP_BYTES", .recipe_key = "", .kind = SettingKind::kBytes,
      .field = &S::max_gap_bytes, .max = 1024 * kMiB,
      .doc = "neighbouring tensors this close in a file share one read"},
-    {.name = "map_peer_memory", .env = "QLOAD_MAP_PEER_MEMORY", .recipe_key = "", .kind = SettingKind::kBool,
-     .field = &S::map_peer_memory,
-     .doc = "shared reads on one machine map the reading process's memory instead of receiving it through Gloo"},
     {.name = "rendezvous_timeout", .env = "QLOAD_RENDEZVOUS_TIMEOUT", .recipe_key = "",
      .kind = SettingKind::kDuration, .field = &S::rendezvous_timeout, .min = 1, .max = 86'400'000,
      .doc = "how long the ranks of a multi-process load wait for each other (a bare number is seconds)"},
@@ -72,6 +69,9 @@ constexpr std::array<SettingSpec, kSettingCount> kTable{{
      .doc = "how GPTQ v1 zero points (stored as z - 1) are read: as their writer did (auto: whole words for GPTQModel's files, else per field), per field like exllama and vLLM, or by whole words like GPTQModel"},
 }};
 // clang-format on
+// kSettingCount must be the table's length: an entry it leaves out would be default-made.
+static_assert(std::ranges::none_of(kTable, [](const SettingSpec& spec) { return spec.name.empty(); }),
+              "kSettingCount is larger than the settings table");
 
 // (QLOAD_WORLD_TOKEN*: the launcher's secret, read with the world (dist/world.hpp), never printed
 // by `qload config` as a setting would be.)

@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "decode_plan.hpp"
-#include "qload/dist/peer_memory.hpp"
 #include "qload/formats/quant_codec.hpp"
 #include "qload/runtime/cuda_memory.hpp"
 #include "qload/runtime/dtype.hpp"
@@ -60,8 +59,6 @@ class ArenaTarget {
   // The host memory deliveries come from could not be pinned (cudaHostRegister failed): a GPU
   // target then copies synchronously from it, as from any pageable memory. Slower, never wrong.
   virtual void copy_synchronously() {}
-  // Where other processes of this machine can map the arena (a shared host arena), if they can.
-  virtual std::optional<PeerAddress> peer_address() const { return std::nullopt; }
   // Moves the arena's memory out (into the Model) once the load has succeeded.
   virtual void release_into(std::vector<std::shared_ptr<HostBuffer>>& host,
                             std::vector<cuda::DeviceBuffer>& device) = 0;

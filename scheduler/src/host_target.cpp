@@ -25,12 +25,6 @@ class HostTarget final : public ArenaTarget {
                                     std::span(arena_->data() + arena_offset, static_cast<std::size_t>(bytes)));
   }
 
-  std::optional<PeerAddress> peer_address() const override {
-    if (arena_->shared_fd() < 0) return std::nullopt;
-    auto address = address_of(*arena_);
-    return address ? std::optional<PeerAddress>(std::move(*address)) : std::nullopt;
-  }
-
   void release_into(std::vector<std::shared_ptr<HostBuffer>>& host, std::vector<cuda::DeviceBuffer>&) override {
     host.push_back(std::move(arena_));
   }
@@ -64,8 +58,7 @@ Status deliver_on_host(std::byte* base, std::span<const Delivery> deliveries) {
 Result<std::unique_ptr<ArenaTarget>> make_host_target(const ArenaPlan& plan) {
   const auto bytes = static_cast<std::size_t>(plan.bytes);
   const std::size_t alignment = std::max(plan.alignment, kHugePage);
-  QLOAD_ASSIGN_OR_RETURN(HostBuffer arena, plan.shared ? HostBuffer::allocate_shared(bytes, alignment)
-                                                       : HostBuffer::allocate(bytes, alignment));
+  QLOAD_ASSIGN_OR_RETURN(HostBuffer arena, HostBuffer::allocate(bytes, alignment));
   return std::unique_ptr<ArenaTarget>(std::make_unique<HostTarget>(std::move(arena)));
 }
 

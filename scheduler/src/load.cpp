@@ -76,7 +76,7 @@ Result<Model> load(const formats::Catalog& catalog, const Plan& plan, const Load
   if (!model) return model;
   if (plan.shared_reads == SharedReads::kBroadcast) {
     const detail::LoadClock::time_point begin = detail::LoadClock::now();
-    QLOAD_TRY(detail::broadcast_shared(*model, plan, *options.communicator));
+    QLOAD_TRY(detail::broadcast_gpu_copies(*model, plan, *options.communicator));
     model->add_load_seconds(std::chrono::duration<double>(detail::LoadClock::now() - begin).count());
   }
   QLOAD_TRY(detail::hand_over_all(*model, options));

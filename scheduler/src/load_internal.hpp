@@ -32,7 +32,7 @@ class SharedReadsBarrier {
 };
 
 // Read mode: staging pool -> DAG (read, verify, place) -> host arena. `barrier` (shared reads
-// only) is passed once the reads are done, and relayed tensors are then exchanged.
+// only) is passed once the reads are done; the shared copies in flight are then waited for.
 Result<Model> load_read(const formats::Catalog& catalog, const Plan& plan, const LoadOptions& options,
                         const ExpectedDigests& expected, LoadClock::time_point begin, SharedReadsBarrier* barrier);
 // Mmap mode: read-only mappings; verify tasks only.
@@ -68,22 +68,10 @@ void fill_report(LoadReport& report, const formats::Catalog& catalog, const Plan
 // kFileChanged if `size_now` differs from the size the catalog validated.
 Status check_catalog_size(const formats::CatalogFile& file, std::uint64_t size_now);
 
-// Shared reads, SharedReads::kBroadcast: sends every tensor from its reader to the other
-// processes (every process calls it, in catalog order), filling this process's copies of the
-// tensors it did not read.
-Status broadcast_shared(Model& model, const Plan& plan, Communicator& communicator);
-
-// SharedReads::kRelay (relay.cpp): every holder of a relayed tensor gets its copies, cut from
-// the stored tensor its reader kept in the relay arena: in place through shared memory on the
-// reader's machine (when `map_peer_memory`), else scattered over the communicator. Every
-// process calls it after the barrier.
-struct RelayStats {
-  std::uint64_t in_place_bytes = 0;  // LoadReport::shared_in_place_bytes
-  std::uint64_t received_bytes = 0;  // LoadReport::shared_received_bytes
-};
-Result<RelayStats> relay_shared(const formats::Catalog& catalog, const Plan& plan,
-                                std::span<const std::unique_ptr<ArenaTarget>> targets, Communicator& communicator,
-                                bool map_peer_memory);
+// Shared reads, SharedReads::kBroadcast: the copies on GPUs, from each tensor's reader to the
+// other processes through NCCL (every process calls it, after the load). Host copies moved
+// during the load (shared_exchange.hpp).
+Status broadcast_gpu_copies(Model& model, const Plan& plan, Communicator& communicator);
 
 // Whether the load computes tensor `i`'s digest: not for a tensor another process holds, nor
 // for one this process reads only in part.

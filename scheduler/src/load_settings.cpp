@@ -30,7 +30,6 @@ Status LoadOptions::apply(const Settings& s) {
   compute_digests = s.digests;
   plan.tensor_alignment = s.tensor_alignment;
   plan.max_gap_bytes = s.max_gap_bytes;
-  map_peer_memory = s.map_peer_memory;
   if (s.gptq_v1_zeros == "auto")
     plan.gptq_v1_whole_word.reset();
   else if (s.gptq_v1_zeros == "per-field" || s.gptq_v1_zeros == "whole-word")

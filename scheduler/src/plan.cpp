@@ -469,8 +469,8 @@ Status place_in_arenas(const formats::Catalog& catalog, const std::vector<std::u
   if (any_scratch) plan.scratch_region = scratch;
   if (relay_bytes > 0) {
     plan.relay_region = static_cast<std::uint32_t>(plan.arenas.size());
-    plan.arenas.push_back(ArenaPlan{
-        .scratch = true, .shared = true, .device = Device{}, .bytes = relay_bytes, .alignment = arena_alignment});
+    plan.arenas.push_back(
+        ArenaPlan{.scratch = true, .device = Device{}, .bytes = relay_bytes, .alignment = arena_alignment});
     host_bytes += relay_bytes;
   }
   if (options.max_arena_bytes == 0 && host_bytes > physical_memory_bytes())

@@ -2,6 +2,7 @@
 
 #include "decode_graph.hpp"
 #include "shard_delivery.hpp"
+#include "shared_exchange.hpp"
 #include "stream_tasks.hpp"
 
 #include <cstring>
@@ -38,6 +39,17 @@ Result<io::ReadRequest> prepare_read(ReadLoadState& s, std::uint32_t index) {
       .file = chunk.file, .offset = chunk.file_offset, .dest = std::span(dest, static_cast<std::size_t>(chunk.bytes))};
 }
 
+// Another holder's copy of a relayed tensor, as its reader cuts it into the relay arena.
+ShardPlacement relay_copy(const Plan& plan, const TensorPlacement& placed, const RelayedTensor::Copy& copy) {
+  const RelayedTensor& relayed = plan.relayed[placed.relay_index];
+  return ShardPlacement{.tensor = relayed.tensor,
+                        .region = plan.relay_region,
+                        .offset = copy.offset,
+                        .dtype = relayed.dtype,
+                        .bytes = copy.bytes,
+                        .slice = copy.slice};
+}
+
 // Where a piece's bytes are once its chunk has been read.
 const std::byte* piece_bytes(const ReadLoadState& s, std::uint32_t index, const ChunkPiece& piece) {
   if (s.plan.chunks[index].direct) return direct_destination(s, piece);
@@ -58,12 +70,10 @@ Status deliver_chunk(ReadLoadState& s, std::uint32_t index, Wanted wanted) {
                          by_region[shard.region]);
     }
     const DType from = s.catalog.tensors[piece.tensor].dtype;
-    if (p.relayed && wanted(s.plan.relay_region))  // kept whole, as stored, for the other holders
-      by_region[s.plan.relay_region].push_back(
-          Delivery{.stored = std::span(piece_bytes(s, index, piece), static_cast<std::size_t>(piece.bytes)),
-                   .arena_offset = p.relay_offset + piece.tensor_offset,
-                   .from = from,
-                   .to = from});
+    if (p.relayed && wanted(s.plan.relay_region))  // the other holders' copies, cut for sending
+      for (const RelayedTensor::Copy& copy : s.plan.relayed[p.relay_index].copies)
+        shard_deliveries(s.catalog.tensors[piece.tensor], relay_copy(s.plan, p, copy), piece,
+                         piece_bytes(s, index, piece), by_region[s.plan.relay_region]);
     if (p.shard_count > 0 || !wanted(p.region)) continue;
     // A converted tensor is split at element boundaries (chunker), so this is exact.
     const std::uint64_t placed_offset =
@@ -131,7 +141,10 @@ Deliveries add_deliveries(TaskGraph& g, ReadLoadState& s, std::uint32_t i, const
   for (const ChunkPiece& p : s.plan.chunks[i].pieces) {
     const TensorPlacement& placed = s.plan.tensors[p.tensor];
     if (placed.shard_count == 0) bytes[placed.region] += p.bytes;
-    if (placed.relayed) bytes[s.plan.relay_region] += p.bytes;
+    if (placed.relayed)
+      for (const RelayedTensor::Copy& copy : s.plan.relayed[placed.relay_index].copies)
+        bytes[s.plan.relay_region] +=
+            shard_piece_size(s.catalog.tensors[p.tensor], relay_copy(s.plan, placed, copy), p).bytes;
     for (std::uint32_t k = placed.first_shard; k < placed.first_shard + placed.shard_count; ++k)
       bytes[s.plan.shards[k].region] += shard_piece_size(s.catalog.tensors[p.tensor], s.plan.shards[k], p).bytes;
   }
@@ -169,7 +182,8 @@ Deliveries add_deliveries(TaskGraph& g, ReadLoadState& s, std::uint32_t i, const
 
 }  // namespace
 
-Result<TaskGraph> build_read_graph(ReadLoadState& s, const ReadBudgets& budgets, const TensorStream* stream) {
+Result<TaskGraph> build_read_graph(ReadLoadState& s, const ReadBudgets& budgets, const TensorStream* stream,
+                                   SharedExchange* exchange) {
   const std::vector<ReadChunk>& chunks = s.plan.chunks;
   s.leases.resize(chunks.size());
   s.streams.resize(s.catalog.tensors.size());
@@ -233,6 +247,19 @@ Result<TaskGraph> build_read_graph(ReadLoadState& s, const ReadBudgets& budgets,
     last_verify[c.pieces.back().tensor] = verify;
     if (slot) g.add_hold_user(*slot, verify);
   }
+  if (exchange != nullptr)  // shared reads: a tensor read for other processes leaves once in place
+    for (std::uint32_t t = 0; t < s.catalog.tensors.size(); ++t) {
+      if (!exchange->sends()[t]) continue;
+      const TaskId send = g.add({.lane = "send",
+                                 .name = s.catalog.tensors[t].name,
+                                 .priority = -1,  // at once: the others are waiting for it
+                                 .bytes = s.catalog.tensors[t].nbytes,
+                                 .work = CpuWork{[exchange, t] {
+                                   exchange->send(t);  // a failure waits for the barrier (shared_exchange.hpp)
+                                   return Status{};
+                                 }}});
+      for (const TaskId placed : ready[t]) g.depends_on(send, placed);
+    }
   const std::vector<std::vector<TaskId>> decoders = add_decode_tasks(g, s, ready, workers, lanes);
   if (stream != nullptr) add_stream_tasks(g, s.plan, *stream, finishers, decoders);
   return g;

@@ -42,11 +42,13 @@ struct ReadLoadState {
   std::vector<std::uint64_t> digests;                    // per tensor, complete once the graph has run
 };
 
-struct TensorStream;  // stream_tasks.hpp
+struct TensorStream;   // stream_tasks.hpp
+class SharedExchange;  // shared_exchange.hpp
 
 // Builds the graph over `state`; zero-byte tensors get their digest (and its check) here.
-// With `stream`, each tensor of the model is handed to its callback once complete.
+// With `stream`, each tensor of the model is handed to its callback once complete; with
+// `exchange` (shared reads), each tensor this process reads for others is sent once in place.
 Result<TaskGraph> build_read_graph(ReadLoadState& state, const ReadBudgets& budgets,
-                                   const TensorStream* stream = nullptr);
+                                   const TensorStream* stream = nullptr, SharedExchange* exchange = nullptr);
 
 }  // namespace qload::scheduler::detail

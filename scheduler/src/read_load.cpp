@@ -10,6 +10,7 @@
 #include "qload/scheduler/executor.hpp"
 #include "read_graph.hpp"
 #include "shard_delivery.hpp"
+#include "shared_exchange.hpp"
 #include "stream_tasks.hpp"
 
 namespace qload::scheduler::detail {
@@ -177,14 +178,23 @@ Result<Model> load_read(const formats::Catalog& catalog, const Plan& plan, const
         TensorStream{.tensors = tensors, .origins = origins, .owners = owners, .callback = options.on_tensor});
   }
 
+  // Shared reads: receives posted before anything is read. Declared after the arenas, so a
+  // failed load cancels them before the memory they point into goes.
+  std::optional<SharedExchange> exchange;
+  if (barrier != nullptr) {  // (a failure here passes the barrier in load(), so no one waits)
+    QLOAD_ASSIGN_OR_RETURN(SharedExchange started, SharedExchange::start(plan, targets, barrier->communicator()));
+    exchange.emplace(std::move(started));
+  }
+
   ReadLoadState state{.catalog = catalog, .plan = plan, .pool = *pool, .targets = targets, .expected = expected};
   const std::uint32_t workers = cpu_workers(options);
-  QLOAD_ASSIGN_OR_RETURN(TaskGraph graph, build_read_graph(state,
-                                                           {.reads_in_flight = options.reads_in_flight,
-                                                            .cpu_workers = workers,
-                                                            .copy_lanes = options.copy_lanes,
-                                                            .compute_digests = options.compute_digests},
-                                                           stream ? &*stream : nullptr));
+  QLOAD_ASSIGN_OR_RETURN(TaskGraph graph,
+                         build_read_graph(state,
+                                          {.reads_in_flight = options.reads_in_flight,
+                                           .cpu_workers = workers,
+                                           .copy_lanes = options.copy_lanes,
+                                           .compute_digests = options.compute_digests},
+                                          stream ? &*stream : nullptr, exchange ? &*exchange : nullptr));
   // h2d tasks wait for their copies on a thread of their own: no CPU worker sits idle behind
   // one; nor behind the tensor callback.
   std::size_t threads = workers + (stream ? 1 : 0);
@@ -194,15 +204,23 @@ Result<Model> load_read(const formats::Catalog& catalog, const Plan& plan, const
               {.cpu_threads = threads, .trace = options.trace, .on_task_done = progress_reporter(options, plan)});
   Status read = stats ? Status{} : Status(fail(stats.error()));
   for (io::FileId id = 0; id < reader->file_count() && read; ++id) read = reader->file(id).check_unchanged();
-  RelayStats relayed;
+  std::uint64_t received = 0;
   if (barrier != nullptr) {
-    Status passed = barrier->pass(read.has_value());
+    // Every process has read and issued its sends, or some failed and nothing more is sent.
+    Status exchanged = exchange->status();
+    Status passed = barrier->pass(read.has_value() && exchanged.has_value());
     QLOAD_TRY(read);
+    // A rank gone or late is the cause of this rank's failed sends, if any: name it first.
+    if (!passed && passed.error().code() != Errc::kCancelled) return fail(std::move(passed).error());
+    QLOAD_TRY(exchanged);
     QLOAD_TRY(passed);
-    if (plan.shared_reads == SharedReads::kRelay) {
-      QLOAD_ASSIGN_OR_RETURN(relayed,
-                             relay_shared(catalog, plan, targets, barrier->communicator(), options.map_peer_memory));
-    }
+    Result<std::uint64_t> finished = exchange->finish(targets);
+    // A process whose copies did not all arrive fails every process.
+    Result<bool> everyone = barrier->communicator().all_ok(finished.has_value());
+    QLOAD_TRY(finished);
+    if (!everyone) return fail(std::move(everyone.error()).with_note("stage: after the shared tensors moved"));
+    if (!*everyone) return fail(Errc::kCancelled, "another process failed while shared tensors moved");
+    received = *finished;
   }
   QLOAD_TRY(read);
 
@@ -219,12 +237,11 @@ Result<Model> load_read(const formats::Catalog& catalog, const Plan& plan, const
   report.unpinned_reason = std::move(unpinned);
   fill_report(report, catalog, plan, options.compute_digests ? state.digests : std::vector<std::uint64_t>{}, *stats,
               begin);
-  report.shared_in_place_bytes = relayed.in_place_bytes;
-  report.shared_received_bytes = relayed.received_bytes;
-  if (plan.shared_reads == SharedReads::kBroadcast)  // arrives after this, or the load fails
+  report.shared_received_bytes = received;
+  if (plan.shared_reads == SharedReads::kBroadcast)  // GPU copies: arrive after this, or the load fails
     for (const TensorPlacement& p : plan.tensors)
       for (std::uint32_t k = p.first_shard; p.received && k < p.first_shard + p.shard_count; ++k)
-        report.shared_received_bytes += plan.shards[k].bytes;
+        if (!targets[plan.shards[k].region]->on_host()) report.shared_received_bytes += plan.shards[k].bytes;
   return Model(std::move(parts));
 }
 

@@ -1,10 +1,6 @@
-// Shared reads (ParallelLayout::share_reads), once every process has read the tensors it
-// reads (SharedReadsBarrier):
-// - kBroadcast: each tensor's reader broadcasts its copies (every tensor rank's shard on each
-//   of its devices) to the same devices of the other processes. Replicas hold identical
-//   arenas, so a copy is the same bytes everywhere. Host copies are sent all at once, so every
-//   process sends and receives at the same time.
-// - kRelay: relay.cpp.
+// Shared reads (ParallelLayout::share_reads): the barrier every process passes once it has
+// read, and the GPU copies of SharedReads::kBroadcast, which go through NCCL after it (host
+// copies travel during the load: shared_exchange.hpp).
 #include <vector>
 
 #include <fmt/format.h>
@@ -13,28 +9,20 @@
 
 namespace qload::scheduler::detail {
 
-Status broadcast_shared(Model& model, const Plan& plan, Communicator& communicator) {
+Status broadcast_gpu_copies(Model& model, const Plan& plan, Communicator& communicator) {
   // Under a parallel layout without decoding, the model's tensors are each stored tensor's
   // copies in catalog order, in shard order.
   const std::span<const DeviceTensor> tensors = model.tensors();
   std::size_t next = 0;
-  // Host copies go all at once (every transfer in flight together, both ways); GPU copies
-  // tensor by tensor through NCCL.
-  std::vector<HostMove> host_moves;
   std::vector<BroadcastBuffer> on_gpus;
   for (const TensorPlacement& p : plan.tensors) {
     on_gpus.clear();
     for (std::uint32_t k = p.first_shard; k < p.first_shard + p.shard_count; ++k) {
       if (next >= tensors.size()) return fail(Errc::kInternal, "shared reads: fewer tensors than copies");
       const DeviceTensor& t = tensors[next++];
-      if (t.nbytes == 0) continue;
+      if (t.nbytes == 0 || t.host) continue;
       // The model's own arena, filled here before anyone else sees it.
       const std::span bytes(const_cast<std::byte*>(t.data), static_cast<std::size_t>(t.nbytes));
-      if (t.host) {
-        for (std::uint32_t q = 0; q < communicator.size(); ++q)
-          if (q != p.reader) host_moves.push_back({.from = p.reader, .to = q, .bytes = bytes});
-        continue;
-      }
       on_gpus.push_back({.bytes = bytes, .on_device = true, .slot = plan.shards[k].region});
     }
     if (on_gpus.empty()) continue;
@@ -44,9 +32,6 @@ Status broadcast_shared(Model& model, const Plan& plan, Communicator& communicat
                       .with_tensor(tensors[next - 1].name)
                       .with_note(fmt::format("sending it from process {}", p.reader)));
   }
-  if (Status moved = communicator.move(host_moves); !moved)
-    return fail(std::move(moved).error().with_note(
-        fmt::format("sending {} shared host copies between the processes", host_moves.size())));
   return {};
 }
 

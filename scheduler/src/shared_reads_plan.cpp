@@ -26,12 +26,10 @@ void assign_readers(const formats::Catalog& catalog, const std::vector<std::uint
 }
 
 // Relayed shared reads: each tensor held by several processes is read by the holder that has
-// read the fewest bytes so far (file order, lowest rank on a tie), which keeps it whole in its
-// relay arena; a tensor only one process holds is its own (and may be read in part). Every
-// process computes the same.
-// Each reader's relay arena holds the tensors it reads for others, at offsets every process
-// computes alike (so a process on the same machine can find them in the reader's memory).
-// Returns the bytes of this process's relay arena.
+// read the fewest bytes so far (file order, lowest rank on a tie), which cuts the other holders'
+// copies into its relay arena as it reads; a tensor only one process holds is its own (and may
+// be read in part). Every process computes the same. Returns the bytes of this process's relay
+// arena.
 Result<std::uint64_t> assign_relay_readers(const formats::Catalog& catalog, const PlanOptions& options, Plan& plan) {
   const ParallelLayout& par = options.parallel;
   std::vector<std::uint64_t> assigned(par.processes, 0);
@@ -52,7 +50,12 @@ Result<std::uint64_t> assign_relay_readers(const formats::Catalog& catalog, cons
     relayed.reader = reader;
     std::erase_if(relayed.copies, [&](const RelayedTensor::Copy& copy) { return copy.process == reader; });
     relayed.bytes_to.assign(par.processes, 0);
-    for (const RelayedTensor::Copy& copy : relayed.copies) relayed.bytes_to[copy.process] += copy.bytes;
+    for (RelayedTensor::Copy& copy : relayed.copies) {
+      relayed.bytes_to[copy.process] += copy.bytes;
+      auto offset = take(relay_cursor[reader], copy.bytes, options.tensor_alignment, "relay");
+      if (!offset) return fail(tensor_error(catalog, t, Errc::kOverflow, offset.error().message()));
+      copy.offset = *offset;
+    }
     TensorPlacement& placed = plan.tensors[relayed.tensor];
     placed.reader = reader;
     if (holds[par.process]) {
@@ -61,11 +64,8 @@ Result<std::uint64_t> assign_relay_readers(const formats::Catalog& catalog, cons
       placed.partial = false;
       placed.received = reader != par.process;
       placed.relayed = reader == par.process;
+      placed.relay_index = static_cast<std::uint32_t>(kept.size());
     }
-    auto offset = take(relay_cursor[reader], t.nbytes, options.tensor_alignment, "relay");
-    if (!offset) return fail(tensor_error(catalog, t, Errc::kOverflow, offset.error().message()));
-    relayed.offset = *offset;
-    if (placed.relayed) placed.relay_offset = *offset;
     kept.push_back(std::move(relayed));
   }
   plan.relayed = std::move(kept);

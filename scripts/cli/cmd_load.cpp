@@ -39,7 +39,6 @@ nlohmann::json report_json(const scheduler::LoadReport& r, const std::string& de
           {"tensors", r.tensors},
           {"bytes", r.tensor_bytes},
           {"read_bytes", r.read_bytes},
-          {"shared_in_place_bytes", r.shared_in_place_bytes},
           {"shared_received_bytes", r.shared_received_bytes},
           {"chunks", r.chunks},
           {"seconds", r.seconds},

@@ -81,7 +81,7 @@ Result<LoadOutcome> load_in(const std::optional<World>& world, Result<LoadReques
       const scheduler::LoadReport& report = model->report();
       mine.read_bytes = report.read_bytes;
       mine.tensor_bytes = report.tensor_bytes;
-      mine.received_bytes = report.shared_in_place_bytes + report.shared_received_bytes;
+      mine.received_bytes = report.shared_received_bytes;
       mine.seconds = report.seconds;
     }
     Result<std::vector<RankOutcome>> outcomes =

@@ -35,7 +35,7 @@ json shape_json(const Shape& shape) {
 std::string device_of(const scheduler::Plan& plan, std::uint32_t region) {
   if (plan.mode == scheduler::LoadMode::kMmap) return "cpu";
   const scheduler::ArenaPlan& arena = plan.arenas[region];
-  return arena.shared ? "relay" : arena.scratch ? "scratch" : arena.device.to_string();
+  return region == plan.relay_region ? "relay" : arena.scratch ? "scratch" : arena.device.to_string();
 }
 
 // The plan hash's text: compact, nlohmann's escaping, invalid UTF-8 replaced.
@@ -56,11 +56,8 @@ class PlanPieces {
 
   json arenas() const {
     json arenas = json::array();
-    for (const scheduler::ArenaPlan& a : plan_.arenas)
-      arenas.push_back({{"device", a.shared    ? "relay"
-                                   : a.scratch ? "scratch"
-                                               : a.device.to_string()},
-                        {"bytes", a.bytes}});
+    for (std::uint32_t r = 0; r < plan_.arenas.size(); ++r)
+      arenas.push_back({{"device", device_of(plan_, r)}, {"bytes", plan_.arenas[r].bytes}});
     return arenas;
   }
 

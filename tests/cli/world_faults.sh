@@ -6,7 +6,7 @@
 #     included: every other rank fails within seconds, naming the dead rank and the stage.
 #  3. A hung rank (SIGSTOP) with straggler_timeout=3s: every other rank fails once it passes,
 #     naming the hung rank and the setting; resumed afterwards, the hung rank fails too (its
-#     world is gone) instead of exiting 0 without its tensors.
+#     world is gone), naming a rank it lost, instead of exiting 0 without its tensors.
 #  4. MASTER_PORT already taken by another program: both ranks fail within the rendezvous
 #     timeout, rank 0 naming the address.
 #  5. A stranger's connection to rank 0 (a 20-byte hello, then silence) is dropped and logged,
@@ -116,7 +116,11 @@ for world in "2 1 dp" "4 2 dp" "4 1 own"; do
   kill -CONT "${pids[$victim]}"
   started=$(date +%s)
   finish "$tag" "$victim" 30
-  expect "$tag" "$victim" fail "rank 0"
+  # It fails where it meets the gone world first: rank 0's rendezvous, or a peer's Gloo
+  # connection (it was sending what it had read); either way naming the rank.
+  expect "$tag" "$victim" fail "stage:"
+  grep -qE "rank 0|(sending to|receiving from) rank [0-9]+ through Gloo" "$dir/$tag.$victim.err" ||
+    { echo "$tag: the resumed rank does not name the rank it lost"; cat "$dir/$tag.$victim.err"; exit 1; }
   echo "rank $victim of $size hung ($layout): the others gave up after the straggler timeout, naming it; resumed, it failed too"
 done
 unset QLOAD_STRAGGLER_TIMEOUT

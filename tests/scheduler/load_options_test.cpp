@@ -26,7 +26,6 @@ TEST_CASE("load options: the settings table's defaults are LoadOptions' defaults
   CHECK(applied.compute_digests == plain.compute_digests);
   CHECK(applied.plan.tensor_alignment == plain.plan.tensor_alignment);
   CHECK(applied.plan.max_gap_bytes == plain.plan.max_gap_bytes);
-  CHECK(applied.map_peer_memory == plain.map_peer_memory);
 }
 
 TEST_CASE("load options: resolved settings land in their fields, and a slot size alone is valid",

@@ -247,12 +247,9 @@ TEST_CASE("parallel: processes sharing reads read each tensor once between them,
         std::tuple{1u, 1u, 4u, 2u}, std::tuple{2u, 1u, 1u, 2u}, std::tuple{4u, 1u, 1u, 4u}, std::tuple{4u, 1u, 1u, 2u},
         std::tuple{2u, 2u, 1u, 4u}, std::tuple{1u, 2u, 1u, 2u}, std::tuple{2u, 1u, 2u, 4u}, std::tuple{8u, 1u, 1u, 8u},
         std::tuple{2u, 2u, 2u, 8u}})
-    for (const auto& [convert, in_place] :
-         {std::pair{false, true}, std::pair{true, true}, std::pair{false, false}, std::pair{true, false}}) {
-      // Relayed tensors: read in the reader's memory (the threads share one process here, so
-      // the mapping always works) or sent over TCP.
+    for (const bool convert : {false, true}) {
       INFO("tp " << tp << " pp " << pp << " dp " << dp << " over " << processes << " processes"
-                 << (convert ? ", f32" : "") << (in_place ? "" : ", relayed over TCP"));
+                 << (convert ? ", f32" : ""));
       const std::uint32_t per_process = tp * pp * dp / processes;
       const std::uint16_t port = free_port();
       std::vector<std::future<RankLoad>> ranks;
@@ -264,7 +261,6 @@ TEST_CASE("parallel: processes sharing reads read each tensor once between them,
             .tensor = tp, .pipeline = pp, .data = dp, .processes = processes, .process = p, .share_reads = true};
         o.plan.devices = cpu_devices(per_process);
         if (convert) o.plan.dtype = DType::kF32;
-        o.map_peer_memory = in_place;
         ranks.push_back(std::async(std::launch::async, load_rank, std::cref(*catalog), o, port));
       }
       std::vector<RankLoad> loads;
@@ -293,16 +289,14 @@ TEST_CASE("parallel: processes sharing reads read each tensor once between them,
         CHECK(loads[p].plan->shared_reads ==
               (per_process % (tp * pp) == 0 ? SharedReads::kBroadcast : SharedReads::kRelay));
         CHECK(model.report().io.bytes == loads[p].plan->read_bytes);
-        // What came from other processes' reads, and how.
+        // What came from other processes' reads.
         const Plan& plan = *loads[p].plan;
         std::uint64_t received = 0;
         for (const TensorPlacement& placed : plan.tensors)
           for (std::uint32_t k = placed.first_shard; placed.received && k < placed.first_shard + placed.shard_count;
                ++k)
             received += plan.shards[k].bytes;
-        const bool relayed_in_place = in_place && plan.shared_reads == SharedReads::kRelay;
-        CHECK(model.report().shared_in_place_bytes == (relayed_in_place ? received : 0));
-        CHECK(model.report().shared_received_bytes == (relayed_in_place ? 0 : received));
+        CHECK(model.report().shared_received_bytes == received);
         for (const ReadChunk& chunk : loads[p].plan->chunks)
           for (const ChunkPiece& piece : chunk.pieces)
             for (std::uint64_t b = piece.tensor_offset; b < piece.tensor_offset + piece.bytes; ++b)

@@ -12,7 +12,6 @@
 #include <memory>
 #include <span>
 
-#include "qload/dist/peer_memory.hpp"
 #include "qload/dist/rendezvous.hpp"
 #include "qload/runtime/error.hpp"
 #include "qload/runtime/settings.hpp"
@@ -35,16 +34,6 @@ struct HostMove {
   std::span<std::byte> bytes;
 };
 
-// Every rank's shared host region as this rank sees it (Communicator::map_peer_regions):
-// read in place where it could be mapped, else to be sent through the communicator.
-struct PeerRegions {
-  std::vector<MappedRegion> mapped;   // [r]: this rank's read-only mapping of rank r's region
-  std::vector<std::string> in_place;  // [q][r] == '1': rank q mapped rank r's region
-  bool reads_in_place(std::uint32_t q, std::uint32_t r) const {
-    return q < in_place.size() && r < in_place[q].size() && in_place[q][r] == '1';
-  }
-};
-
 struct BroadcastBuffer {
   std::span<std::byte> bytes;
   bool on_device = false;  // GPU memory (of the slot's device)
@@ -60,7 +49,35 @@ struct GlooGroup;  // the Gloo mesh for host memory (gloo_group.cpp)
 struct GlooGroupDeleter {
   void operator()(GlooGroup* group) const noexcept;
 };
+struct GlooExchange;  // moves in flight (gloo_group.cpp)
+struct GlooExchangeDeleter {
+  void operator()(GlooExchange* exchange) const noexcept;
+};
 }  // namespace detail
+
+// Host moves issued over a stretch of time and finished together (Communicator::post_moves), so
+// that bytes travel while the load goes on: this rank's receives are posted when it is made, each
+// of its sends when its bytes are ready (send(i), from any thread), and finish() waits for them
+// all. Destroying it cancels whatever is still in flight: from then on Gloo touches none of the
+// moves' buffers, so it must go before they do (a failed load releases its arenas after it).
+class PostedMoves {
+ public:
+  PostedMoves() = default;  // moves nothing
+  PostedMoves(PostedMoves&&) noexcept = default;
+  PostedMoves& operator=(PostedMoves&&) noexcept = default;
+
+  // Issues move `i` of the list (this rank must be its sender). Thread-safe.
+  Status send(std::size_t i);
+  // Waits for every receive and every send of this rank, each up to the mesh's timeout; a move
+  // this rank sends that was never issued is kInternal.
+  Status finish();
+
+ private:
+  friend class Communicator;
+  explicit PostedMoves(std::unique_ptr<detail::GlooExchange, detail::GlooExchangeDeleter> gloo)
+      : gloo_(std::move(gloo)) {}
+  std::unique_ptr<detail::GlooExchange, detail::GlooExchangeDeleter> gloo_;  // null: nothing of this rank's
+};
 
 class Communicator {
  public:
@@ -98,17 +115,15 @@ class Communicator {
   // returns, each holds rank `root`'s bytes.
   Status broadcast(std::span<const BroadcastBuffer> buffers, std::uint32_t root);
 
-  // Same-node shared memory, the engine that copies nothing through a socket: each rank offers
-  // the address of one shared host region it filled (or none), and maps the other ranks'
-  // regions where it can (the same machine, and `allowed`: the map_peer_memory setting); then
-  // every rank learns who maps whose, so that bytes read in place are not also sent. Every rank
-  // calls it together.
-  Result<PeerRegions> map_peer_regions(const std::optional<PeerAddress>& mine, bool allowed);
-
   // Host memory delivered point to point: every rank passes the same list in the same order (a
   // move's place in it tags its bytes), and sends or receives the moves it is in. All are issued
   // at once and then waited for, so transfers overlap, both ways. Through Gloo.
   Status move(std::span<const HostMove> moves);
+
+  // The same, issued over time: every rank passes the same list in the same order; this rank's
+  // receives are posted now, its sends when it calls PostedMoves::send. The buffers must
+  // outlive the result.
+  Result<PostedMoves> post_moves(std::vector<HostMove> moves);
 
   // Rank `root` sends `parts[q]` to each rank q (parts is read on the root only, and its own
   // entry ignored); every other rank receives its part into `mine`. `sizes[q]` is rank q's

@@ -12,7 +12,6 @@
 #include <utility>
 
 #include "qload/runtime/error.hpp"
-#include "qload/runtime/unique_fd.hpp"
 
 namespace qload {
 
@@ -23,8 +22,7 @@ class HostBuffer {
       : map_(std::exchange(other.map_, nullptr)),
         map_bytes_(std::exchange(other.map_bytes_, 0)),
         data_(std::exchange(other.data_, nullptr)),
-        size_(std::exchange(other.size_, 0)),
-        shared_(std::move(other.shared_)) {}
+        size_(std::exchange(other.size_, 0)) {}
   HostBuffer& operator=(HostBuffer&& other) noexcept;
   HostBuffer(const HostBuffer&) = delete;
   HostBuffer& operator=(const HostBuffer&) = delete;
@@ -33,26 +31,18 @@ class HostBuffer {
   // `size` bytes whose start is a multiple of `alignment` (a power of two; at least the page
   // size is always given). Zero-filled. kOutOfMemory if the mapping fails.
   static Result<HostBuffer> allocate(std::size_t size, std::size_t alignment = 4096);
-  // The same, backed by a memfd other processes of this machine can map (peer_memory.hpp):
-  // shared_fd() is its descriptor.
-  static Result<HostBuffer> allocate_shared(std::size_t size, std::size_t alignment = 4096);
 
   std::byte* data() const noexcept { return data_; }
   std::size_t size() const noexcept { return size_; }
   std::span<std::byte> span() const noexcept { return {data_, size_}; }
   bool empty() const noexcept { return size_ == 0; }
-  int shared_fd() const noexcept { return shared_.get(); }  // -1 unless allocate_shared made it
   void reset() noexcept;
 
  private:
-  // Maps `size` bytes at a multiple of `alignment`: of `fd` (shared), or anonymous memory.
-  static Result<HostBuffer> map_aligned(std::size_t size, std::size_t alignment, int fd);
-
   void* map_ = nullptr;        // what mmap returned (may start before data_)
   std::size_t map_bytes_ = 0;  // length of that mapping
   std::byte* data_ = nullptr;
   std::size_t size_ = 0;
-  UniqueFd shared_;  // the memfd behind a shared buffer
 };
 
 }  // namespace qload

@@ -1,5 +1,4 @@
-// Move-only owner of a read-only file mapping (mmap mode's zero-copy tensors point into it;
-// a peer's shared memory, peer_memory.hpp).
+// Move-only owner of a read-only file mapping (mmap mode's zero-copy tensors point into it).
 #pragma once
 
 #include <cstddef>

@@ -34,7 +34,6 @@ struct Settings {
   bool digests = true;
   std::uint64_t tensor_alignment = 256;
   std::uint64_t max_gap_bytes = std::uint64_t{64} << 10;
-  bool map_peer_memory = true;
   std::chrono::milliseconds rendezvous_timeout{300'000};
   std::chrono::milliseconds nccl_timeout{300'000};
   std::chrono::milliseconds straggler_timeout{1'800'000};  // zero: no limit
@@ -64,7 +63,7 @@ struct SettingSpec {
   std::string_view doc;
 };
 
-inline constexpr std::size_t kSettingCount = 17;  // setting_table().size(), checked where it is defined
+inline constexpr std::size_t kSettingCount = 16;  // setting_table().size(), checked where it is defined
 
 // Every setting, in the order `qload config` and docs/settings.md list them.
 std::span<const SettingSpec> setting_table() noexcept;

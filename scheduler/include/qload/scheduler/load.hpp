@@ -55,10 +55,6 @@ struct LoadOptions {
   // processes read through this (not owned; every rank's load uses its own, over one
   // rendezvous). The load returns once every rank has read and every shared tensor arrived.
   Communicator* communicator = nullptr;
-  // Relayed shared reads (SharedReads::kRelay): a process reads the tensors another process of
-  // its machine read for it from that process's memory (shared memory, one copy); off, or
-  // across machines, they come over the communicator.
-  bool map_peer_memory = true;
   // Progress: called with bytes read from files so far and the total to read (read mode),
   // on the loading thread, after each read. Must be quick.
   std::function<void(std::uint64_t done_bytes, std::uint64_t total_bytes)> progress;

@@ -75,9 +75,8 @@ struct LoadReport {
   std::uint64_t read_bytes = 0;       // bytes read from files (tensors, small gaps, alignment)
   std::uint64_t chunks = 0;           // read requests
   std::uint64_t direct_tensors = 0;   // tensors read straight into the arena
-  // Shared reads: bytes of this process's copies that came from other processes' reads, read
-  // in place from a reader's memory on this machine, or received over the communicator.
-  std::uint64_t shared_in_place_bytes = 0;
+  // Shared reads: bytes of this process's copies that came from other processes' reads, received
+  // through the communicator (Gloo for host memory, NCCL for GPUs).
   std::uint64_t shared_received_bytes = 0;
   double seconds = 0;   // the whole load: open, allocate, read, verify, place, check, shared reads' exchange
   double gb_per_s = 0;  // tensor_bytes / seconds / 1e9 (stored bytes: what was read)

@@ -185,13 +185,14 @@ struct TensorPlacement {
   // tensor's digest cannot be computed here).
   bool partial = false;
   // Shared reads (ParallelLayout::share_reads): process `reader` reads the tensor; on the
-  // other processes holding copies it is `received` (not read, filled after every process has
-  // read). Under SharedReads::kRelay the reader keeps the whole stored tensor in the relay
-  // arena (Plan::relay_region) at `relay_offset` (`relayed`), to cut the others' copies from.
+  // other processes holding copies it is `received` (not read: it arrives from the reader
+  // while the load goes on). Under SharedReads::kRelay the reader (`relayed`) cuts the other
+  // holders' copies into its relay arena (Plan::relay_region) as it reads, from where they are
+  // sent: Plan::relayed[relay_index].
   bool received = false;
   std::uint32_t reader = 0;
   bool relayed = false;
-  std::uint64_t relay_offset = 0;
+  std::uint32_t relay_index = 0;
   bool direct = false;       // read mode: read straight into the arena, not through staging
   DType dtype = DType::kU8;  // as placed (the stored dtype unless the dtype policy converts it)
   std::uint64_t bytes = 0;   // as placed
@@ -199,10 +200,9 @@ struct TensorPlacement {
 
 struct ArenaPlan {
   // Scratch: a host arena holding the inputs of decode jobs (packed parts, weights to
-  // quantize), or relayed tensors, for the duration of the load; never part of the Model.
+  // quantize), or copies on their way to other processes, for the duration of the load; never
+  // part of the Model.
   bool scratch = false;
-  // Host memory other processes on this machine may map (the relay arena: shared memory).
-  bool shared = false;
   Device device;
   std::uint64_t bytes = 0;      // exact: the end of the last tensor placed in it
   std::uint64_t alignment = 0;  // the arena's own start alignment (>= tensor_alignment)
@@ -234,17 +234,18 @@ enum class SharedReads : std::uint8_t {
   kRelay,      // processes hold different copies: each reader scatters the others' (Plan::relayed)
 };
 
-// Under SharedReads::kRelay, a tensor held by several processes: its reader's and the other
-// holders' copies, each cut (and converted) from the stored tensor as placed.
+// Under SharedReads::kRelay, a tensor held by several processes: the other holders' copies,
+// each cut (and converted) by the reader from the stored tensor as placed, into its relay
+// arena, and sent from there.
 struct RelayedTensor {
   std::uint32_t tensor = 0;  // index into catalog.tensors
   std::uint32_t reader = 0;
-  std::uint64_t offset = 0;  // of the stored tensor in the reader's relay arena
   DType dtype = DType::kU8;  // as placed
   struct Copy {
     std::uint32_t process = 0;
     ShardSlice slice;
-    std::uint64_t bytes = 0;  // as placed
+    std::uint64_t bytes = 0;   // as placed
+    std::uint64_t offset = 0;  // in the reader's relay arena
   };
   // Every holder's copies but the reader's, by process, each process's in its shard order.
   std::vector<Copy> copies;
@@ -336,7 +337,7 @@ struct Plan {
   SharedReads shared_reads = SharedReads::kNone;  // ParallelLayout::share_reads
   std::vector<RelayedTensor> relayed;             // SharedReads::kRelay, the same on every process, file order
   std::uint32_t scratch_region = kNoRegion;       // index of the scratch arena in `arenas`, if any
-  std::uint32_t relay_region = kNoRegion;         // index of the relay arena (SharedReads::kRelay), if any
+  std::uint32_t relay_region = kNoRegion;         // the relay arena (SharedReads::kRelay: copies sent), if any
   std::uint64_t tensor_alignment = 0;             // PlanOptions::tensor_alignment (read mode)
   std::uint64_t tensor_bytes = 0;                 // sum of tensor sizes as stored
   std::uint64_t placed_bytes = 0;                 // sum of tensor sizes as placed (after conversion)
