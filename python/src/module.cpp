@@ -272,6 +272,10 @@ class Model {
     d["unpinned_reason"] = r.unpinned_reason;
     d["decoded_tensors"] = r.decoded_tensors;
     d["converted_tensors"] = r.converted_tensors;
+    d["first_tensor_seconds"] = r.first_tensor_seconds;
+    nb::list tenths;
+    for (const double s : r.tenths_seconds) tenths.append(s);
+    d["tenths_seconds"] = tenths;
     return d;
   }
   nb::list quantized() const {

@@ -77,6 +77,9 @@ std::string LoadReport::summary() const {
   if (mode == LoadMode::kRead)
     out += fmt::format("read {} in {} chunks ({} tensors direct); staging peak {} of {}\n", format_bytes(read_bytes),
                        chunks, direct_tensors, format_bytes(peak_staging_bytes), format_bytes(staging_budget_bytes));
+  if (tenths_seconds.size() == 10)
+    out += fmt::format("streamed: first tensor after {:.3f} s, half the bytes after {:.3f} s, all after {:.3f} s\n",
+                       first_tensor_seconds, tenths_seconds[4], tenths_seconds[9]);
   if (!unpinned_reason.empty())
     out += fmt::format("copies to GPUs ran synchronously: host memory could not be pinned ({})\n", unpinned_reason);
   for (const StageStats& s : stages)

@@ -182,7 +182,7 @@ Deliveries add_deliveries(TaskGraph& g, ReadLoadState& s, std::uint32_t i, const
 
 }  // namespace
 
-Result<TaskGraph> build_read_graph(ReadLoadState& s, const ReadBudgets& budgets, const TensorStream* stream,
+Result<TaskGraph> build_read_graph(ReadLoadState& s, const ReadBudgets& budgets, TensorStream* stream,
                                    SharedExchange* exchange) {
   const std::vector<ReadChunk>& chunks = s.plan.chunks;
   s.leases.resize(chunks.size());

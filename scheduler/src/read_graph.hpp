@@ -49,6 +49,6 @@ class SharedExchange;  // shared_exchange.hpp
 // With `stream`, each tensor of the model is handed to its callback once complete; with
 // `exchange` (shared reads), each tensor this process reads for others is sent once in place.
 Result<TaskGraph> build_read_graph(ReadLoadState& state, const ReadBudgets& budgets,
-                                   const TensorStream* stream = nullptr, SharedExchange* exchange = nullptr);
+                                   TensorStream* stream = nullptr, SharedExchange* exchange = nullptr);
 
 }  // namespace qload::scheduler::detail

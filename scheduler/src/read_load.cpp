@@ -174,8 +174,14 @@ Result<Model> load_read(const formats::Catalog& catalog, const Plan& plan, const
         if (holds(r)) owner = targets[r]->host_owner();
       owners.push_back(std::move(owner));
     }
-    stream.emplace(
-        TensorStream{.tensors = tensors, .origins = origins, .owners = owners, .callback = options.on_tensor});
+    std::uint64_t total = 0;
+    for (const DeviceTensor& t : tensors) total += t.nbytes;
+    stream.emplace(TensorStream{.tensors = tensors,
+                                .origins = origins,
+                                .owners = owners,
+                                .callback = options.on_tensor,
+                                .begin = begin,
+                                .total_bytes = total});
   }
 
   // Shared reads: receives posted before anything is read. Declared after the arenas, so a
@@ -238,6 +244,10 @@ Result<Model> load_read(const formats::Catalog& catalog, const Plan& plan, const
   fill_report(report, catalog, plan, options.compute_digests ? state.digests : std::vector<std::uint64_t>{}, *stats,
               begin);
   report.shared_received_bytes = received;
+  if (stream) {
+    report.first_tensor_seconds = stream->first_seconds;
+    report.tenths_seconds = stream->tenths_seconds;
+  }
   if (plan.shared_reads == SharedReads::kBroadcast)  // GPU copies: arrive after this, or the load fails
     for (const TensorPlacement& p : plan.tensors)
       for (std::uint32_t k = p.first_shard; p.received && k < p.first_shard + p.shard_count; ++k)

@@ -4,7 +4,17 @@
 
 namespace qload::scheduler::detail {
 
-void add_stream_tasks(TaskGraph& g, const Plan& plan, const TensorStream& stream,
+void TensorStream::handed(std::uint32_t i) {
+  const double at = std::chrono::duration<double>(LoadClock::now() - begin).count();
+  if (handed_count++ == 0) first_seconds = at;
+  handed_bytes += tensors[i].nbytes;
+  // Every tenth reached by now (all of them once the last byte is handed over): k tenths are
+  // ceil(total * k / 10) bytes, computed without forming total * k.
+  const auto tenths = [&](std::uint64_t k) { return total_bytes / 10 * k + ((total_bytes % 10) * k + 9) / 10; };
+  while (tenths_seconds.size() < 10 && handed_bytes >= tenths(tenths_seconds.size() + 1)) tenths_seconds.push_back(at);
+}
+
+void add_stream_tasks(TaskGraph& g, const Plan& plan, TensorStream& stream,
                       const std::vector<std::vector<TaskId>>& finishers,
                       const std::vector<std::vector<TaskId>>& decoders) {
   const ResourceId caller = g.add_resource("tensor callback", 1);
@@ -19,6 +29,7 @@ void add_stream_tasks(TaskGraph& g, const Plan& plan, const TensorStream& stream
                                  Status handed = stream.callback(i, stream.tensors[i], stream.owners[i]);
                                  if (!handed)
                                    return fail(std::move(handed.error()).with_tensor(stream.tensors[i].name));
+                                 stream.handed(i);
                                  return {};
                                }},
                                .claims = {{caller, 1}}});

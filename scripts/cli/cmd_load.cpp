@@ -47,6 +47,8 @@ nlohmann::json report_json(const scheduler::LoadReport& r, const std::string& de
           {"staging_budget_bytes", r.staging_budget_bytes},
           {"peak_staging_bytes", r.peak_staging_bytes},
           {"unpinned_reason", r.unpinned_reason},
+          {"first_tensor_seconds", r.first_tensor_seconds},
+          {"tenths_seconds", r.tenths_seconds},
           {"stages", stages}};
 }
 
@@ -106,9 +108,14 @@ int run_load(const LoadArgs& args) {
   if (!spec) return report(spec.error());
   const bool json = args.json;
   ProgressBar bar(!json && ::isatty(STDERR_FILENO));
-  auto loaded =
-      session::load(*spec, Logger::to_stderr(LogLevel::kWarn),
-                    {.progress = [&bar](std::uint64_t done, std::uint64_t total) { bar.update(done, total); }});
+  // --stream: what a server's loader does with each tensor is its own; here nothing, so the
+  // report's times are the loader's alone.
+  scheduler::LoadOptions::TensorCallback take;
+  if (args.stream)
+    take = [](std::uint32_t, const scheduler::DeviceTensor&, const std::shared_ptr<const void>&) { return Status{}; };
+  auto loaded = session::load(
+      *spec, Logger::to_stderr(LogLevel::kWarn),
+      {.progress = [&bar](std::uint64_t done, std::uint64_t total) { bar.update(done, total); }, .on_tensor = take});
   bar.finish();
   if (!loaded) return report(loaded.error());
   const session::LoadRequest& req = loaded->request;

@@ -67,15 +67,17 @@ CommandLine::CommandLine() {
                     "NAME=VALUE: any setting (qload config lists them; docs/settings.md), over the recipe and "
                     "QLOAD_* variables; repeatable");
     cmd->add_flag("--share-reads", a.spec.share_reads,
-                  "Under WORLD_SIZE > 1: each tensor is read by one of the processes holding it and reaches the "
-                  "others after every process has read (whole replicas: broadcast, through Gloo for cpu "
-                  "devices and NCCL for GPUs; tensor or pipeline shards: relayed, read in place from the reader's "
-                  "memory on the same machine, else through Gloo)");
+                  "Under WORLD_SIZE > 1: each tensor is read by one of the processes holding it, which sends "
+                  "the others their copies (host memory through Gloo while the load goes on, GPU memory "
+                  "through NCCL)");
   };
 
   load = app.add_subcommand("load", "Load a checkpoint (or run a recipe) and report how it went");
   add_load_options(load, load_args);
   load->add_flag("--json", load_args.json, "One JSON object on stdout instead of the summary");
+  load->add_flag("--stream", load_args.stream,
+                 "Hand each tensor over as soon as it is complete, as a server's loader takes them, and report the "
+                 "time to the first tensor and to each tenth of the bytes");
   load->add_flag("--no-digests", load_args.no_digests,
                  "Skip the per-tensor XXH3-64 digests (less CPU; nothing to check bytes against)");
   load->add_option("--trace", load_args.spec.trace, "Write a Chrome trace (Perfetto) of the load to this file");

@@ -47,6 +47,7 @@ int run_synth(const SynthArgs& args);
 struct LoadArgs {
   session::LoadSpec spec;
   bool json = false;
+  bool stream = false;  // load: hand tensors over as they complete (LoadHooks::on_tensor)
   std::string dump;
   bool mmap = false;             // load_mode=mmap
   bool no_digests = false;       // digests=off

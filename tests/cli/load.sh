@@ -100,4 +100,16 @@ set +e
 out=$("$qload" load "$dir/typo.lua" 2>&1); rc=$?
 set -e
 [ "$rc" -eq 64 ] && [[ "$out" == *"typo.lua:1: unknown key 'sorce'"*"did you mean 'source'"* ]] || { echo "recipe typo: $rc $out"; exit 1; }
+# --stream: tensors handed over as they complete; the report says when the first came and each
+# tenth of the bytes, in order, within the load (a plain load reports none).
+"$qload" load "$dir/m" --stream --json > "$dir/stream.json"
+"$qload" load "$dir/m" --stream | grep -q "^streamed: first tensor after "
+python3 - "$dir" <<'PY'
+import json, sys
+d = sys.argv[1]
+r = json.load(open(f"{d}/stream.json"))
+t = r["tenths_seconds"]
+assert len(t) == 10 and 0 < r["first_tensor_seconds"] <= t[0] and t == sorted(t) and t[-1] <= r["seconds"], r
+PY
+"$qload" load "$dir/m" --json | python3 -c 'import json, sys; r = json.load(sys.stdin); assert r["tenths_seconds"] == [] and r["first_tensor_seconds"] == 0, r'
 echo "load ok"

@@ -134,6 +134,23 @@ TEST_CASE("stream: tensors are handed over while the rest is still being read", 
   for (const Handed& h : r.handed) early += h.read_so_far < r.read_total ? 1 : 0;
   INFO(early << " of " << r.handed.size() << " handed over before the last read");
   CHECK(early > r.handed.size() / 2);
+  // The report says when: the first tensor, then each tenth of the bytes, in order, within the load.
+  const LoadReport& report = model->report();
+  REQUIRE(report.tenths_seconds.size() == 10);
+  CHECK(report.first_tensor_seconds > 0);
+  CHECK(report.first_tensor_seconds <= report.tenths_seconds.front());
+  CHECK(std::ranges::is_sorted(report.tenths_seconds));
+  CHECK(report.tenths_seconds.back() <= report.seconds);
+  CHECK(report.tenths_seconds.front() < report.tenths_seconds.back());  // handed over while loading
+}
+
+TEST_CASE("stream: a load that does not stream reports no hand-over times", "[scheduler][stream]") {
+  SyntheticCheckpoint ckpt;
+  make_synthetic(ckpt, 3, {.files_max = 1, .tensors_max = 20});
+  auto model = load(ckpt.catalog, LoadOptions{});
+  REQUIRE(model);
+  CHECK(model->report().tenths_seconds.empty());
+  CHECK(model->report().first_tensor_seconds == 0);
 }
 
 TEST_CASE("stream: shards of a tp x dp layout, converted, are handed over complete on every device",
