@@ -1,6 +1,8 @@
 #include "qload/io/input_file.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -28,7 +30,39 @@ std::uint32_t direct_alignment_of(int fd) {
   return 4096;
 }
 
+// Descriptors this process has open now (/proc/self/fd; 0 where it cannot be read).
+std::uint64_t open_descriptors() {
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (dir == nullptr) return 0;
+  std::uint64_t n = 0;
+  while (const dirent* entry = ::readdir(dir)) n += entry->d_name[0] != '.' ? 1 : 0;
+  ::closedir(dir);
+  return n;
+}
+
 }  // namespace
+
+Status reserve_open_files(std::uint64_t files) {
+  constexpr std::uint64_t kSpare = 64;  // sockets, io_uring, the caller's own
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return {};  // nothing known: let open() say
+  const std::uint64_t open_now = open_descriptors();
+  // Every file takes one descriptor; a cold file read with O_DIRECT a second one.
+  const std::uint64_t least = open_now + files + kSpare;
+  const std::uint64_t most = open_now + files * kDescriptorsPerFile + kSpare;
+  if (limit.rlim_cur == RLIM_INFINITY || most <= limit.rlim_cur) return {};
+  if (limit.rlim_max != RLIM_INFINITY && least > limit.rlim_max)
+    return fail(Errc::kUnsupported,
+                fmt::format("{} files need at least {} open descriptors, more than this process may have (ulimit -n: "
+                            "soft {}, hard {}); raise the hard limit",
+                            files, least, limit.rlim_cur, limit.rlim_max));
+  const rlim_t raised = limit.rlim_max == RLIM_INFINITY ? most : std::min<rlim_t>(most, limit.rlim_max);
+  if (raised <= limit.rlim_cur) return {};
+  limit.rlim_cur = raised;
+  if (::setrlimit(RLIMIT_NOFILE, &limit) != 0)
+    return fail(Error::from_errno(errno, fmt::format("raising the open-file limit to {} for {} files", raised, files)));
+  return {};
+}
 
 Result<FileIdentity> identify(int fd, const std::string& path) {
   struct stat st {};

@@ -63,6 +63,7 @@ TaskGraph build_verify_graph(const formats::Catalog& catalog, const Plan& plan,
 Result<Model> load_mmap(const formats::Catalog& catalog, const Plan& plan, const LoadOptions& options,
                         const ExpectedDigests& expected, LoadClock::time_point begin) {
   std::vector<io::InputFile> files;
+  QLOAD_TRY(io::reserve_open_files(catalog.files.size()));
   for (const formats::CatalogFile& f : catalog.files) {
     QLOAD_ASSIGN_OR_RETURN(io::InputFile file, io::InputFile::open(f.path, io::DirectMode::kOff));
     // A mapping past the end of the file would fault (SIGBUS) on access: check first.

@@ -48,7 +48,7 @@ class SharedExchange;  // shared_exchange.hpp
 // Builds the graph over `state`; zero-byte tensors get their digest (and its check) here.
 // With `stream`, each tensor of the model is handed to its callback once complete; with
 // `exchange` (shared reads), each tensor this process reads for others is sent once in place.
-Result<TaskGraph> build_read_graph(ReadLoadState& state, const ReadBudgets& budgets,
-                                   TensorStream* stream = nullptr, SharedExchange* exchange = nullptr);
+Result<TaskGraph> build_read_graph(ReadLoadState& state, const ReadBudgets& budgets, TensorStream* stream = nullptr,
+                                   SharedExchange* exchange = nullptr);
 
 }  // namespace qload::scheduler::detail

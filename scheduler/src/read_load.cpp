@@ -36,6 +36,7 @@ Result<std::unique_ptr<io::Reader>> open_reader(const formats::Catalog& catalog,
   // create idle pread threads or SQEs.
   reader_options.queue_depth = std::min(reader_options.queue_depth, options.reads_in_flight);
   QLOAD_ASSIGN_OR_RETURN(std::unique_ptr<io::Reader> reader, io::make_reader(reader_options, options.log));
+  QLOAD_TRY(io::reserve_open_files(catalog.files.size()));
   for (const formats::CatalogFile& file : catalog.files) {
     QLOAD_ASSIGN_OR_RETURN(const io::FileId id, reader->open_file(file.path));
     QLOAD_TRY(check_catalog_size(file, reader->file(id).size()));

@@ -35,6 +35,16 @@ struct FileIdentity {
   friend bool operator==(const FileIdentity&, const FileIdentity&) = default;
 };
 
+// Descriptors an InputFile may hold: its buffered one and an O_DIRECT one.
+inline constexpr std::uint64_t kDescriptorsPerFile = 2;
+
+// Makes room for `files` more InputFiles in this process (a load keeps every file of its
+// checkpoint open, and an index may name 100,000 shards): raises the soft RLIMIT_NOFILE toward
+// the hard limit when the descriptors open now plus theirs (up to kDescriptorsPerFile each)
+// would not fit. kUnsupported naming both limits when even one descriptor per file is more
+// than the hard limit allows, before anything is opened.
+Status reserve_open_files(std::uint64_t files);
+
 class InputFile {
  public:
   // Opens `path` read-only. With kAuto, a file system that refuses O_DIRECT simply gets no
