@@ -15,7 +15,7 @@
 // the process passes the barrier as failed, where the rendezvous names the rank that is gone
 // (a process failing at once would be gone itself, and blamed by the next).
 //
-// GPU copies under SharedReads::kBroadcast go through NCCL after the load (broadcast_shared).
+// GPU copies under SharedReads::kBroadcast go through NCCL after the load (broadcast_gpu_copies).
 #pragma once
 
 #include <cstdint>
