@@ -2,6 +2,8 @@
 #include <algorithm>
 #include <optional>
 
+#include <unistd.h>
+
 #include <fmt/format.h>
 
 #include "arena_target.hpp"
@@ -15,6 +17,26 @@
 
 namespace qload::scheduler::detail {
 namespace {
+
+std::uint64_t physical_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page = ::sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return UINT64_MAX;
+  return static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page);
+}
+
+// Refuses, before anything is allocated, host arenas (the model's, scratch and relay) larger
+// than the machine's memory; a max_arena_bytes budget replaces this check.
+Status check_host_memory(const Plan& plan, const PlanOptions& options) {
+  if (options.max_arena_bytes != 0) return {};
+  std::uint64_t host_bytes = 0;
+  for (const ArenaPlan& arena : plan.arenas)
+    if (arena.device.is_cpu()) host_bytes += arena.bytes;  // scratch and relay arenas are host memory too
+  if (host_bytes > physical_memory_bytes())
+    return fail(Errc::kOutOfMemory, fmt::format("the host arenas need {} bytes, more than the {} bytes of memory",
+                                                host_bytes, physical_memory_bytes()));
+  return {};
+}
 
 // The pool this load needs within the budget: no more slots than staged chunks, and slots no
 // larger than the largest staged chunk (a small checkpoint does not map 256 MiB).
@@ -129,6 +151,7 @@ bool has_gpu(const Plan& plan) {
 Result<Model> load_read(const formats::Catalog& catalog, const Plan& plan, const LoadOptions& options,
                         const ExpectedDigests& expected, LoadClock::time_point begin, SharedReadsBarrier* barrier) {
   if (plan.arenas.empty()) return fail(Errc::kInvalidArgument, "a read plan needs at least one arena");
+  QLOAD_TRY(check_host_memory(plan, options.plan));
   std::optional<StagingPool> owned_pool;
   StagingPool* pool = options.staging_pool;
   if (pool == nullptr) {

@@ -162,8 +162,9 @@ struct PlanOptions {
   // copy halves warm-cache throughput, and at 1 MiB a read's fixed cost is already small;
   // smaller tensors still coalesce into large staged reads (docs/scheduler.md).
   std::uint64_t direct_min_bytes = std::uint64_t{1} << 20;
-  // Budget for one device arena (read mode); 0 means the host's physical memory. A plan over
-  // budget fails with kOutOfMemory before anything is allocated or read.
+  // Budget for one device arena (read mode): a plan over it fails with kOutOfMemory. 0: no
+  // budget; a read-mode load then refuses host arenas larger than the host's physical memory
+  // before anything is allocated or read (a plan allocates nothing, so it is not refused).
   std::uint64_t max_arena_bytes = 0;
 
   Status validate() const;
