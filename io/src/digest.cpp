@@ -8,6 +8,7 @@
 #include <xxhash.h>  // XXH_INLINE_ALL (set by the build): no library to link or carry
 
 #include "qload/runtime/host_buffer.hpp"
+#include "xxh3_update.hpp"
 
 namespace qload::io {
 
@@ -18,12 +19,30 @@ std::string Xxh128::hex() const {
   return fmt::format("{:016x}{:016x}", high, low);
 }
 
+namespace {
+// Below this, the one-shot baseline functions (no state to set up) are as fast; above it, the
+// stream goes through detail::xxh3_update's wider kernel. Either way the digest is the same.
+constexpr std::size_t kStreamedFrom = 4096;
+}  // namespace
+
 std::uint64_t xxh3_64(std::span<const std::byte> bytes) noexcept {
-  return XXH3_64bits(bytes.data(), bytes.size());
+  if (bytes.size() < kStreamedFrom) return XXH3_64bits(bytes.data(), bytes.size());
+  XXH3_state_t state;
+  (void)XXH3_64bits_reset(&state);
+  detail::xxh3_update(&state, bytes.data(), bytes.size());
+  return XXH3_64bits_digest(&state);
 }
 
 Xxh128 xxh3_128(std::span<const std::byte> bytes) noexcept {
-  const XXH128_hash_t h = XXH3_128bits(bytes.data(), bytes.size());
+  XXH128_hash_t h;
+  if (bytes.size() < kStreamedFrom) {
+    h = XXH3_128bits(bytes.data(), bytes.size());
+  } else {
+    XXH3_state_t state;
+    (void)XXH3_128bits_reset(&state);
+    detail::xxh3_update(&state, bytes.data(), bytes.size());
+    h = XXH3_128bits_digest(&state);
+  }
   return {h.high64, h.low64};
 }
 
@@ -39,7 +58,7 @@ Xxh3Stream& Xxh3Stream::operator=(Xxh3Stream&&) noexcept = default;
 Xxh3Stream::~Xxh3Stream() = default;
 
 void Xxh3Stream::update(std::span<const std::byte> bytes) noexcept {
-  XXH3_128bits_update(&state_->xxh, bytes.data(), bytes.size());
+  detail::xxh3_update(&state_->xxh, bytes.data(), bytes.size());
   bytes_ += bytes.size();
 }
 std::uint64_t Xxh3Stream::digest64() const noexcept {

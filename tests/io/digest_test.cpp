@@ -85,6 +85,24 @@ TEST_CASE("whole-file digests through every engine equal xxhsum -H2 and -H3", "[
   }
 }
 
+TEST_CASE("one-shot digests on either side of the vector kernel's threshold equal xxhsum", "[io][digest]") {
+  // From 4 KiB, xxh3_64 and xxh3_128 run through the stream with the widest kernel this CPU has
+  // (AVX2 on x86-64 where present); below, xxhash's one-shot functions. xxhsum is the
+  // reference for both sides, at odd lengths and misaligned starts.
+  ScratchDir dir;
+  for (const std::size_t size : {4095u, 4096u, 4097u, 65536u + 63u, (1u << 20) + 12345u}) {
+    for (const std::size_t skew : {0u, 1u, 13u}) {
+      const std::vector<std::byte> bytes = random_bytes(size + skew, size * 3 + skew);
+      const std::span<const std::byte> input = std::span<const std::byte>(bytes).subspan(skew);
+      const std::string path = dir.file("s" + std::to_string(size) + "_" + std::to_string(skew) + ".bin");
+      write_file(path, std::vector<std::byte>(input.begin(), input.end()));
+      INFO("size " << size << " skew " << skew);
+      CHECK(io::hex64(io::xxh3_64(input)) == xxhsum(3, path));
+      CHECK(io::xxh3_128(input).hex() == xxhsum(2, path));
+    }
+  }
+}
+
 TEST_CASE("a read error during a file digest is returned, not a wrong digest", "[io][digest]") {
   ScratchDir dir;
   const std::string path = dir.file("data.bin");
