@@ -22,21 +22,17 @@ __attribute__((target("avx2"))) void update_avx2(XXH3_state_t* state, const void
   (void)XXH3_update(state, static_cast<const xxh_u8*>(bytes), size, XXH3_accumulate_512_avx2, XXH3_scrambleAcc_avx2);
 }
 
+bool has_avx2() noexcept {
+  static const bool avx2 = __builtin_cpu_supports("avx2");  // a fact of the CPU, read once
+  return avx2;
+}
+
 }  // namespace
 #endif
 
-bool xxh3_uses_avx2() noexcept {
-#if defined(__x86_64__)
-  static const bool avx2 = __builtin_cpu_supports("avx2");  // a fact of the CPU, read once
-  return avx2;
-#else
-  return false;
-#endif
-}
-
 void xxh3_update(XXH3_state_t* state, const void* bytes, std::size_t size) noexcept {
 #if defined(__x86_64__)
-  if (xxh3_uses_avx2()) {
+  if (has_avx2()) {
     update_avx2(state, bytes, size);
     return;
   }

@@ -12,7 +12,4 @@ namespace qload::io::detail {
 
 void xxh3_update(XXH3_state_t* state, const void* bytes, std::size_t size) noexcept;
 
-// Whether xxh3_update uses AVX2 on this CPU (for benchmarks and tests to report).
-bool xxh3_uses_avx2() noexcept;
-
 }  // namespace qload::io::detail
