@@ -91,7 +91,6 @@ std::optional<DType> lookup(const std::array<NamedDtype, N>& table, std::string_
   return std::nullopt;
 }
 
-constexpr std::uint32_t kNoObject = 0xffffffffu;
 
 class Machine {
  public:
