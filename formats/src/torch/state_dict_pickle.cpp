@@ -91,7 +91,6 @@ std::optional<DType> lookup(const std::array<NamedDtype, N>& table, std::string_
   return std::nullopt;
 }
 
-
 class Machine {
  public:
   Machine(std::span<const std::byte> in, const std::string& path) : in_(in), path_(path) {}
