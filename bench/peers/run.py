@@ -37,6 +37,8 @@ import subprocess
 import sys
 import time
 
+from worker import prime_memory, safetensors_files, twin  # beside this file
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "worker.py")
 
@@ -66,9 +68,7 @@ def log(*args):
 
 
 def files_of(fmt, checkpoint, twins):
-    if fmt == "safetensors":
-        return sorted(os.path.join(checkpoint, f) for f in os.listdir(checkpoint) if f.endswith(".safetensors"))
-    return [os.path.join(twins, {"pt": "model.pt", "tensorizer": "model.tensors", "gguf": "model.gguf"}[fmt])]
+    return safetensors_files(checkpoint) if fmt == "safetensors" else [twin(twins, fmt)]
 
 
 def drop_caches():
@@ -84,12 +84,6 @@ def read_through(files):
                 pass
 
 
-def run_process(cmd):
-    """Runs cmd to its end; returns (returncode, stdout, stderr)."""
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    return proc.returncode, proc.stdout, proc.stderr
-
-
 def timed_run(key, args, checkpoint, twins, prime):
     """One load; returns {seconds, bytes, rss_bytes}."""
     files = files_of(LOADERS[key][1], checkpoint, twins)
@@ -102,13 +96,11 @@ def timed_run(key, args, checkpoint, twins, prime):
     else:
         cmd = [sys.executable, WORKER, key, checkpoint, twins, "--prime", str(prime)]
     if key in ("reader", "qload", "qload-mmap"):
-        from worker import prime_memory
-
         prime_memory(prime)  # these programs start at once: primed here, just before
-    code, out, err = run_process(cmd)
-    if code != 0:
-        raise RuntimeError(f"{key}: {' '.join(cmd)} failed ({code}):\n{err[-2000:]}")
-    result = json.loads(out)  # one JSON object: the CLI's report, the reader's, the worker's
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{key}: {' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
+    result = json.loads(proc.stdout)  # one JSON object: the CLI's report, the reader's, the worker's
     # Each program reports its own peak RSS (VmHWM): a forked child's rusage would also count
     # whatever its parent (this driver, which primes memory) had touched before the fork.
     return {"seconds": result["seconds"], "bytes": result["bytes"], "rss_bytes": result["peak_rss_bytes"]}
@@ -266,7 +258,7 @@ def main():
         with open(args.json, "w") as f:
             json.dump({"modes": modes, "rounds": args.rounds, "machine": machine, "results": results}, f, indent=1)
     if args.chart:
-        from chart import draw
+        from chart import draw  # beside this file; imports matplotlib only when asked
 
         draw(results, modes, args.chart, f"{tensor_bytes / 1e9:.1f} GB, {machine}")
     wrong = [k for k in keys if results[k]["same_bytes"] == "**no**"]
@@ -277,5 +269,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, HERE)
     sys.exit(main())
