@@ -51,8 +51,8 @@ int run_plan(const LoadArgs& args) {
   session::for_each_plan_entry(planned->catalog, planned->plan, print_tensor, print_decode);
   const scheduler::Plan& p = planned->plan;
   fmt::print("plan: {} tensors, {} stored, {} placed, {} decode jobs over {} arena(s); plan hash {}\n",
-             planned->catalog.tensors.size(), format_bytes(p.tensor_bytes), format_bytes(p.placed_bytes),
-             p.decodes.size(), p.arenas.size(), fmt::format("{:016x}", planned->plan_hash));
+             planned->catalog.tensors.size(), format_bytes(p.layout.tensor_bytes), format_bytes(p.layout.placed_bytes),
+             p.decode.jobs.size(), p.layout.arenas.size(), fmt::format("{:016x}", planned->plan_hash));
   return 0;
 }
 

@@ -34,8 +34,8 @@ json shape_json(const Shape& shape) {
 
 std::string device_of(const scheduler::Plan& plan, std::uint32_t region) {
   if (plan.mode == scheduler::LoadMode::kMmap) return "cpu";
-  const scheduler::ArenaPlan& arena = plan.arenas[region];
-  return region == plan.relay_region ? "relay" : arena.scratch ? "scratch" : arena.device.to_string();
+  const scheduler::ArenaPlan& arena = plan.layout.arenas[region];
+  return region == plan.copies.relay_region ? "relay" : arena.scratch ? "scratch" : arena.device.to_string();
 }
 
 // The plan hash's text: compact, nlohmann's escaping, invalid UTF-8 replaced.
@@ -50,14 +50,14 @@ class PlanPieces {
   PlanPieces(const formats::Catalog& catalog, const scheduler::Plan& plan) : catalog_(catalog), plan_(plan) {
     for (const formats::CatalogFile& f : catalog.files) files_.push_back(scripts::path_in_checkpoint(catalog, f.path));
     consumed_by_.resize(catalog.tensors.size());
-    for (const scheduler::DecodeJob& job : plan.decodes)
+    for (const scheduler::DecodeJob& job : plan.decode.jobs)
       for (const std::uint32_t i : job.inputs) consumed_by_[i] = decode_kind(job.kind) + " " + job.outputs.front().name;
   }
 
   json arenas() const {
     json arenas = json::array();
-    for (std::uint32_t r = 0; r < plan_.arenas.size(); ++r)
-      arenas.push_back({{"device", device_of(plan_, r)}, {"bytes", plan_.arenas[r].bytes}});
+    for (std::uint32_t r = 0; r < plan_.layout.arenas.size(); ++r)
+      arenas.push_back({{"device", device_of(plan_, r)}, {"bytes", plan_.layout.arenas[r].bytes}});
     return arenas;
   }
 
@@ -81,21 +81,22 @@ class PlanPieces {
 
   json tensor(std::size_t i) const {
     const formats::TensorEntry& t = catalog_.tensors[i];
-    const scheduler::TensorPlacement& p = plan_.tensors[i];
+    const scheduler::TensorPlacement& p = plan_.layout.tensors[i];
     json entry = {{"name", t.name},
                   {"dtype", std::string(dtype_name(t.dtype))},
                   {"shape", shape_json(t.shape)},
                   {"file", files_[t.file]},
                   {"file_offset", t.offset},
                   {"bytes", t.nbytes}};
-    if (plan_.shared_reads != scheduler::SharedReads::kNone && (p.shard_count > 0 || p.region != scheduler::kNoRegion))
+    if (plan_.copies.shared_reads != scheduler::SharedReads::kNone &&
+        (p.shard_count > 0 || p.region != scheduler::kNoRegion))
       entry["read_by_process"] = p.reader;  // the others holding it receive it
     if (!consumed_by_[i].empty()) {
       entry["decode"] = consumed_by_[i];
     } else if (p.shard_count > 0) {  // a parallel layout: one copy per device that holds it
       json shards = json::array();
       for (std::uint32_t k = p.first_shard; k < p.first_shard + p.shard_count; ++k) {
-        const scheduler::ShardPlacement& shard = plan_.shards[k];
+        const scheduler::ShardPlacement& shard = plan_.copies.shards[k];
         json rows = json::array();
         for (const auto& [first, last] : shard.slice.rows) rows.push_back({first, last});
         shards.push_back({{"device", device_of(plan_, shard.region)},
@@ -124,7 +125,7 @@ class PlanPieces {
   // nlohmann's own escaping; the rare shards list still goes through a document.
   void append_tensor(std::string& out, std::size_t i) const {
     const formats::TensorEntry& t = catalog_.tensors[i];
-    const scheduler::TensorPlacement& p = plan_.tensors[i];
+    const scheduler::TensorPlacement& p = plan_.layout.tensors[i];
     const auto number = [&](std::uint64_t v) { fmt::format_to(std::back_inserter(out), "{}", v); };
     const auto string = [&](std::string_view v) { out += canonical(json(v)); };
     const bool decoded = !consumed_by_[i].empty();
@@ -155,7 +156,7 @@ class PlanPieces {
       number(p.offset);
       out += "}";
     }
-    if (plan_.shared_reads != scheduler::SharedReads::kNone &&
+    if (plan_.copies.shared_reads != scheduler::SharedReads::kNone &&
         (p.shard_count > 0 || p.region != scheduler::kNoRegion)) {
       out += ",\"read_by_process\":";
       number(p.reader);
@@ -177,7 +178,7 @@ class PlanPieces {
   json head() const {
     return {{"schema", "qload.plan/1"},
             {"mode", std::string(scheduler::load_mode_name(plan_.mode))},
-            {"tensor_alignment", plan_.tensor_alignment},
+            {"tensor_alignment", plan_.layout.tensor_alignment},
             {"arenas", arenas()}};
   }
 
@@ -194,7 +195,7 @@ json plan_json(const formats::Catalog& catalog, const scheduler::Plan& plan) {
   const PlanPieces pieces(catalog, plan);
   json out = pieces.head();
   json decodes = json::array();
-  for (const scheduler::DecodeJob& job : plan.decodes) decodes.push_back(pieces.decode(job));
+  for (const scheduler::DecodeJob& job : plan.decode.jobs) decodes.push_back(pieces.decode(job));
   json tensors = json::array();
   for (std::size_t i = 0; i < catalog.tensors.size(); ++i) tensors.push_back(pieces.tensor(i));
   out["decodes"] = std::move(decodes);
@@ -207,7 +208,7 @@ void for_each_plan_entry(const formats::Catalog& catalog, const scheduler::Plan&
                          const std::function<void(const json&)>& decode) {
   const PlanPieces pieces(catalog, plan);
   for (std::size_t i = 0; i < catalog.tensors.size(); ++i) tensor(pieces.tensor(i));
-  for (const scheduler::DecodeJob& job : plan.decodes) decode(pieces.decode(job));
+  for (const scheduler::DecodeJob& job : plan.decode.jobs) decode(pieces.decode(job));
 }
 
 std::uint64_t plan_hash(const json& plan) {
@@ -233,9 +234,9 @@ std::uint64_t plan_hash(const formats::Catalog& catalog, const scheduler::Plan& 
 
   const std::string_view all(text);
   feed(all.substr(0, decodes_at));
-  for (std::size_t i = 0; i < plan.decodes.size(); ++i) {
+  for (std::size_t i = 0; i < plan.decode.jobs.size(); ++i) {
     if (i > 0) feed(",");
-    feed(canonical(pieces.decode(plan.decodes[i])));
+    feed(canonical(pieces.decode(plan.decode.jobs[i])));
   }
   feed(all.substr(decodes_at, tensors_at - decodes_at));
   std::string entry;

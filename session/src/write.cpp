@@ -97,11 +97,11 @@ Status create_directory(const std::string& dir) {
 
 // GGML blocks written to safetensors as bytes would be a checkpoint no reader understands.
 Status check_no_raw_ggml_blocks(const scheduler::Plan& plan) {
-  if (!plan.quant) return {};
-  for (std::uint32_t l = 0; l < plan.quant->logical.size(); ++l) {
-    const formats::LogicalTensor& lt = plan.quant->logical[l];
+  if (!plan.decode.quant) return {};
+  for (std::uint32_t l = 0; l < plan.decode.quant->logical.size(); ++l) {
+    const formats::LogicalTensor& lt = plan.decode.quant->logical[l];
     if (lt.params.scheme != formats::QuantScheme::kGgml) continue;
-    const bool decoded = std::ranges::any_of(plan.decodes, [&](const scheduler::DecodeJob& job) {
+    const bool decoded = std::ranges::any_of(plan.decode.jobs, [&](const scheduler::DecodeJob& job) {
       return (job.kind == scheduler::DecodeJob::Kind::kDequantize ||
               job.kind == scheduler::DecodeJob::Kind::kRequantize) &&
              job.logical == l;

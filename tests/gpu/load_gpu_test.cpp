@@ -140,10 +140,10 @@ TEST_CASE("gpu load: running out of device memory names the device and the bytes
   make_synthetic(ckpt, 78, {.files_max = 1, .tensors_max = 10, .large_bytes = 40 << 20});
   auto plan = make_plan(ckpt.catalog, {.devices = {devices.front()}});
   REQUIRE(plan);
-  REQUIRE(plan->arenas[0].bytes >= 2 * kDriverSlack);  // "it went back" must mean something
+  REQUIRE(plan->layout.arenas[0].bytes >= 2 * kDriverSlack);  // "it went back" must mean something
   // Take all but half an arena of the free memory, so the arena cannot fit.
   const std::size_t before = free_bytes(0);
-  const std::size_t leave = static_cast<std::size_t>(plan->arenas[0].bytes) / 2;
+  const std::size_t leave = static_cast<std::size_t>(plan->layout.arenas[0].bytes) / 2;
   auto hog = cuda::DeviceBuffer::allocate(0, before - leave);
   REQUIRE(hog);
   const std::size_t with_hog = free_bytes(0);

@@ -101,18 +101,18 @@ TEST_CASE("devices: by-layer keeps whole layers together, embeddings first, head
   const std::vector<std::uint32_t> expected = {0, 0, 0, 0, 1, 1, 1, 1, 1};  // 4 layers over 2 devices
   for (std::size_t i = 0; i < names.size(); ++i) {
     INFO(names[i]);
-    CHECK(plan->tensors[i].region == expected[i]);
+    CHECK(plan->layout.tensors[i].region == expected[i]);
   }
   // Arena arithmetic: each device's arena ends at its last tensor, offsets aligned.
-  REQUIRE(plan->arenas.size() == 2);
-  CHECK(plan->arenas[0].bytes == 3 * 256 + 64);
-  CHECK(plan->arenas[1].bytes == 4 * 256 + 64);
-  CHECK(plan->arenas[1].device.to_string() == "cpu:1");
+  REQUIRE(plan->layout.arenas.size() == 2);
+  CHECK(plan->layout.arenas[0].bytes == 3 * 256 + 64);
+  CHECK(plan->layout.arenas[1].bytes == 4 * 256 + 64);
+  CHECK(plan->layout.arenas[1].device.to_string() == "cpu:1");
 
   auto four = make_plan(catalog, {.devices = cpus(4), .placement = Placement::kByLayer});
   REQUIRE(four);
   const std::vector<std::uint32_t> expected4 = {0, 0, 0, 1, 2, 3, 3, 3, 3};
-  for (std::size_t i = 0; i < names.size(); ++i) CHECK(four->tensors[i].region == expected4[i]);
+  for (std::size_t i = 0; i < names.size(); ++i) CHECK(four->layout.tensors[i].region == expected4[i]);
   CHECK(parse_placement("by-layer").value() == Placement::kByLayer);
   CHECK(parse_placement("round-robin").value() == Placement::kRoundRobin);
   CHECK(parse_placement("random").error().code() == Errc::kInvalidArgument);
@@ -151,15 +151,15 @@ TEST_CASE("devices: a dtype policy converts floating tensors as they are placed,
           CHECK(t->dtype == (floating ? policy : entry.dtype));
           CHECK(t->shape == entry.shape);
           REQUIRE(t->nbytes == want.size());
-          CHECK(plan->tensors[i].bytes == want.size());
-          CHECK(plan->tensors[i].offset % options.plan.tensor_alignment == 0);
+          CHECK(plan->layout.tensors[i].bytes == want.size());
+          CHECK(plan->layout.tensors[i].offset % options.plan.tensor_alignment == 0);
           if (!want.empty()) CHECK(std::memcmp(t->data, want.data(), want.size()) == 0);
           // Digests are of the stored bytes, whatever was placed: they match the files.
           CHECK(model->report().digests[i].xxh3_64 == io::xxh3_64(ckpt.tensor_bytes(i)));
           placed += want.size();
         }
         CHECK(model->report().placed_bytes == placed);
-        CHECK(model->report().tensor_bytes == plan->tensor_bytes);
+        CHECK(model->report().tensor_bytes == plan->layout.tensor_bytes);
       }
     }
   }

@@ -5,7 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include "formats/quant_device_cases.hpp"
-#include "quant_sharding.hpp"
+#include "plan/quant_sharding.hpp"
 
 using namespace qload;
 using namespace qload::scheduler;

@@ -184,6 +184,6 @@ TEST_CASE("load failure: conflicting or invalid options are refused before anyth
   options = fixture_options();
   auto plan = make_plan(ckpt.catalog, options.plan);
   REQUIRE(plan);
-  plan->tensors.pop_back();
+  plan->layout.tensors.pop_back();
   CHECK(load(ckpt.catalog, *plan, options).error().code() == Errc::kInvalidArgument);
 }

@@ -86,7 +86,7 @@ TEST_CASE("parallel: each process of a multi-process layout holds its devices' c
               if (!plan) FAIL(plan.error().to_string());
               auto model = load(*catalog, *plan, o);
               if (!model) FAIL(model.error().to_string());
-              CHECK(model->report().io.bytes == plan->read_bytes);
+              CHECK(model->report().io.bytes == plan->reads.read_bytes);
 
               std::vector<std::vector<bool>> needed(catalog->tensors.size());
               std::size_t copies_here = 0;
@@ -126,7 +126,7 @@ TEST_CASE("parallel: each process of a multi-process layout holds its devices' c
               // The plan's pieces read each needed byte once and nothing else.
               std::vector<std::vector<bool>> read(catalog->tensors.size());
               for (std::size_t t = 0; t < read.size(); ++t) read[t].assign(catalog->tensors[t].nbytes, false);
-              for (const ReadChunk& chunk : plan->chunks)
+              for (const ReadChunk& chunk : plan->reads.chunks)
                 for (const ChunkPiece& piece : chunk.pieces)
                   for (std::uint64_t b = piece.tensor_offset; b < piece.tensor_offset + piece.bytes; ++b) {
                     if (read[piece.tensor][b]) FAIL("byte " << b << " of tensor " << piece.tensor << " is read twice");
@@ -286,18 +286,18 @@ TEST_CASE("parallel: processes sharing reads read each tensor once between them,
               if (!mismatch.empty()) FAIL(mismatch);
             }
         }
-        CHECK(loads[p].plan->shared_reads ==
+        CHECK(loads[p].plan->copies.shared_reads ==
               (per_process % (tp * pp) == 0 ? SharedReads::kBroadcast : SharedReads::kRelay));
-        CHECK(model.report().io.bytes == loads[p].plan->read_bytes);
+        CHECK(model.report().io.bytes == loads[p].plan->reads.read_bytes);
         // What came from other processes' reads.
         const Plan& plan = *loads[p].plan;
         std::uint64_t received = 0;
-        for (const TensorPlacement& placed : plan.tensors)
+        for (const TensorPlacement& placed : plan.layout.tensors)
           for (std::uint32_t k = placed.first_shard; placed.received && k < placed.first_shard + placed.shard_count;
                ++k)
-            received += plan.shards[k].bytes;
+            received += plan.copies.shards[k].bytes;
         CHECK(model.report().shared_received_bytes == received);
-        for (const ReadChunk& chunk : loads[p].plan->chunks)
+        for (const ReadChunk& chunk : loads[p].plan->reads.chunks)
           for (const ChunkPiece& piece : chunk.pieces)
             for (std::uint64_t b = piece.tensor_offset; b < piece.tensor_offset + piece.bytes; ++b)
               ++reads[piece.tensor][b];
@@ -329,7 +329,7 @@ TEST_CASE("parallel: when a process sharing reads fails, every process fails and
   REQUIRE(plan);
   std::string read_by_1;
   for (std::uint32_t i = 0; i < catalog->tensors.size() && read_by_1.empty(); ++i)
-    if (plan->tensors[i].reader == 1) read_by_1 = catalog->tensors[i].name;
+    if (plan->layout.tensors[i].reader == 1) read_by_1 = catalog->tensors[i].name;
   REQUIRE_FALSE(read_by_1.empty());
   o.expected_xxh3_64[read_by_1] = 1;
   const std::uint16_t port = free_port();

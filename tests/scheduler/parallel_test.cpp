@@ -64,14 +64,14 @@ TEST_CASE("parallel: every tp x pp x dp layout up to 8 devices places exactly th
             REQUIRE(plan);
             std::vector<std::vector<bool>> seen(catalog->tensors.size());
             for (std::size_t t = 0; t < seen.size(); ++t) seen[t].assign(catalog->tensors[t].nbytes, false);
-            for (const ReadChunk& chunk : plan->chunks)
+            for (const ReadChunk& chunk : plan->reads.chunks)
               for (const ChunkPiece& piece : chunk.pieces)
                 for (std::uint64_t b = piece.tensor_offset; b < piece.tensor_offset + piece.bytes; ++b) {
                   if (seen[piece.tensor][b]) FAIL("byte " << b << " of tensor " << piece.tensor << " is read twice");
                   seen[piece.tensor][b] = true;
                 }
             for (const auto& bytes : seen) CHECK(std::ranges::all_of(bytes, [](bool b) { return b; }));
-            CHECK(model->report().io.bytes == plan->read_bytes);
+            CHECK(model->report().io.bytes == plan->reads.read_bytes);
             if (direct == 0) CHECK(model->report().io.bytes == baseline->report().io.bytes);
             CHECK(model->report().tensors == m.values.size() * tp * dp);
             for (const auto& [name, shape] : m.shapes) {

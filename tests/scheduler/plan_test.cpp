@@ -36,7 +36,7 @@ formats::Catalog one_file_catalog(std::uint64_t file_size, std::vector<formats::
 void check_chunks(const formats::Catalog& catalog, const Plan& plan, const PlanOptions& options) {
   std::map<std::uint32_t, std::uint64_t> covered;  // tensor -> bytes carried so far
   std::pair<std::uint32_t, std::uint64_t> last{0, 0};
-  for (const ReadChunk& c : plan.chunks) {
+  for (const ReadChunk& c : plan.reads.chunks) {
     REQUIRE(!c.pieces.empty());
     CHECK(c.bytes <= options.chunk_bytes);
     CHECK(c.file_offset + c.bytes <= catalog.files[c.file].size);
@@ -51,7 +51,7 @@ void check_chunks(const formats::Catalog& catalog, const Plan& plan, const PlanO
       CHECK(c.file_offset + p.chunk_offset == t.offset + p.tensor_offset);
       CHECK(p.tensor_offset == covered[p.tensor]);  // in order, no gap, no repeat
       covered[p.tensor] += p.bytes;
-      CHECK(c.direct == plan.tensors[p.tensor].direct);
+      CHECK(c.direct == plan.layout.tensors[p.tensor].direct);
       // A tensor that fits a chunk is never split.
       if (t.nbytes <= options.chunk_bytes && !c.direct) CHECK(p.bytes == t.nbytes);
     }
@@ -72,19 +72,19 @@ TEST_CASE("plan: tensors sit at aligned, disjoint arena offsets and the arena is
     auto plan = make_plan(ckpt.catalog, options);
     INFO("seed " << seed << ": " << (plan ? "" : plan.error().to_string()));
     REQUIRE(plan);
-    REQUIRE(plan->arenas.size() == 1);
+    REQUIRE(plan->layout.arenas.size() == 1);
     std::uint64_t end = 0, sum = 0;
     std::vector<std::pair<std::uint64_t, std::uint64_t>> spans;
     for (std::size_t i = 0; i < ckpt.catalog.tensors.size(); ++i) {
-      const TensorPlacement& p = plan->tensors[i];
+      const TensorPlacement& p = plan->layout.tensors[i];
       const std::uint64_t n = ckpt.catalog.tensors[i].nbytes;
       CHECK(p.offset % options.tensor_alignment == 0);
       end = std::max(end, p.offset + n);
       sum += n;
       if (n > 0) spans.emplace_back(p.offset, p.offset + n);
     }
-    CHECK(plan->arenas[0].bytes == end);
-    CHECK(plan->tensor_bytes == sum);
+    CHECK(plan->layout.arenas[0].bytes == end);
+    CHECK(plan->layout.tensor_bytes == sum);
     std::sort(spans.begin(), spans.end());
     for (std::size_t i = 1; i < spans.size(); ++i) CHECK(spans[i - 1].second <= spans[i].first);
   }
@@ -114,17 +114,17 @@ TEST_CASE("plan: neighbours coalesce into one read, a wide gap or a full chunk s
   PlanOptions options{.chunk_bytes = 64 << 10, .max_gap_bytes = 8192, .read_alignment = 1};
   auto plan = make_plan(catalog, options);
   REQUIRE(plan);
-  REQUIRE(plan->chunks.size() == 2);
-  CHECK(plan->chunks[0].pieces.size() == 3);  // a, b and (across the small gap) c
-  CHECK(plan->chunks[0].file_offset == 100);
-  CHECK(plan->chunks[0].bytes == 8100 - 100);
-  CHECK(plan->chunks[1].pieces.size() == 1);
+  REQUIRE(plan->reads.chunks.size() == 2);
+  CHECK(plan->reads.chunks[0].pieces.size() == 3);  // a, b and (across the small gap) c
+  CHECK(plan->reads.chunks[0].file_offset == 100);
+  CHECK(plan->reads.chunks[0].bytes == 8100 - 100);
+  CHECK(plan->reads.chunks[1].pieces.size() == 1);
 
   options.chunk_bytes = 2000;  // a and b fill a chunk: c starts the next
   plan = make_plan(catalog, options);
   REQUIRE(plan);
-  REQUIRE(plan->chunks.size() == 3);
-  CHECK(plan->chunks[0].pieces.size() == 2);
+  REQUIRE(plan->reads.chunks.size() == 3);
+  CHECK(plan->reads.chunks[0].pieces.size() == 2);
 }
 
 TEST_CASE("plan: reads start on a 4 KiB boundary when the chunk allows, so O_DIRECT can take their body",
@@ -132,10 +132,10 @@ TEST_CASE("plan: reads start on a 4 KiB boundary when the chunk allows, so O_DIR
   auto catalog = one_file_catalog(1 << 20, {u8_tensor("a", 0, 5000, 3000), u8_tensor("big", 0, 8000, 100000)});
   auto plan = make_plan(catalog, {.chunk_bytes = 32768, .read_alignment = 4096, .direct_min_bytes = 0});
   REQUIRE(plan);
-  CHECK(plan->chunks[0].file_offset == 4096);
-  CHECK(plan->chunks[0].pieces[0].chunk_offset == 5000 - 4096);
-  for (std::size_t i = 1; i < plan->chunks.size(); ++i) CHECK(plan->chunks[i].file_offset % 4096 == 0);
-  for (const ReadChunk& c : plan->chunks)
+  CHECK(plan->reads.chunks[0].file_offset == 4096);
+  CHECK(plan->reads.chunks[0].pieces[0].chunk_offset == 5000 - 4096);
+  for (std::size_t i = 1; i < plan->reads.chunks.size(); ++i) CHECK(plan->reads.chunks[i].file_offset % 4096 == 0);
+  for (const ReadChunk& c : plan->reads.chunks)
     if (c.file_offset + c.bytes != (1u << 20)) CHECK((c.file_offset + c.bytes) % 4096 == 0);
 }
 
@@ -146,18 +146,19 @@ TEST_CASE("plan: a tensor larger than a chunk spans several; large tensors can g
   PlanOptions options{.chunk_bytes = 262144, .read_alignment = 1, .direct_min_bytes = 0};
   auto plan = make_plan(catalog, options);
   REQUIRE(plan);
-  REQUIRE(plan->chunks.size() == 5);  // small | big x4 (the last shared with tail)
-  CHECK(plan->chunks.back().pieces.size() == 2);
-  CHECK(plan->direct_tensors == 0);
+  REQUIRE(plan->reads.chunks.size() == 5);  // small | big x4 (the last shared with tail)
+  CHECK(plan->reads.chunks.back().pieces.size() == 2);
+  CHECK(plan->reads.direct_tensors == 0);
   check_chunks(catalog, *plan, options);
 
   options.direct_min_bytes = 500000;
   plan = make_plan(catalog, options);
   REQUIRE(plan);
-  CHECK(plan->direct_tensors == 1);
-  CHECK(plan->tensors[1].direct);
-  CHECK(std::count_if(plan->chunks.begin(), plan->chunks.end(), [](const ReadChunk& c) { return c.direct; }) == 4);
-  CHECK(plan->max_staged_chunk_bytes == 10);
+  CHECK(plan->reads.direct_tensors == 1);
+  CHECK(plan->layout.tensors[1].direct);
+  CHECK(std::count_if(plan->reads.chunks.begin(), plan->reads.chunks.end(),
+                      [](const ReadChunk& c) { return c.direct; }) == 4);
+  CHECK(plan->reads.max_staged_chunk_bytes == 10);
   check_chunks(catalog, *plan, options);
 }
 
@@ -167,11 +168,11 @@ TEST_CASE("plan: zero-size tensors and scalars get placements but no zero-length
   auto catalog = one_file_catalog(12, {empty, scalar});
   auto plan = make_plan(catalog, {});
   REQUIRE(plan);
-  REQUIRE(plan->chunks.size() == 1);
-  CHECK(plan->chunks[0].pieces.size() == 1);
-  CHECK(plan->arenas[0].bytes == 4);
-  CHECK(plan->tensors[0].offset == 0);
-  CHECK(plan->tensors[1].offset == 0);
+  REQUIRE(plan->reads.chunks.size() == 1);
+  CHECK(plan->reads.chunks[0].pieces.size() == 1);
+  CHECK(plan->layout.arenas[0].bytes == 4);
+  CHECK(plan->layout.tensors[0].offset == 0);
+  CHECK(plan->layout.tensors[1].offset == 0);
 }
 
 TEST_CASE("plan: mmap maps from the page holding the first tensor byte to exactly the last", "[scheduler][plan]") {
@@ -181,12 +182,12 @@ TEST_CASE("plan: mmap maps from the page holding the first tensor byte to exactl
                formats::TensorEntry{.name = "z", .offset = 99000, .dtype = DType::kU8, .shape = Shape{0}}});
   auto plan = make_plan(catalog, {.mode = LoadMode::kMmap});
   REQUIRE(plan);
-  REQUIRE(plan->mappings.size() == 1);
-  CHECK(plan->mappings[0].offset == 5000 / page * page);
-  CHECK(plan->mappings[0].offset + plan->mappings[0].bytes == 29000);
-  CHECK(plan->tensors[1].offset == 9000 - plan->mappings[0].offset);
-  CHECK(plan->tensors[2].region == kNoRegion);
-  CHECK(plan->chunks.empty());
+  REQUIRE(plan->layout.mappings.size() == 1);
+  CHECK(plan->layout.mappings[0].offset == 5000 / page * page);
+  CHECK(plan->layout.mappings[0].offset + plan->layout.mappings[0].bytes == 29000);
+  CHECK(plan->layout.tensors[1].offset == 9000 - plan->layout.mappings[0].offset);
+  CHECK(plan->layout.tensors[2].region == kNoRegion);
+  CHECK(plan->reads.chunks.empty());
 }
 
 TEST_CASE("plan: overflowing offsets, oversized arenas and inconsistent tensors are rejected", "[scheduler][plan]") {

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <numeric>
 
-#include "shard_delivery.hpp"
+#include "load/shard_delivery.hpp"
 
 using namespace qload;
 using namespace qload::scheduler;
