@@ -1,11 +1,12 @@
-// The arithmetic every placement in a plan uses (plan.cpp): overflow-checked offsets in an
-// arena, and errors that name the tensor.
+// The arithmetic every placement in a plan uses: overflow-checked offsets in an arena, and
+// errors that name the tensor.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
 #include "qload/formats/catalog.hpp"
+#include "qload/runtime/dtype.hpp"
 #include "qload/runtime/error.hpp"
 
 namespace qload::scheduler::detail {
@@ -16,5 +17,8 @@ Error tensor_error(const formats::Catalog& catalog, const formats::TensorEntry& 
 // Bumps `cursor` to the next aligned offset for `bytes`, or kOverflow naming the arena.
 Result<std::uint64_t> take(std::uint64_t& cursor, std::uint64_t bytes, std::uint64_t alignment,
                            const std::string& arena);
+
+// F16, BF16 and F32: the dtypes a dtype policy converts between, and dequantization targets.
+bool is_float_policy_dtype(DType d);
 
 }  // namespace qload::scheduler::detail

@@ -1,0 +1,139 @@
+#include "plan/arena_layout.hpp"
+
+#include <algorithm>
+#include <map>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "plan/decode_plan.hpp"
+#include "plan/parallel_copies.hpp"
+#include "plan/placement.hpp"
+#include "plan/plan_arith.hpp"
+#include "plan/shared_reads_plan.hpp"
+#include "qload/formats/convert.hpp"
+#include "qload/formats/model_config.hpp"
+
+namespace qload::scheduler::detail {
+
+namespace {
+
+// The dtype a tensor is placed in: the policy's for floating tensors it can convert, except
+// parts of quantized weights.
+DType placed_dtype(const formats::TensorEntry& t, const PlanOptions& options, bool quantized_part) {
+  if (options.dtype && is_float_policy_dtype(t.dtype) && !quantized_part) return *options.dtype;
+  return t.dtype;
+}
+
+}  // namespace
+
+Status place_in_arenas(const formats::Catalog& catalog, const std::vector<std::uint32_t>& order,
+                       const PlanOptions& options, const TensorRoles& roles, Plan& plan) {
+  const auto device_count = static_cast<std::uint32_t>(options.devices.size());
+  const bool parallel = !options.parallel.trivial();
+  formats::ModelGeometry geometry;
+  std::vector<std::uint32_t> stage_of;
+  if (parallel) {
+    QLOAD_TRY(check_parallel(options, plan));
+    if (options.parallel.tensor > 1) {
+      QLOAD_ASSIGN_OR_RETURN(geometry, formats::read_geometry(catalog));
+    }
+    stage_of = detail::assign_devices(catalog, order, Placement::kByLayer, options.parallel.pipeline);
+  }
+  std::map<std::uint32_t, PartShards> part_shards;
+  if (parallel) {
+    QLOAD_ASSIGN_OR_RETURN(part_shards, plan_quantized_shards(catalog, options, geometry, plan));
+  }
+  std::vector<std::uint32_t> device_of = detail::assign_devices(catalog, order, options.placement, device_count);
+  if (options.place) {
+    for (std::uint32_t i = 0; i < catalog.tensors.size(); ++i) {
+      auto chosen = options.place(catalog.tensors[i].name);
+      if (!chosen) return fail(std::move(chosen.error()).with_tensor(catalog.tensors[i].name));
+      if (!*chosen) continue;
+      if (**chosen >= device_count)
+        return fail(tensor_error(catalog, catalog.tensors[i], Errc::kInvalidArgument,
+                                 fmt::format("placed on device {} of {}", **chosen, device_count)));
+      device_of[i] = **chosen;
+    }
+  }
+  QLOAD_TRY(place_decode_jobs(catalog, options, geometry, device_of, stage_of, part_shards, plan));
+  std::vector<bool> decoded_here(catalog.tensors.size(), false);  // inputs of this process's decode jobs
+  for (const DecodeJob& job : plan.decode.jobs)
+    for (const std::uint32_t i : job.inputs) decoded_here[i] = true;
+  std::vector<std::uint64_t> cursor(device_count + 1, 0);  // the last one: scratch
+  const std::uint32_t scratch = device_count;
+  bool any_scratch = false;
+  for (const std::uint32_t i : order) {
+    const formats::TensorEntry& t = catalog.tensors[i];
+    if (roles.to_scratch[i] && !decoded_here[i]) {  // decoded by another process only
+      plan.layout.tensors[i] = TensorPlacement{.region = kNoRegion, .dtype = t.dtype};
+      continue;
+    }
+    const std::uint32_t d = roles.to_scratch[i] ? scratch : device_of[i];
+    any_scratch = any_scratch || d == scratch;
+    const DType dtype = d == scratch ? t.dtype : placed_dtype(t, options, roles.quantized_part[i]);
+    // At most twice the stored bytes (f16 -> f32); a tensor's stored bytes are < 2^63 in any
+    // file that passed validation, so this cannot overflow.
+    const std::uint64_t bytes = dtype == t.dtype ? t.nbytes : formats::converted_bytes(t.nbytes, t.dtype, dtype);
+    if (parallel && d != scratch) {
+      QLOAD_TRY(place_shards(catalog, i, stage_of[i], dtype, options, geometry, part_shards, cursor, plan));
+      plan.layout.converted_tensors += dtype != t.dtype ? 1 : 0;
+      continue;
+    }
+    const std::string arena = d == scratch ? "scratch" : options.devices[d].to_string();
+    auto offset = take(cursor[d], bytes, options.tensor_alignment, arena);
+    if (!offset) return fail(tensor_error(catalog, t, Errc::kOverflow, offset.error().message()));
+    const bool host = d == scratch || options.devices[d].is_cpu();
+    const bool direct =
+        host && dtype == t.dtype && options.direct_min_bytes > 0 && t.nbytes >= options.direct_min_bytes;
+    plan.layout.tensors[i] =
+        TensorPlacement{.region = d, .offset = *offset, .direct = direct, .dtype = dtype, .bytes = bytes};
+    plan.reads.direct_tensors += direct ? 1 : 0;
+    plan.layout.converted_tensors += dtype != t.dtype ? 1 : 0;
+    if (d == scratch) continue;  // not part of the model
+    auto placed = checked_add(plan.layout.placed_bytes, bytes);
+    if (!placed) return fail(tensor_error(catalog, t, Errc::kOverflow, "total placed bytes exceed 2^64"));
+    plan.layout.placed_bytes = *placed;
+  }
+  for (DecodeJob& job : plan.decode.jobs) {
+    for (DecodeOutput& out : job.outputs) {
+      QLOAD_ASSIGN_OR_RETURN(out.offset, take(cursor[out.region], out.bytes, options.tensor_alignment,
+                                              options.devices[out.region].to_string()));
+      QLOAD_ASSIGN_OR_RETURN(plan.layout.placed_bytes, checked_add(plan.layout.placed_bytes, out.bytes));
+    }
+    for (DecodeJob::ShardInput& in : job.shard_inputs) {
+      QLOAD_ASSIGN_OR_RETURN(in.offset, take(cursor[scratch], in.bytes, detail::kDecodePartAlignment, "scratch"));
+    }
+  }
+  std::uint64_t relay_bytes = 0;
+  if (detail::relays(options)) {
+    QLOAD_ASSIGN_OR_RETURN(relay_bytes, detail::assign_relay_readers(catalog, options, plan));
+    plan.copies.shared_reads = SharedReads::kRelay;
+  } else if (options.parallel.share_reads) {
+    detail::assign_readers(catalog, order, options.parallel, plan);
+    plan.copies.shared_reads = SharedReads::kBroadcast;
+  }
+  const std::uint64_t arena_alignment = std::max<std::uint64_t>(options.tensor_alignment, 4096);
+  for (std::uint32_t d = 0; d <= device_count; ++d) {
+    if (d == scratch && !any_scratch) break;
+    const bool is_scratch = d == scratch;
+    const Device device = is_scratch ? Device{} : options.devices[d];
+    const std::string name = is_scratch ? "scratch" : device.to_string();
+    if (options.max_arena_bytes != 0 && cursor[d] > options.max_arena_bytes)
+      return fail(Errc::kOutOfMemory, fmt::format("the {} arena needs {} bytes, over its budget of {} bytes", name,
+                                                  cursor[d], options.max_arena_bytes));
+    plan.layout.arenas.push_back(
+        ArenaPlan{.scratch = is_scratch, .device = device, .bytes = cursor[d], .alignment = arena_alignment});
+  }
+  if (any_scratch) plan.layout.scratch_region = scratch;
+  if (relay_bytes > 0) {
+    plan.copies.relay_region = static_cast<std::uint32_t>(plan.layout.arenas.size());
+    plan.layout.arenas.push_back(
+        ArenaPlan{.scratch = true, .device = Device{}, .bytes = relay_bytes, .alignment = arena_alignment});
+  }
+  // Whether the host arenas fit this machine's memory is the load's question (read_load.cpp),
+  // not the plan's: a plan describes the checkpoint and can be made for a bigger machine.
+  return {};
+}
+
+}  // namespace qload::scheduler::detail
