@@ -51,7 +51,10 @@ Result<SharedExchange> SharedExchange::start(const Plan& plan, std::span<const s
       x.moves_of_[relayed.tensor].first = first();
       std::uint32_t mine = 0;  // this process's copies of it so far
       for (const RelayedTensor::Copy& copy : relayed.copies) {
-        if (copy.bytes == 0) continue;
+        if (copy.bytes == 0) {  // nothing moves, but it is still one of the holder's shards
+          mine += me == copy.process ? 1 : 0;
+          continue;
+        }
         std::span<std::byte> bytes;
         if (me == relayed.reader) {
           bytes =
