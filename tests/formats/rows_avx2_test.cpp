@@ -1,14 +1,18 @@
 // The hand-written AVX2 decoders (quant/rows_avx2.cpp) against the portable ones (GGML:
-// ggml_rows.hpp, value(); OCP MXFP4: fp4_rows.hpp and convert()), bit for bit, for every GGML
-// type either covers, MXFP4, and every output dtype, on
+// ggml_rows.hpp, value(); OCP MXFP4 and NVFP4: fp4_rows.hpp and convert()), bit for bit, for every GGML
+// type either covers, MXFP4, NVFP4, and every output dtype, on
 // random blocks: any bits are a valid block, so NaN, Inf and subnormal f16 scales occur, and the
 // narrowing to BF16 / F16 (rounding ties, overflow to Inf, NaN payloads) is compared as well.
 // quant_device_args_test checks the F32 path (whichever runs here) against the kernel's
 // per-element arithmetic; this test is what keeps the two CPU paths equal.
 #include <catch2/catch.hpp>
 
+#include <bit>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "qload/formats/convert.hpp"
@@ -77,5 +81,49 @@ TEST_CASE("OCP MXFP4 AVX2 decoder equals the portable one bit for bit, every out
       return;
     }
     CHECK(got == want);  // nothing written past the rows either
+  }
+}
+
+TEST_CASE("NVFP4 AVX2 decoder equals the portable one bit for bit, every output and global scale", "[quant][nvfp4]") {
+  Rng rng(41);
+  constexpr std::uint64_t kRows = 6, kCols = 7 * 16;
+  const Bytes codes = random_bytes(kRows * kCols / 2, rng);
+  Bytes scales = random_bytes(kRows * kCols / 16, rng);
+  // E4M3 NaN (both signs), zero, -0, the smallest subnormal, the largest finite.
+  const std::uint8_t special[] = {0x7f, 0xff, 0x00, 0x80, 0x01, 0x7e};
+  for (std::size_t i = 0; i < std::size(special); ++i) scales[14 + i] = std::byte{special[i]};
+  // Divided (compressed-tensors) or multiplied (ModelOpt); a tiny divisor makes scales overflow
+  // to Inf (0 x Inf is NaN; E4M3's NaN codes give NaN too), a NaN global scale makes every
+  // element NaN.
+  for (const auto& [global, multiplies] :
+       {std::pair{448.0f * 6.0f / 3.5f, false}, std::pair{1e-40f, false}, std::pair{0.0123f, true},
+        std::pair{3e38f, true}, std::pair{std::numeric_limits<float>::quiet_NaN(), false},
+        std::pair{std::bit_cast<float>(0xffffffffu), true}}) {
+    INFO("global scale " << global << (multiplies ? " (multiplies)" : " (divides)"));
+    DequantArgs a;
+    a.cols = kCols;
+    a.groups = kCols / 16;
+    a.codes = reinterpret_cast<const std::uint8_t*>(codes.data());
+    a.scale_codes = reinterpret_cast<const std::uint8_t*>(scales.data());
+    a.global_scale = global;
+    a.global_multiplies = multiplies;
+    std::vector<float> f32(4 * kCols);  // rows 2..5
+    decode_fp4_rows<element::Nvfp4>(a, 16, 2, 6, f32.data());
+    for (const DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+      INFO(dtype_name(dtype));
+      const std::size_t bytes = f32.size() * (dtype_info(dtype).bits / 8);
+      std::vector<std::byte> want(bytes + 16, std::byte{0x5a}), got(bytes + 16, std::byte{0x5a});
+      REQUIRE(qload::formats::convert(std::as_bytes(std::span(f32)), DType::kF32, std::span(want).first(bytes), dtype));
+      const bool decoded = decode_nvfp4_rows_avx2(a, 2, 6, dtype, got.data());
+      if (std::isnan(global)) {  // left to the portable decoder (its NaN is the compiler's choice)
+        CHECK_FALSE(decoded);
+        continue;
+      }
+      if (!decoded) {
+        WARN("this CPU has no AVX2 + F16C: nothing compared");
+        return;
+      }
+      CHECK(got == want);  // nothing written past the rows either
+    }
   }
 }

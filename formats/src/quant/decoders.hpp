@@ -82,6 +82,9 @@ Status detect_bnb8(const Catalog& catalog, QuantizedCatalog& out);
 // divided by the global scale) or ModelOpt's weight / weight_scale_2 (multiplied by it).
 Status dequantize_nvfp4(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t row_begin,
                         std::uint64_t row_end, std::span<float> out);
+// The same straight to F32, BF16 or F16 bytes where the CPU has an AVX2 decoder (as MXFP4's).
+Result<bool> dequantize_nvfp4_direct(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t row_begin,
+                                     std::uint64_t row_end, DType dtype, std::span<std::byte> out);
 struct Nvfp4Global {
   std::string_view packed;  // the role of the E2M1 pairs
   float value = 1.0f;

@@ -1,6 +1,6 @@
 // NVFP4 (QuantScheme::kNvfp4) as compressed-tensors' nvfp4-pack-quantized and ModelOpt's NVFP4
-// store it: the CPU decoder, which runs the kernels' element arithmetic (dequantize_element.hpp)
-// row by row. The parts were matched
+// store it: the CPU decoders, which run the kernels' element arithmetic (dequantize_element.hpp)
+// row by row: the AVX2 one (rows_avx2.cpp) where the CPU has it, else the portable one. The parts were matched
 // by detect_parts.cpp; their byte sizes are checked here again (a shard's, or a caller's own).
 #include <algorithm>
 #include <cstring>
@@ -9,6 +9,7 @@
 
 #include "decoders.hpp"
 #include "fp4_rows.hpp"
+#include "row_decoders.hpp"
 
 namespace qload::formats::detail {
 
@@ -25,8 +26,11 @@ Result<Nvfp4Global> nvfp4_global(const LogicalTensor& t, std::span<const PartByt
   return g;
 }
 
-Status dequantize_nvfp4(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t row_begin,
-                        std::uint64_t row_end, std::span<float> out) {
+namespace {
+
+// The weight's codes, scales and global scale, after checking their sizes against its rows and
+// columns.
+Result<DequantArgs> nvfp4_args(const LogicalTensor& t, std::span<const PartBytes> parts) {
   QLOAD_ASSIGN_OR_RETURN(const Nvfp4Global global, nvfp4_global(t, parts));
   QLOAD_ASSIGN_OR_RETURN(const PartBytes* packed, find_part(t, parts, global.packed));
   QLOAD_ASSIGN_OR_RETURN(const PartBytes* scales, find_part(t, parts, "weight_scale"));
@@ -45,8 +49,22 @@ Status dequantize_nvfp4(const LogicalTensor& t, std::span<const PartBytes> parts
   a.scale_codes = reinterpret_cast<const std::uint8_t*>(scales->bytes.data());
   a.global_scale = global.value;
   a.global_multiplies = global.multiplies;
+  return a;
+}
+
+}  // namespace
+
+Status dequantize_nvfp4(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t row_begin,
+                        std::uint64_t row_end, std::span<float> out) {
+  QLOAD_ASSIGN_OR_RETURN(const DequantArgs a, nvfp4_args(t, parts));
   decode_fp4_rows<element::Nvfp4>(a, 16, row_begin, row_end, out.data());
   return {};
+}
+
+Result<bool> dequantize_nvfp4_direct(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t row_begin,
+                                     std::uint64_t row_end, DType dtype, std::span<std::byte> out) {
+  QLOAD_ASSIGN_OR_RETURN(const DequantArgs a, nvfp4_args(t, parts));
+  return decode_nvfp4_rows_avx2(a, row_begin, row_end, dtype, out.data());
 }
 
 }  // namespace qload::formats::detail

@@ -1,5 +1,5 @@
-// The CPU's row decoders that have an instruction-set-specific form: GGML blocks and OCP MXFP4,
-// decoded straight to F32, BF16 or F16. ggml.cpp and mxfp4.cpp try the AVX2 one first
+// The CPU's row decoders that have an instruction-set-specific form: GGML blocks, OCP MXFP4 and
+// NVFP4, decoded straight to F32, BF16 or F16. ggml.cpp, mxfp4.cpp and nvfp4.cpp try the AVX2 one first
 // (rows_avx2.cpp) and fall back to the portable one; both give the same bits (rows_avx2_test
 // checks every covered type and output on random blocks, NaN and Inf scales included).
 #pragma once
@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "dequantize_kernels.hpp"
 #include "qload/runtime/dtype.hpp"
 #include "qload/runtime/error.hpp"
 
@@ -32,5 +33,11 @@ bool decode_block_rows_avx2(std::uint32_t type, const std::uint8_t* base, std::u
 // nothing written, where the CPU lacks it.
 bool decode_mxfp4_rows_avx2(const std::uint8_t* codes, const std::uint8_t* exponents, std::uint64_t cols,
                             std::uint64_t row_begin, std::uint64_t row_end, DType dtype, std::byte* out);
+
+// NVFP4 (compressed-tensors, ModelOpt): rows of `a.cols` elements, codes [rows, cols / 2] and
+// one E4M3 scale per 16 with the global scale (element::Nvfp4), through AVX2; false, and nothing
+// written, where the CPU lacks it or the global scale is NaN.
+bool decode_nvfp4_rows_avx2(const DequantArgs& a, std::uint64_t row_begin, std::uint64_t row_end, DType dtype,
+                            std::byte* out);
 
 }  // namespace qload::formats::detail

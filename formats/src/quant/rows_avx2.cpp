@@ -1,15 +1,17 @@
-// The GGML block decoders, and OCP MXFP4's, written for AVX2 (ggml-quants.c's AVX2 loops are the model): a block's
-// codes are assembled 32 bytes at a time with byte shuffles and masks, widened 8 to a vector,
-// scaled, and written straight in the output's dtype, so a BF16 or F16 output costs no second
-// pass over an f32 slab. The f32 arithmetic is value()'s (ggml_element.hpp): one exact int -> f32
-// conversion, one multiply with the scale first, then the minimum subtracted or added; the
-// narrowing is convert_bits.hpp's (round to nearest even, NaN quieted with its top payload
-// bits), F16 through F16C, which rounds and quiets the same way. ggml_avx2_test compares every
-// covered type and output with the portable decoder, bit for bit.
+// The GGML block decoders, and OCP MXFP4's and NVFP4's, written for AVX2 (ggml-quants.c's AVX2 loops are the model): a
+// block's codes are assembled 32 bytes at a time with byte shuffles and masks, widened 8 to a vector, scaled, and
+// written straight in the output's dtype, so a BF16 or F16 output costs no second pass over an f32 slab. The f32
+// arithmetic is value()'s (ggml_element.hpp): one exact int -> f32 conversion, one multiply with the scale first, then
+// the minimum subtracted or added; the narrowing is convert_bits.hpp's (round to nearest even, NaN quieted with its top
+// payload bits), F16 through F16C, which rounds and quiets the same way. ggml_avx2_test compares every covered type and
+// output with the portable decoder, bit for bit.
 //
 // Every function that uses AVX2 carries the target attribute (QLOAD_AVX2) instead of this file
 // being built with -mavx2: inline functions from shared headers must not be emitted here with
 // AVX2 instructions, where the linker could pick them for a caller on a CPU without AVX2.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <type_traits>
 
 #include "decoders.hpp"
@@ -394,6 +396,66 @@ __attribute__((target("avx2,f16c"))) void decode_mxfp4(const std::uint8_t* codes
     }
 }
 
+// NVFP4: 16 elements from 8 bytes of codes (element 2j the low nibble of byte j), each
+// mul_rn(level, scale) as element::Nvfp4::value: the signed doubled level (code 8 is -0), halved
+// (exact), times the group's scale, the same two products the portable decoder's table holds.
+template <typename Out>
+QLOAD_AVX2 void nvfp4_group(const std::uint8_t* codes, __m256 scale, Out& y) {
+  const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes));
+  const __m128i c = _mm_unpacklo_epi8(low_nibbles(q), high_nibbles(q));  // codes in element order
+  const __m128i magnitudes = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, 1, 2, 3, 4, 6, 8, 12);
+  const __m128i mag = _mm_shuffle_epi8(magnitudes, c), sign = _mm_and_si128(c, _mm_set1_epi8(8));
+  __m256 v[2];
+  for (int i = 0; i < 2; ++i) {
+    const __m128i m8 = i == 0 ? mag : _mm_srli_si128(mag, 8), s8 = i == 0 ? sign : _mm_srli_si128(sign, 8);
+    const __m256 doubled = _mm256_or_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(m8)),
+                                        _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu8_epi32(s8), 28)));
+    v[i] = _mm256_mul_ps(_mm256_mul_ps(doubled, _mm256_set1_ps(0.5f)), scale);
+  }
+  y.put(v[0], v[1]);
+}
+
+// bits::e4m3_to_f32 on 8 codes: the same selections, lane by lane.
+QLOAD_AVX2 __m256 e4m3_to_f32(__m128i codes) {
+  const __m256i c = _mm256_cvtepu8_epi32(codes);
+  const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(c, _mm256_set1_epi32(0x80)), 24);
+  const __m256i exponent = _mm256_and_si256(_mm256_srli_epi32(c, 3), _mm256_set1_epi32(0x0f));
+  const __m256i mantissa = _mm256_and_si256(c, _mm256_set1_epi32(0x07));
+  const __m256i zero = _mm256_setzero_si256();
+  const __m256i normal = _mm256_or_si256(_mm256_slli_epi32(_mm256_add_epi32(exponent, _mm256_set1_epi32(120)), 23),
+                                         _mm256_slli_epi32(mantissa, 20));
+  const __m256i subnormal = _mm256_andnot_si256(
+      _mm256_cmpeq_epi32(mantissa, zero),
+      _mm256_sub_epi32(_mm256_castps_si256(_mm256_cvtepi32_ps(mantissa)), _mm256_set1_epi32(9 << 23)));
+  __m256i result = _mm256_blendv_epi8(normal, subnormal, _mm256_cmpeq_epi32(exponent, zero));
+  const __m256i nan = _mm256_cmpeq_epi32(_mm256_and_si256(c, _mm256_set1_epi32(0x7f)), _mm256_set1_epi32(0x7f));
+  result = _mm256_blendv_epi8(result, _mm256_set1_epi32(0x7fc00000), nan);
+  return _mm256_castsi256_ps(_mm256_or_si256(sign, result));
+}
+
+// The scales of a row come 8 at a time, as element::Nvfp4::scale computes each (the E4M3 value,
+// then one division by, or product with, the global scale).
+template <typename Out, typename Elem>
+__attribute__((target("avx2,f16c"))) void decode_nvfp4(const DequantArgs& a, std::uint64_t row_begin,
+                                                       std::uint64_t row_end, Elem* out) {
+  const __m256 global = splat(a.global_scale);
+  alignas(32) float scales[8];
+  for (std::uint64_t n = row_begin; n < row_end; ++n) {
+    const std::uint8_t* row_scales = a.scale_codes + n * a.groups;
+    for (std::uint64_t g0 = 0; g0 < a.groups; g0 += 8) {
+      const std::uint64_t count = std::min<std::uint64_t>(8, a.groups - g0);
+      std::uint64_t codes8 = 0;
+      std::memcpy(&codes8, row_scales + g0, static_cast<std::size_t>(count));
+      const __m256 e4m3 = e4m3_to_f32(_mm_cvtsi64_si128(static_cast<long long>(codes8)));
+      _mm256_store_ps(scales, a.global_multiplies ? _mm256_mul_ps(e4m3, global) : _mm256_div_ps(e4m3, global));
+      for (std::uint64_t j = 0; j < count; ++j, out += 16) {
+        Out y{out};
+        nvfp4_group(a.codes + n * (a.cols / 2) + (g0 + j) * 8, splat(scales[j]), y);
+      }
+    }
+  }
+}
+
 bool cpu_has_avx2() noexcept {
   // (clang's __builtin_cpu_supports does not know "f16c": CPUID leaf 1, ECX bit 29, read once.)
   static const bool has = [] {
@@ -455,6 +517,24 @@ bool decode_mxfp4_rows_avx2(const std::uint8_t* codes, const std::uint8_t* expon
   }
 }
 
+bool decode_nvfp4_rows_avx2(const DequantArgs& a, std::uint64_t row_begin, std::uint64_t row_end, DType dtype,
+                            std::byte* out) {
+  // A NaN global scale (a broken file) makes every element NaN, and which NaN the portable
+  // decoder gives (its scale's or the global one) is the compiler's choice of operand order for
+  // the product: that case stays with the portable decoder, so the two always agree.
+  if (!cpu_has_avx2() || a.cols % 16 != 0 || a.groups != a.cols / 16 || std::isnan(a.global_scale)) return false;
+  switch (dtype) {
+    case DType::kF32: decode_nvfp4<F32Out>(a, row_begin, row_end, reinterpret_cast<float*>(out)); return true;
+    // With the global scale not NaN, every NaN an element can be is a quiet NaN with no payload
+    // (an E4M3 NaN code's, or 0 x Inf's), which the plain narrowing keeps a NaN.
+    case DType::kBF16:
+      decode_nvfp4<Bf16Out<false>>(a, row_begin, row_end, reinterpret_cast<std::uint16_t*>(out));
+      return true;
+    case DType::kF16: decode_nvfp4<F16Out>(a, row_begin, row_end, reinterpret_cast<std::uint16_t*>(out)); return true;
+    default: return false;
+  }
+}
+
 #else  // not x86-64: the portable decoders only
 
 bool ggml_avx2_decodes(std::uint32_t) noexcept {
@@ -462,6 +542,13 @@ bool ggml_avx2_decodes(std::uint32_t) noexcept {
 }
 bool decode_block_rows_avx2(std::uint32_t, const std::uint8_t*, std::uint64_t, std::uint64_t, std::uint64_t,
                             std::uint64_t, DType, std::byte*) {
+  return false;
+}
+bool decode_mxfp4_rows_avx2(const std::uint8_t*, const std::uint8_t*, std::uint64_t, std::uint64_t, std::uint64_t,
+                            DType, std::byte*) {
+  return false;
+}
+bool decode_nvfp4_rows_avx2(const DequantArgs&, std::uint64_t, std::uint64_t, DType, std::byte*) {
   return false;
 }
 
