@@ -1,10 +1,11 @@
-// The GGML block decoders, and OCP MXFP4's and NVFP4's, written for AVX2 (ggml-quants.c's AVX2 loops are the model): a
-// block's codes are assembled 32 bytes at a time with byte shuffles and masks, widened 8 to a vector, scaled, and
-// written straight in the output's dtype, so a BF16 or F16 output costs no second pass over an f32 slab. The f32
-// arithmetic is value()'s (ggml_element.hpp): one exact int -> f32 conversion, one multiply with the scale first, then
-// the minimum subtracted or added; the narrowing is convert_bits.hpp's (round to nearest even, NaN quieted with its top
-// payload bits), F16 through F16C, which rounds and quiets the same way. ggml_avx2_test compares every covered type and
-// output with the portable decoder, bit for bit.
+// The GGML block decoders, and OCP MXFP4's and NVFP4's, written for AVX2 (ggml-quants.c's AVX2
+// loops are the model): a block's codes are assembled 32 bytes at a time with byte shuffles and
+// masks, widened 8 to a vector, scaled, and written straight in the output's dtype, so a BF16 or
+// F16 output costs no second pass over an f32 slab. The f32 arithmetic is value()'s
+// (ggml_element.hpp): one exact int -> f32 conversion, one multiply with the scale first, then
+// the minimum subtracted or added; the narrowing is convert_bits.hpp's (round to nearest even,
+// NaN quieted with its top payload bits), F16 through F16C, which rounds and quiets the same way.
+// rows_avx2_test compares every covered type and output with the portable decoder, bit for bit.
 //
 // Every function that uses AVX2 carries the target attribute (QLOAD_AVX2) instead of this file
 // being built with -mavx2: inline functions from shared headers must not be emitted here with
