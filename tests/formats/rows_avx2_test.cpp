@@ -1,6 +1,6 @@
 // The hand-written AVX2 decoders (quant/rows_avx2.cpp) against the portable ones (GGML:
-// ggml_rows.hpp, value(); OCP MXFP4 and NVFP4: fp4_rows.hpp and convert()), bit for bit, for every GGML
-// type either covers, MXFP4, NVFP4, and every output dtype, on
+// ggml_rows.hpp, value(); OCP MXFP4 and NVFP4: fp4_rows.hpp and convert()), bit for bit, for
+// every GGML type either covers, MXFP4, NVFP4, and every output dtype, on
 // random blocks: any bits are a valid block, so NaN, Inf and subnormal f16 scales occur, and the
 // narrowing to BF16 / F16 (rounding ties, overflow to Inf, NaN payloads) is compared as well.
 // quant_device_args_test checks the F32 path (whichever runs here) against the kernel's

@@ -1,7 +1,8 @@
 // NVFP4 (QuantScheme::kNvfp4) as compressed-tensors' nvfp4-pack-quantized and ModelOpt's NVFP4
 // store it: the CPU decoders, which run the kernels' element arithmetic (dequantize_element.hpp)
-// row by row: the AVX2 one (rows_avx2.cpp) where the CPU has it, else the portable one. The parts were matched
-// by detect_parts.cpp; their byte sizes are checked here again (a shard's, or a caller's own).
+// row by row: the AVX2 one (rows_avx2.cpp) where the CPU has it, else the portable one. The
+// parts were matched by detect_parts.cpp; their byte sizes are checked here again (a shard's, or
+// a caller's own).
 #include <algorithm>
 #include <cstring>
 

@@ -1,7 +1,8 @@
 // The CPU's row decoders that have an instruction-set-specific form: GGML blocks, OCP MXFP4 and
-// NVFP4, decoded straight to F32, BF16 or F16. ggml.cpp, mxfp4.cpp and nvfp4.cpp try the AVX2 one first
-// (rows_avx2.cpp) and fall back to the portable one; both give the same bits (rows_avx2_test
-// checks every covered type and output on random blocks, NaN and Inf scales included).
+// NVFP4, decoded straight to F32, BF16 or F16. ggml.cpp, mxfp4.cpp and nvfp4.cpp try the AVX2
+// one first (rows_avx2.cpp) and fall back to the portable one; both give the same bits
+// (rows_avx2_test checks every covered type and output on random blocks, NaN and Inf scales
+// included).
 #pragma once
 
 #include <cstddef>
