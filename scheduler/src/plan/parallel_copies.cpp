@@ -210,9 +210,9 @@ Status shard_contiguous_job(const formats::Catalog& catalog, const PlanOptions& 
 }
 
 // A dequantize, requantize or repack job's copy for tensor rank `rank` (its shard_inputs
-// listed): what it writes for the shard's geometry (Plan::decode.sharded_weights): the shard
-// dequantized, or quantized alone, or its parts repacked (as the whole weight's would be, for a weight of the shard's
-// N and K).
+// listed): what it writes for the shard's geometry (DecodePlan::sharded_weights): the shard
+// dequantized, or quantized alone, or its parts repacked (as the whole weight's would be, for a
+// weight of the shard's N and K).
 Status shard_decode_outputs(const formats::Catalog& catalog, const Plan& plan, std::uint32_t rank, DecodeJob& copy) {
   const ShardedWeight& sharded = plan.decode.sharded_weights.at(copy.logical);
   const auto& [rows, cols] = sharded.dims[rank];

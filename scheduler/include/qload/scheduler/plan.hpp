@@ -35,9 +35,9 @@
 
 namespace qload::scheduler {
 
-// Where one tensor lands: `region` indexes Plan::layout.arenas (read mode) or Plan::layout.mappings (mmap
-// mode), `offset` is the byte offset of its first byte in that region. A zero-byte tensor in
-// mmap mode has no region (kNoRegion): it needs no bytes.
+// Where one tensor lands: `region` indexes PlanLayout::arenas (read mode) or
+// PlanLayout::mappings (mmap mode), `offset` is the byte offset of its first byte in that region.
+// A zero-byte tensor in mmap mode has no region (kNoRegion): it needs no bytes.
 inline constexpr std::uint32_t kNoRegion = 0xffffffffu;
 struct TensorPlacement {
   std::uint32_t region = 0;
@@ -53,8 +53,8 @@ struct TensorPlacement {
   // Shared reads (ParallelLayout::share_reads): process `reader` reads the tensor; on the
   // other processes holding copies it is `received` (not read: it arrives from the reader
   // while the load goes on). Under SharedReads::kRelay the reader (`relayed`) cuts the other
-  // holders' copies into its relay arena (Plan::copies.relay_region) as it reads, from where they are
-  // sent: Plan::copies.relayed[relay_index].
+  // holders' copies into its relay arena (CopyPlan::relay_region) as it reads, from where they
+  // are sent: CopyPlan::relayed[relay_index].
   bool received = false;
   std::uint32_t reader = 0;
   bool relayed = false;
@@ -240,9 +240,9 @@ struct Plan {
 };
 
 // Plans loading `catalog`. Errors: kInvalidArgument (options), kUnsupported (mmap to a GPU),
-// kOverflow (offset + size, arena size), kOutOfMemory (arena over max_arena_bytes), kTruncated (a tensor past its
-// file's validated end), kCorrupt (bytes inconsistent with dtype x shape, unknown file index); each names the tensor
-// and file.
+// kOverflow (offset + size, arena size), kOutOfMemory (arena over max_arena_bytes), kTruncated
+// (a tensor past its file's validated end), kCorrupt (bytes inconsistent with dtype x shape,
+// unknown file index); each names the tensor and file.
 Result<Plan> make_plan(const formats::Catalog& catalog, const PlanOptions& options);
 
 }  // namespace qload::scheduler
