@@ -1,8 +1,10 @@
-// The hand-written AVX2 decoders (quant/rows_avx2.cpp) against the portable ones (GGML:
-// ggml_rows.hpp, value(); OCP MXFP4 and NVFP4: fp4_rows.hpp and convert()), bit for bit, for
-// every GGML type either covers, MXFP4, NVFP4, and every output dtype, on
-// random blocks: any bits are a valid block, so NaN, Inf and subnormal f16 scales occur, and the
-// narrowing to BF16 / F16 (rounding ties, overflow to Inf, NaN payloads) is compared as well.
+// The hand-written AVX2 and AVX-512 decoders (quant/rows_avx2.cpp, quant/rows_avx512.cpp) against
+// the portable ones (GGML: ggml_rows.hpp, value(); OCP MXFP4 and NVFP4: fp4_rows.hpp and
+// convert()), bit for bit, for every GGML type they cover, MXFP4, NVFP4, and every output dtype,
+// on random blocks: any bits are a valid block, so NaN, Inf and subnormal f16 scales occur, and
+// the narrowing to BF16 / F16 (rounding ties, overflow to Inf, NaN payloads, subnormal results,
+// which AVX-512's BF16 instruction would flush) is compared as well. Each instruction set this
+// CPU lacks is reported, not compared.
 // quant_device_args_test checks the F32 path (whichever runs here) against the kernel's
 // per-element arithmetic; this test is what keeps the two CPU paths equal.
 #include <catch2/catch.hpp>
@@ -24,46 +26,73 @@ using namespace qload;
 using namespace qload::formats::detail;
 using namespace qload::testing::quant_ref;
 
-TEST_CASE("ggml AVX2 decoders equal the portable ones bit for bit, every type and output", "[quant][ggml]") {
-  bool any = false;
-  for (const GgmlBlockType& type : kGgmlBlockTypes) {
-    if (!ggml_avx2_decodes(type.id)) continue;
-    any = true;
-    Rng rng(type.id);
-    constexpr std::uint64_t kRows = 5;
-    const std::uint64_t cols = 3 * 256, row_bytes = cols / type.elems * type.bytes;
-    const Bytes blocks = random_bytes(kRows * row_bytes, rng);
-    const auto* base = reinterpret_cast<const std::uint8_t*>(blocks.data());
-    for (const DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
-      INFO(type.name << " to " << dtype_name(dtype));
-      // Rows 1..4 of 5: a start past the first row, as a shard's rows would be.
-      const std::size_t out_bytes = 4 * cols * (dtype_info(dtype).bits / 8);
-      std::vector<std::byte> fast(out_bytes + 16, std::byte{0x5a}), portable(out_bytes + 16, std::byte{0x5a});
-      REQUIRE(decode_block_rows_avx2(type.id, base, row_bytes, cols, 1, 5, dtype, fast.data()));
-      REQUIRE(decode_block_rows_portable(type.id, base, row_bytes, cols, 1, 5, dtype, portable.data()));
-      std::size_t first_difference = fast.size();
-      for (std::size_t i = 0; i < fast.size() && first_difference == fast.size(); ++i)
-        if (fast[i] != portable[i]) first_difference = i;
-      INFO("first differing byte " << first_difference << " (element "
-                                   << first_difference / (dtype_info(dtype).bits / 8) << ")");
-      CHECK(first_difference == fast.size());  // nothing written past the rows either
+namespace {
+
+struct RowIsa {
+  const char* name;
+  bool (*ggml_decodes)(std::uint32_t) noexcept;
+  decltype(&decode_block_rows_avx2) block_rows;
+  decltype(&decode_mxfp4_rows_avx2) mxfp4_rows;
+  decltype(&decode_nvfp4_rows_avx2) nvfp4_rows;
+};
+const RowIsa kIsas[] = {
+    {"AVX2", ggml_avx2_decodes, decode_block_rows_avx2, decode_mxfp4_rows_avx2, decode_nvfp4_rows_avx2},
+    {"AVX-512", ggml_avx512_decodes, decode_block_rows_avx512, decode_mxfp4_rows_avx512, decode_nvfp4_rows_avx512},
+};
+
+}  // namespace
+
+TEST_CASE("ggml AVX2 and AVX-512 decoders equal the portable ones bit for bit, every type and output",
+          "[quant][ggml]") {
+  for (const RowIsa& isa : kIsas) {
+    INFO(isa.name);
+    bool any = false;
+    for (const GgmlBlockType& type : kGgmlBlockTypes) {
+      if (!isa.ggml_decodes(type.id)) continue;
+      any = true;
+      Rng rng(type.id);
+      constexpr std::uint64_t kRows = 5;
+      const std::uint64_t cols = 3 * 256, row_bytes = cols / type.elems * type.bytes;
+      Bytes blocks = random_bytes(kRows * row_bytes, rng);
+      // Q8_K's scales are f32: subnormal ones make subnormal elements.
+      if (type.name == std::string_view("Q8_K")) {
+        const std::uint32_t subnormal[] = {0x00012345u, 0x807fffffu, 0x00000001u};
+        for (std::size_t i = 0; i < std::size(subnormal); ++i)
+          std::memcpy(blocks.data() + (1 + i) * type.bytes, &subnormal[i], 4);
+      }
+      const auto* base = reinterpret_cast<const std::uint8_t*>(blocks.data());
+      for (const DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+        INFO(type.name << " to " << dtype_name(dtype));
+        // Rows 1..4 of 5: a start past the first row, as a shard's rows would be.
+        const std::size_t out_bytes = 4 * cols * (dtype_info(dtype).bits / 8);
+        std::vector<std::byte> fast(out_bytes + 16, std::byte{0x5a}), portable(out_bytes + 16, std::byte{0x5a});
+        REQUIRE(isa.block_rows(type.id, base, row_bytes, cols, 1, 5, dtype, fast.data()));
+        REQUIRE(decode_block_rows_portable(type.id, base, row_bytes, cols, 1, 5, dtype, portable.data()));
+        std::size_t first_difference = fast.size();
+        for (std::size_t i = 0; i < fast.size() && first_difference == fast.size(); ++i)
+          if (fast[i] != portable[i]) first_difference = i;
+        INFO("first differing byte " << first_difference << " (element "
+                                     << first_difference / (dtype_info(dtype).bits / 8) << ")");
+        CHECK(first_difference == fast.size());  // nothing written past the rows either
+      }
     }
+    if (!any) WARN("this CPU lacks " << isa.name << ": its decoders were not compared");
+    // The types the hand-written decoders are meant to cover, so that a lost overload is noticed.
+    if (any)
+      for (const char* name : {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q8_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
+                               "Q8_K", "IQ4_NL", "IQ4_XS", "MXFP4"})
+        for (const GgmlBlockType& type : kGgmlBlockTypes)
+          if (type.name == std::string_view(name)) CHECK(isa.ggml_decodes(type.id));
   }
-  if (!any) WARN("this CPU has no AVX2 + F16C: only the portable decoders ran (nothing compared)");
-  // The types the hand-written decoders are meant to cover, so that a lost overload is noticed.
-  if (any)
-    for (const char* name : {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q8_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
-                             "Q8_K", "IQ4_NL", "IQ4_XS", "MXFP4"})
-      for (const GgmlBlockType& type : kGgmlBlockTypes)
-        if (type.name == std::string_view(name)) CHECK(ggml_avx2_decodes(type.id));
 }
 
-TEST_CASE("OCP MXFP4 AVX2 decoder equals the portable one bit for bit, every output", "[quant][mxfp4]") {
+TEST_CASE("OCP MXFP4 AVX2 and AVX-512 decoders equal the portable one bit for bit, every output", "[quant][mxfp4]") {
   Rng rng(39);
   constexpr std::uint64_t kRows = 6, kCols = 5 * 32;
   const Bytes codes = random_bytes(kRows * kCols / 2, rng);
   Bytes exponents = random_bytes(kRows * kCols / 32, rng);
-  exponents[0] = std::byte{0}, exponents[1] = std::byte{1}, exponents[2] = std::byte{255};  // subnormal, largest
+  // Row 2 (the first decoded) starts with the scales that make subnormal elements, and the largest.
+  exponents[10] = std::byte{0}, exponents[11] = std::byte{1}, exponents[12] = std::byte{255};
   DequantArgs a;
   a.cols = kCols;
   a.groups = kCols / 32;
@@ -74,17 +103,22 @@ TEST_CASE("OCP MXFP4 AVX2 decoder equals the portable one bit for bit, every out
   for (const DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
     INFO(dtype_name(dtype));
     const std::size_t bytes = f32.size() * (dtype_info(dtype).bits / 8);
-    std::vector<std::byte> want(bytes + 16, std::byte{0x5a}), got(bytes + 16, std::byte{0x5a});
+    std::vector<std::byte> want(bytes + 16, std::byte{0x5a});
     REQUIRE(qload::formats::convert(std::as_bytes(std::span(f32)), DType::kF32, std::span(want).first(bytes), dtype));
-    if (!decode_mxfp4_rows_avx2(a.codes, a.scale_codes, kCols, 2, 6, dtype, got.data())) {
-      WARN("this CPU has no AVX2 + F16C: nothing compared");
-      return;
+    for (const RowIsa& isa : kIsas) {
+      INFO(isa.name);
+      std::vector<std::byte> got(bytes + 16, std::byte{0x5a});
+      if (!isa.mxfp4_rows(a.codes, a.scale_codes, kCols, 2, 6, dtype, got.data())) {
+        WARN("this CPU lacks " << isa.name << ": nothing compared");
+        continue;
+      }
+      CHECK(got == want);  // nothing written past the rows either
     }
-    CHECK(got == want);  // nothing written past the rows either
   }
 }
 
-TEST_CASE("NVFP4 AVX2 decoder equals the portable one bit for bit, every output and global scale", "[quant][nvfp4]") {
+TEST_CASE("NVFP4 AVX2 and AVX-512 decoders equal the portable one bit for bit, every output and global scale",
+          "[quant][nvfp4]") {
   Rng rng(41);
   constexpr std::uint64_t kRows = 6, kCols = 7 * 16;
   const Bytes codes = random_bytes(kRows * kCols / 2, rng);
@@ -93,11 +127,11 @@ TEST_CASE("NVFP4 AVX2 decoder equals the portable one bit for bit, every output 
   const std::uint8_t special[] = {0x7f, 0xff, 0x00, 0x80, 0x01, 0x7e};
   for (std::size_t i = 0; i < std::size(special); ++i) scales[14 + i] = std::byte{special[i]};
   // Divided (compressed-tensors) or multiplied (ModelOpt); a tiny divisor makes scales overflow
-  // to Inf (0 x Inf is NaN; E4M3's NaN codes give NaN too), a NaN global scale makes every
-  // element NaN.
+  // to Inf (0 x Inf is NaN; E4M3's NaN codes give NaN too), a tiny product makes subnormal
+  // elements, a NaN global scale makes every element NaN.
   for (const auto& [global, multiplies] :
        {std::pair{448.0f * 6.0f / 3.5f, false}, std::pair{1e-40f, false}, std::pair{0.0123f, true},
-        std::pair{3e38f, true}, std::pair{std::numeric_limits<float>::quiet_NaN(), false},
+        std::pair{1e-38f, true}, std::pair{3e38f, true}, std::pair{std::numeric_limits<float>::quiet_NaN(), false},
         std::pair{std::bit_cast<float>(0xffffffffu), true}}) {
     INFO("global scale " << global << (multiplies ? " (multiplies)" : " (divides)"));
     DequantArgs a;
@@ -112,18 +146,22 @@ TEST_CASE("NVFP4 AVX2 decoder equals the portable one bit for bit, every output 
     for (const DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
       INFO(dtype_name(dtype));
       const std::size_t bytes = f32.size() * (dtype_info(dtype).bits / 8);
-      std::vector<std::byte> want(bytes + 16, std::byte{0x5a}), got(bytes + 16, std::byte{0x5a});
+      std::vector<std::byte> want(bytes + 16, std::byte{0x5a});
       REQUIRE(qload::formats::convert(std::as_bytes(std::span(f32)), DType::kF32, std::span(want).first(bytes), dtype));
-      const bool decoded = decode_nvfp4_rows_avx2(a, 2, 6, dtype, got.data());
-      if (std::isnan(global)) {  // left to the portable decoder (its NaN is the compiler's choice)
-        CHECK_FALSE(decoded);
-        continue;
+      for (const RowIsa& isa : kIsas) {
+        INFO(isa.name);
+        std::vector<std::byte> got(bytes + 16, std::byte{0x5a});
+        const bool decoded = isa.nvfp4_rows(a, 2, 6, dtype, got.data());
+        if (std::isnan(global)) {  // left to the portable decoder (its NaN is the compiler's choice)
+          CHECK_FALSE(decoded);
+          continue;
+        }
+        if (!decoded) {
+          WARN("this CPU lacks " << isa.name << ": nothing compared");
+          continue;
+        }
+        CHECK(got == want);  // nothing written past the rows either
       }
-      if (!decoded) {
-        WARN("this CPU has no AVX2 + F16C: nothing compared");
-        return;
-      }
-      CHECK(got == want);  // nothing written past the rows either
     }
   }
 }

@@ -51,8 +51,9 @@ QuantLayoutText ggml_layout(const LogicalTensor& t);  // describe_layout's words
 // catalog as a weight named <name> (kCorrupt naming the tensor when the two do not match).
 Status dequantize_mxfp4(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t row_begin,
                         std::uint64_t row_end, std::span<float> out);
-// The same straight to F32, BF16 or F16 bytes where the CPU has an AVX2 decoder (rows_avx2.cpp):
-// false, nothing written, where it has not (dequantize_rows then takes the f32 path).
+// The same straight to F32, BF16 or F16 bytes where the CPU has an AVX-512 or AVX2 decoder
+// (rows_avx512.cpp, rows_avx2.cpp): false, nothing written, where it has not (dequantize_rows
+// then takes the f32 path).
 Result<bool> dequantize_mxfp4_direct(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t row_begin,
                                      std::uint64_t row_end, DType dtype, std::span<std::byte> out);
 Status detect_mxfp4(const Catalog& catalog, QuantizedCatalog& out);
@@ -82,7 +83,8 @@ Status detect_bnb8(const Catalog& catalog, QuantizedCatalog& out);
 // divided by the global scale) or ModelOpt's weight / weight_scale_2 (multiplied by it).
 Status dequantize_nvfp4(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t row_begin,
                         std::uint64_t row_end, std::span<float> out);
-// The same straight to F32, BF16 or F16 bytes where the CPU has an AVX2 decoder (as MXFP4's).
+// The same straight to F32, BF16 or F16 bytes where the CPU has an AVX-512 or AVX2 decoder (as
+// MXFP4's).
 Result<bool> dequantize_nvfp4_direct(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t row_begin,
                                      std::uint64_t row_end, DType dtype, std::span<std::byte> out);
 struct Nvfp4Global {

@@ -141,7 +141,9 @@ Status dequantize_ggml(const LogicalTensor& t, std::span<const PartBytes> parts,
                              fmt::format("ggml type {}: qload does not dequantize it (its blocks load as they are "
                                          "without --dequantize)",
                                          g.type->name)));
-  if (decode_block_rows_avx2(g.type->id, base, g.row_bytes, t.cols, row_begin, row_end, dtype, out.data())) return {};
+  if (decode_block_rows_avx512(g.type->id, base, g.row_bytes, t.cols, row_begin, row_end, dtype, out.data()) ||
+      decode_block_rows_avx2(g.type->id, base, g.row_bytes, t.cols, row_begin, row_end, dtype, out.data()))
+    return {};
   return decode_block_rows_portable(g.type->id, base, g.row_bytes, t.cols, row_begin, row_end, dtype, out.data());
 }
 

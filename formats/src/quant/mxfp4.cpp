@@ -100,7 +100,8 @@ Status dequantize_mxfp4(const LogicalTensor& t, std::span<const PartBytes> parts
 Result<bool> dequantize_mxfp4_direct(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t row_begin,
                                      std::uint64_t row_end, DType dtype, std::span<std::byte> out) {
   QLOAD_ASSIGN_OR_RETURN(const DequantArgs a, mxfp4_args(t, parts));
-  return decode_mxfp4_rows_avx2(a.codes, a.scale_codes, a.cols, row_begin, row_end, dtype, out.data());
+  return decode_mxfp4_rows_avx512(a.codes, a.scale_codes, a.cols, row_begin, row_end, dtype, out.data()) ||
+         decode_mxfp4_rows_avx2(a.codes, a.scale_codes, a.cols, row_begin, row_end, dtype, out.data());
 }
 
 }  // namespace qload::formats::detail

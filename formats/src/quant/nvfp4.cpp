@@ -65,7 +65,8 @@ Status dequantize_nvfp4(const LogicalTensor& t, std::span<const PartBytes> parts
 Result<bool> dequantize_nvfp4_direct(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t row_begin,
                                      std::uint64_t row_end, DType dtype, std::span<std::byte> out) {
   QLOAD_ASSIGN_OR_RETURN(const DequantArgs a, nvfp4_args(t, parts));
-  return decode_nvfp4_rows_avx2(a, row_begin, row_end, dtype, out.data());
+  return decode_nvfp4_rows_avx512(a, row_begin, row_end, dtype, out.data()) ||
+         decode_nvfp4_rows_avx2(a, row_begin, row_end, dtype, out.data());
 }
 
 }  // namespace qload::formats::detail

@@ -1,8 +1,8 @@
 // The CPU's row decoders that have an instruction-set-specific form: GGML blocks, OCP MXFP4 and
-// NVFP4, decoded straight to F32, BF16 or F16. ggml.cpp, mxfp4.cpp and nvfp4.cpp try the AVX2
-// one first (rows_avx2.cpp) and fall back to the portable one; both give the same bits
-// (rows_avx2_test checks every covered type and output on random blocks, NaN and Inf scales
-// included).
+// NVFP4, decoded straight to F32, BF16 or F16. ggml.cpp, mxfp4.cpp and nvfp4.cpp try the
+// AVX-512 one first (rows_avx512.cpp), then the AVX2 one (rows_avx2.cpp), and fall back to the
+// portable one; all give the same bits (rows_avx2_test checks every covered type and output on
+// random blocks, NaN, Inf and subnormal scales included).
 #pragma once
 
 #include <cstddef>
@@ -40,5 +40,15 @@ bool decode_mxfp4_rows_avx2(const std::uint8_t* codes, const std::uint8_t* expon
 // written, where the CPU lacks it or the global scale is NaN.
 bool decode_nvfp4_rows_avx2(const DequantArgs& a, std::uint64_t row_begin, std::uint64_t row_end, DType dtype,
                             std::byte* out);
+
+// The same four through AVX-512 (F, VL, BW, DQ) with its BF16 conversions (rows_avx512.cpp):
+// false, and nothing written, where the CPU lacks them (or, for NVFP4, the global scale is NaN).
+bool ggml_avx512_decodes(std::uint32_t type) noexcept;
+bool decode_block_rows_avx512(std::uint32_t type, const std::uint8_t* base, std::uint64_t row_bytes, std::uint64_t cols,
+                              std::uint64_t row_begin, std::uint64_t row_end, DType dtype, std::byte* out);
+bool decode_mxfp4_rows_avx512(const std::uint8_t* codes, const std::uint8_t* exponents, std::uint64_t cols,
+                              std::uint64_t row_begin, std::uint64_t row_end, DType dtype, std::byte* out);
+bool decode_nvfp4_rows_avx512(const DequantArgs& a, std::uint64_t row_begin, std::uint64_t row_end, DType dtype,
+                              std::byte* out);
 
 }  // namespace qload::formats::detail
