@@ -120,12 +120,13 @@ TEST_CASE("OCP MXFP4 AVX2 and AVX-512 decoders equal the portable one bit for bi
 TEST_CASE("NVFP4 AVX2 and AVX-512 decoders equal the portable one bit for bit, every output and global scale",
           "[quant][nvfp4]") {
   Rng rng(41);
-  constexpr std::uint64_t kRows = 6, kCols = 7 * 16;
+  // 19 groups a row: scales come 8, 8, then 3 at a time; groups in pairs, then one.
+  constexpr std::uint64_t kRows = 6, kCols = 19 * 16;
   const Bytes codes = random_bytes(kRows * kCols / 2, rng);
   Bytes scales = random_bytes(kRows * kCols / 16, rng);
   // E4M3 NaN (both signs), zero, -0, the smallest subnormal, the largest finite.
   const std::uint8_t special[] = {0x7f, 0xff, 0x00, 0x80, 0x01, 0x7e};
-  for (std::size_t i = 0; i < std::size(special); ++i) scales[14 + i] = std::byte{special[i]};
+  for (std::size_t i = 0; i < std::size(special); ++i) scales[2 * 19 + i] = std::byte{special[i]};  // row 2
   // Divided (compressed-tensors) or multiplied (ModelOpt); a tiny divisor makes scales overflow
   // to Inf (0 x Inf is NaN; E4M3's NaN codes give NaN too), a tiny product makes subnormal
   // elements, a NaN global scale makes every element NaN.

@@ -64,6 +64,7 @@ QLOAD_AVX2 __m256i bf16_bits(__m256 v) {
 
 template <bool kMayBeNan>
 struct Bf16Out {
+  static constexpr bool kNaN = kMayBeNan, kSubnormal = true;  // what it narrows right
   std::uint16_t* p;
   QLOAD_AVX2 void put(__m256 a, __m256 b) {
     // Every lane is <= 0xffff, so the saturating pack is exact; it interleaves 128-bit lanes,
@@ -135,8 +136,11 @@ struct Avx2Groups {
   // mul_rn(level, scale) as element::Nvfp4::value: the signed doubled level (code 8 is -0), halved
   // (exact), times the group's scale, the same two products the portable decoder's table holds.
   template <typename Out>
-  QLOAD_AVX2 static void nvfp4(const std::uint8_t* codes, float group_scale, Out& y) {
-    const __m256 scale = splat(group_scale);
+  QLOAD_AVX2 static void nvfp4(const std::uint8_t* codes, const float* scales, std::uint64_t count, Out& y) {
+    for (std::uint64_t j = 0; j < count; ++j) nvfp4_group(codes + j * 8, splat(scales[j]), y);
+  }
+  template <typename Out>
+  QLOAD_AVX2 static void nvfp4_group(const std::uint8_t* codes, __m256 scale, Out& y) {
     const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes));
     const __m128i c = _mm_unpacklo_epi8(low_nibbles(q), high_nibbles(q));  // codes in element order
     const __m128i magnitudes = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, 1, 2, 3, 4, 6, 8, 12);
@@ -201,16 +205,17 @@ bool decode_mxfp4_rows_avx2(const std::uint8_t* codes, const std::uint8_t* expon
   if (!cpu_has_avx2() || cols % 32 != 0) return false;
   switch (dtype) {
     case DType::kF32:
-      decode_mxfp4<Avx2Groups, F32Out>(codes, exponents, cols, row_begin, row_end, reinterpret_cast<float*>(out));
+      decode_mxfp4<Avx2Groups, F32Out, F32Out>(codes, exponents, cols, row_begin, row_end,
+                                               reinterpret_cast<float*>(out));
       return true;
     // The scale is finite, so no element is NaN.
     case DType::kBF16:
-      decode_mxfp4<Avx2Groups, Bf16Out<false>>(codes, exponents, cols, row_begin, row_end,
-                                               reinterpret_cast<std::uint16_t*>(out));
+      decode_mxfp4<Avx2Groups, Bf16Out<false>, Bf16Out<false>>(codes, exponents, cols, row_begin, row_end,
+                                                               reinterpret_cast<std::uint16_t*>(out));
       return true;
     case DType::kF16:
-      decode_mxfp4<Avx2Groups, F16Out>(codes, exponents, cols, row_begin, row_end,
-                                       reinterpret_cast<std::uint16_t*>(out));
+      decode_mxfp4<Avx2Groups, F16Out, F16Out>(codes, exponents, cols, row_begin, row_end,
+                                               reinterpret_cast<std::uint16_t*>(out));
       return true;
     default: return false;
   }
@@ -224,15 +229,16 @@ bool decode_nvfp4_rows_avx2(const DequantArgs& a, std::uint64_t row_begin, std::
   if (!cpu_has_avx2() || a.cols % 16 != 0 || a.groups != a.cols / 16 || std::isnan(a.global_scale)) return false;
   switch (dtype) {
     case DType::kF32:
-      decode_nvfp4<Avx2Groups, F32Out>(a, row_begin, row_end, reinterpret_cast<float*>(out));
+      decode_nvfp4<Avx2Groups, F32Out, F32Out>(a, row_begin, row_end, reinterpret_cast<float*>(out));
       return true;
     // With the global scale not NaN, every NaN an element can be is a quiet NaN with no payload
     // (an E4M3 NaN code's, or 0 x Inf's), which the plain narrowing keeps a NaN.
     case DType::kBF16:
-      decode_nvfp4<Avx2Groups, Bf16Out<false>>(a, row_begin, row_end, reinterpret_cast<std::uint16_t*>(out));
+      decode_nvfp4<Avx2Groups, Bf16Out<false>, Bf16Out<false>>(a, row_begin, row_end,
+                                                               reinterpret_cast<std::uint16_t*>(out));
       return true;
     case DType::kF16:
-      decode_nvfp4<Avx2Groups, F16Out>(a, row_begin, row_end, reinterpret_cast<std::uint16_t*>(out));
+      decode_nvfp4<Avx2Groups, F16Out, F16Out>(a, row_begin, row_end, reinterpret_cast<std::uint16_t*>(out));
       return true;
     default: return false;
   }

@@ -59,13 +59,26 @@ QLOAD_AVX512 __m256i bf16_by_integers(__m512 v) {
   return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(rounded, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), nan));
 }
 
+// VCVTNEPS2BF16 alone, for elements known not to be subnormal (rows_x86.inc checks the scales).
+struct Bf16NormalOut {
+  static constexpr bool kNaN = true, kSubnormal = false;  // what it narrows right
+  std::uint16_t* p;
+  QLOAD_AVX512 void put(__m512 v) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), __builtin_bit_cast(__m256i, _mm512_cvtneps_pbh(v)));
+    p += 16;
+  }
+};
+
+// Any elements: the instruction, or the integer rounding for a vector with a subnormal lane.
 struct Bf16Out {
   std::uint16_t* p;
   QLOAD_AVX512 void put(__m512 v) {
     constexpr int kSubnormal = 0x20;  // VFPCLASSPS's category bit
-    const __m256i bits = _mm512_fpclass_ps_mask(v, kSubnormal) == 0 ? __builtin_bit_cast(__m256i, _mm512_cvtneps_pbh(v))
-                                                                    : bf16_by_integers(v);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), bits);
+    if (_mm512_fpclass_ps_mask(v, kSubnormal) == 0) {
+      Bf16NormalOut{p}.put(v);
+    } else {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), bf16_by_integers(v));
+    }
     p += 16;
   }
 };
@@ -118,14 +131,21 @@ struct Avx512Groups {
     y.put(_mm512_mul_ps(e2m1_lookup(_mm_unpackhi_epi8(lo, hi), doubled), scale));
   }
 
-  // NVFP4: mul_rn(level, scale) as element::Nvfp4::value, the signed level (code 8 is -0) from
-  // the table.
+  // NVFP4: `count` groups of 16, each element mul_rn(level, scale) as element::Nvfp4::value,
+  // the signed level (code 8 is -0) from the table; two groups (16 bytes of codes) at a time.
   template <typename Out>
-  QLOAD_AVX512 static void nvfp4(const std::uint8_t* codes, float scale, Out& y) {
+  QLOAD_AVX512 static void nvfp4(const std::uint8_t* codes, const float* scales, std::uint64_t count, Out& y) {
     const __m512 levels = _mm512_setr_ps(0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6);
-    const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes));
-    const __m128i c = _mm_unpacklo_epi8(low_nibbles(q), high_nibbles(q));  // codes in element order
-    y.put(_mm512_mul_ps(e2m1_lookup(c, levels), splat(scale)));
+    std::uint64_t j = 0;
+    for (; j + 2 <= count; j += 2, codes += 16) {
+      const __m128i q = load16(codes), lo = low_nibbles(q), hi = high_nibbles(q);
+      y.put(_mm512_mul_ps(e2m1_lookup(_mm_unpacklo_epi8(lo, hi), levels), splat(scales[j])));
+      y.put(_mm512_mul_ps(e2m1_lookup(_mm_unpackhi_epi8(lo, hi), levels), splat(scales[j + 1])));
+    }
+    if (j < count) {
+      const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes));
+      y.put(_mm512_mul_ps(e2m1_lookup(_mm_unpacklo_epi8(low_nibbles(q), high_nibbles(q)), levels), splat(scales[j])));
+    }
   }
 };
 
@@ -162,8 +182,8 @@ bool decode_block_rows_avx512(std::uint32_t type, const std::uint8_t* base, std:
           decode_rows<T, F32Out, F32Out>(base, row_bytes, cols, row_begin, row_end, reinterpret_cast<float*>(out));
           break;
         case DType::kBF16:
-          decode_rows<T, Bf16Out, Bf16Out>(base, row_bytes, cols, row_begin, row_end,
-                                           reinterpret_cast<std::uint16_t*>(out));
+          decode_rows<T, Bf16Out, Bf16NormalOut>(base, row_bytes, cols, row_begin, row_end,
+                                                 reinterpret_cast<std::uint16_t*>(out));
           break;
         case DType::kF16:
           decode_rows<T, F16Out, F16Out>(base, row_bytes, cols, row_begin, row_end,
@@ -182,15 +202,16 @@ bool decode_mxfp4_rows_avx512(const std::uint8_t* codes, const std::uint8_t* exp
   if (!cpu_has_avx512() || cols % 32 != 0) return false;
   switch (dtype) {
     case DType::kF32:
-      decode_mxfp4<Avx512Groups, F32Out>(codes, exponents, cols, row_begin, row_end, reinterpret_cast<float*>(out));
+      decode_mxfp4<Avx512Groups, F32Out, F32Out>(codes, exponents, cols, row_begin, row_end,
+                                                 reinterpret_cast<float*>(out));
       return true;
     case DType::kBF16:
-      decode_mxfp4<Avx512Groups, Bf16Out>(codes, exponents, cols, row_begin, row_end,
-                                          reinterpret_cast<std::uint16_t*>(out));
+      decode_mxfp4<Avx512Groups, Bf16Out, Bf16NormalOut>(codes, exponents, cols, row_begin, row_end,
+                                                         reinterpret_cast<std::uint16_t*>(out));
       return true;
     case DType::kF16:
-      decode_mxfp4<Avx512Groups, F16Out>(codes, exponents, cols, row_begin, row_end,
-                                         reinterpret_cast<std::uint16_t*>(out));
+      decode_mxfp4<Avx512Groups, F16Out, F16Out>(codes, exponents, cols, row_begin, row_end,
+                                                 reinterpret_cast<std::uint16_t*>(out));
       return true;
     default: return false;
   }
@@ -202,13 +223,13 @@ bool decode_nvfp4_rows_avx512(const DequantArgs& a, std::uint64_t row_begin, std
   if (!cpu_has_avx512() || a.cols % 16 != 0 || a.groups != a.cols / 16 || std::isnan(a.global_scale)) return false;
   switch (dtype) {
     case DType::kF32:
-      decode_nvfp4<Avx512Groups, F32Out>(a, row_begin, row_end, reinterpret_cast<float*>(out));
+      decode_nvfp4<Avx512Groups, F32Out, F32Out>(a, row_begin, row_end, reinterpret_cast<float*>(out));
       return true;
     case DType::kBF16:
-      decode_nvfp4<Avx512Groups, Bf16Out>(a, row_begin, row_end, reinterpret_cast<std::uint16_t*>(out));
+      decode_nvfp4<Avx512Groups, Bf16Out, Bf16NormalOut>(a, row_begin, row_end, reinterpret_cast<std::uint16_t*>(out));
       return true;
     case DType::kF16:
-      decode_nvfp4<Avx512Groups, F16Out>(a, row_begin, row_end, reinterpret_cast<std::uint16_t*>(out));
+      decode_nvfp4<Avx512Groups, F16Out, F16Out>(a, row_begin, row_end, reinterpret_cast<std::uint16_t*>(out));
       return true;
     default: return false;
   }
