@@ -32,4 +32,7 @@ if [ ! -f "$venv/.qload-ready" ]; then
 fi
 export PYTHONPATH="$package_dir${PYTHONPATH:+:$PYTHONPATH}" QLOAD_CLI="$cli" PYTHONDONTWRITEBYTECODE=1
 export HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error TOKENIZERS_PARALLELISM=false
-cd "$here" && exec "$venv/bin/python" -m pytest -q -p no:cacheprovider "$here" "$@"
+# From a scratch directory: some clients write into the working directory (GPTQModel its logs/).
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+cd "$scratch" && "$venv/bin/python" -m pytest -q -p no:cacheprovider --rootdir "$here" "$here" "$@"
