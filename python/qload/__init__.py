@@ -37,7 +37,7 @@ from ._qload import (  # noqa: F401  (re-exported)
 )
 from ._safe_open import safe_open  # noqa: F401
 
-__all__ = ["load", "stream", "safe_open", "Model", "inspect", "Error"]
+__all__ = ["load", "stream", "safe_open", "Model", "Stream", "inspect", "Error"]
 __version__ = "0.1.0"
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -168,25 +168,46 @@ def load(source: PathLike, *, device: str = "cpu", framework: str = "pt", recipe
     return model
 
 
+class Stream:
+    """The iterator `stream` returns: (name, tensor) pairs in completion order.
+
+    `report` is None until the last tensor has been taken from a load that succeeded; then it
+    is the load's report, as `Model.report` (`first_tensor_seconds`: when the first tensor was
+    handed over; `tenths_seconds`: when each tenth of the bytes had been).
+    """
+
+    def __init__(self, native, fw):
+        self._native = native
+        self._fw = fw
+        self.report: Optional[dict] = None
+
+    def __iter__(self) -> "Stream":
+        return self
+
+    def __next__(self) -> tuple:
+        try:
+            name, carrier, dt = self._native.next()
+        except StopIteration:
+            self.report = self._native.report()
+            raise
+        return name, _convert(carrier, dt, self._fw)
+
+
 def stream(source: PathLike, *, device: str = "cpu", framework: str = "pt", recipe: Optional[PathLike] = None,
            dtype: Optional[str] = None, dequantize: Optional[str] = None, quantize: Optional[str] = None,
-           lock: Optional[PathLike] = None, settings: Optional[Mapping[str, object]] = None) -> Iterator[tuple]:
+           lock: Optional[PathLike] = None, settings: Optional[Mapping[str, object]] = None) -> Stream:
     """Yields (name, tensor) as each tensor's bytes are read and verified, while the rest load.
 
     The iterable vLLM's and SGLang's `load_weights` take. Each tensor points into the load's
     memory (no copy) and keeps it alive, also if the load later fails. If the load fails, the
-    iterator raises the error after the tensors that completed.
+    iterator raises the error after the tensors that completed; once it is exhausted, its
+    `report` holds the load's report (time to the first tensor and to each tenth of the bytes).
+    Arguments are checked, and the load starts, when it is called.
     """
     fw = _framework(framework)
     args = _args(source, recipe, device, dtype, dequantize, quantize, lock, settings)
     _check_host_framework(fw, args.device)
-    native = _qload.stream(args)
-    while True:
-        try:
-            name, carrier, dt = native.next()
-        except StopIteration:
-            return
-        yield name, _convert(carrier, dt, fw)
+    return Stream(_qload.stream(args), fw)
 
 
 def inspect(source: PathLike) -> dict:

@@ -237,6 +237,27 @@ Logger quiet_logger() {
   return Logger{};
 }
 
+// A load's report, as Model.report and Stream.report hand it to Python.
+nb::dict report_dict(const scheduler::LoadReport& r) {
+  nb::dict d;
+  d["engine"] = r.engine;
+  d["tensors"] = r.tensors;
+  d["tensor_bytes"] = r.tensor_bytes;
+  d["placed_bytes"] = r.placed_bytes;
+  d["read_bytes"] = r.read_bytes;
+  d["seconds"] = r.seconds;
+  d["gb_per_s"] = r.gb_per_s;
+  d["peak_staging_bytes"] = r.peak_staging_bytes;
+  d["unpinned_reason"] = r.unpinned_reason;
+  d["decoded_tensors"] = r.decoded_tensors;
+  d["converted_tensors"] = r.converted_tensors;
+  d["first_tensor_seconds"] = r.first_tensor_seconds;
+  nb::list tenths;
+  for (const double s : r.tenths_seconds) tenths.append(s);
+  d["tenths_seconds"] = tenths;
+  return d;
+}
+
 class Model {
  public:
   explicit Model(scheduler::Model model) : model_(std::move(model)) {}
@@ -258,26 +279,7 @@ class Model {
       out.append(nb::make_tuple(t.name, make_array(t, self), std::string(dtype_name(t.dtype))));
     return out;
   }
-  nb::dict report() const {
-    const scheduler::LoadReport& r = model_.report();
-    nb::dict d;
-    d["engine"] = r.engine;
-    d["tensors"] = r.tensors;
-    d["tensor_bytes"] = r.tensor_bytes;
-    d["placed_bytes"] = r.placed_bytes;
-    d["read_bytes"] = r.read_bytes;
-    d["seconds"] = r.seconds;
-    d["gb_per_s"] = r.gb_per_s;
-    d["peak_staging_bytes"] = r.peak_staging_bytes;
-    d["unpinned_reason"] = r.unpinned_reason;
-    d["decoded_tensors"] = r.decoded_tensors;
-    d["converted_tensors"] = r.converted_tensors;
-    d["first_tensor_seconds"] = r.first_tensor_seconds;
-    nb::list tenths;
-    for (const double s : r.tenths_seconds) tenths.append(s);
-    d["tenths_seconds"] = tenths;
-    return d;
-  }
+  nb::dict report() const { return report_dict(model_.report()); }
   nb::list quantized() const {
     nb::list out;
     const auto tensors = model_.tensors();
@@ -358,6 +360,17 @@ class Stream {
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
 
+  // The load's report once it has succeeded and every tensor was taken; None before, or if
+  // it failed.
+  nb::object report() {
+    std::optional<scheduler::LoadReport> r;
+    {
+      std::lock_guard lock(mutex_);
+      if (queue_.empty()) r = report_;
+    }
+    return r ? nb::object(report_dict(*r)) : nb::none();
+  }
+
   // The next tensor as (name, array, dtype), or StopIteration; raises the load's error.
   nb::object next() {
     std::unique_ptr<StreamedTensor> t;
@@ -409,12 +422,14 @@ class Stream {
     Result<session::LoadOutcome> outcome = session::load(make_spec(args_), quiet_logger(), hooks);
     std::lock_guard lock(mutex_);
     if (!outcome && !cancelled_) error_ = outcome.error();
+    if (outcome) report_ = outcome->model.report();
     done_ = true;
     changed_.notify_all();
   }
 
   static constexpr std::size_t kMaxQueued = 4;
   LoadArgs args_;
+  std::optional<scheduler::LoadReport> report_;  // once the load has succeeded
   std::mutex mutex_;
   std::condition_variable changed_;
   std::deque<std::unique_ptr<StreamedTensor>> queue_;
@@ -505,7 +520,7 @@ NB_MODULE(_qload, m) {
       .def("report", &Model::report)
       .def("quantized", &Model::quantized);
 
-  nb::class_<Stream>(m, "Stream").def("next", &Stream::next);
+  nb::class_<Stream>(m, "Stream").def("next", &Stream::next).def("report", &Stream::report);
 
   m.def("load", &load, nb::arg("args"), nb::arg("progress").none() = nb::none());
   m.def(

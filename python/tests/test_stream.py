@@ -58,3 +58,27 @@ def test_streamed_tensors_point_into_the_loads_memory_and_outlive_the_stream(tmp
         # Not a copy: placed in the load's arena at its tensor alignment (256 bytes), which a
         # separately allocated copy would hit one time in 16.
         assert t.__array_interface__["data"][0] % 256 == 0, name
+
+
+def test_the_exhausted_stream_reports_time_to_first_tensor_and_to_each_tenth(tmp_path, qload_cli):
+    synth(qload_cli, tmp_path / "m")
+    it = qload.stream(tmp_path / "m", settings={"slot_bytes": "64KiB"}, framework="np")
+    assert it.report is None  # nothing until the load is over and every tensor taken
+    names = [name for name, _ in it]
+    report = it.report
+    assert report is not None and report["tensors"] == len(names)
+    assert 0 < report["first_tensor_seconds"] <= report["seconds"]
+    tenths = report["tenths_seconds"]
+    assert len(tenths) == 10 and tenths == sorted(tenths)
+    assert report["first_tensor_seconds"] <= tenths[0] and tenths[-1] <= report["seconds"]
+
+
+def test_a_failed_stream_has_no_report(tmp_path, checkpoint):
+    path, _ = checkpoint
+    bad = tmp_path / "truncated.safetensors"
+    bad.write_bytes(path.read_bytes()[:-10])
+    it = qload.stream(bad, framework="np")
+    with pytest.raises(qload.Error):
+        for _ in it:
+            pass
+    assert it.report is None
