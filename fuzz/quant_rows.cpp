@@ -1,0 +1,123 @@
+// libFuzzer target, differential: the x86 row decoders (rows_avx512.cpp, rows_avx2.cpp) against
+// the portable ones on any bytes. The input picks a format (a GGML block type, OCP MXFP4 or
+// NVFP4), a few rows and columns, and for NVFP4 the global scale and its use; the rest are the
+// blocks, codes and scales (any bytes are valid ones). Each instruction set this CPU has must
+// write exactly the portable decoder's bytes for F32, BF16 and F16, and nothing past the rows:
+// a difference aborts, naming the format, output and first differing byte. (A NaN global scale
+// stays with the portable NVFP4 decoder, as the dispatch does.)
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <span>
+#include <vector>
+
+#include "gguf/ggml_types.hpp"
+#include "qload/formats/convert.hpp"
+#include "quant/fp4_rows.hpp"
+#include "quant/row_decoders.hpp"
+
+namespace {
+
+using namespace qload;
+using namespace qload::formats::detail;
+
+constexpr DType kOutputs[] = {DType::kF32, DType::kBF16, DType::kF16};
+constexpr std::size_t kSentinel = 16;  // bytes past the rows that must stay untouched
+
+std::size_t out_bytes(std::uint64_t elems, DType dtype) {
+  return static_cast<std::size_t>(elems * (dtype_info(dtype).bits / 8));
+}
+
+[[noreturn]] void differ(const char* what, DType dtype, const std::vector<std::byte>& want,
+                         const std::vector<std::byte>& got) {
+  std::size_t at = 0;
+  while (at < want.size() && want[at] == got[at]) ++at;
+  std::fprintf(stderr, "%s to %s: the SIMD decoder differs from the portable one at byte %zu\n", what,
+               std::string(dtype_name(dtype)).c_str(), at);
+  std::abort();
+}
+
+// GGML: type id, rows 1-4, 1-3 blocks a row.
+void ggml_case(std::uint8_t type_byte, std::uint8_t shape, std::span<const std::uint8_t> rest) {
+  const formats::gguf::GgmlType* type = formats::gguf::find_ggml_type(type_byte % 42);
+  if (type == nullptr || type->block_elems <= 1) return;
+  const std::uint64_t rows = 1 + shape % 4, blocks = 1 + (shape >> 2) % 3;
+  const std::uint64_t cols = blocks * type->block_elems, row_bytes = blocks * type->block_bytes;
+  if (rest.size() < rows * row_bytes) return;
+  for (const DType dtype : kOutputs) {
+    const std::size_t bytes = out_bytes(rows * cols, dtype);
+    std::vector<std::byte> want(bytes + kSentinel, std::byte{0x5a});
+    if (!decode_block_rows_portable(type->id, rest.data(), row_bytes, cols, 0, rows, dtype, want.data())) continue;
+    using Decode = decltype(&decode_block_rows_avx2);
+    for (const Decode decode : {decode_block_rows_avx512, decode_block_rows_avx2}) {
+      std::vector<std::byte> got(bytes + kSentinel, std::byte{0x5a});
+      if (decode(type->id, rest.data(), row_bytes, cols, 0, rows, dtype, got.data()) && got != want)
+        differ(std::string(type->name).c_str(), dtype, want, got);
+    }
+  }
+}
+
+// OCP MXFP4 (group 32) or NVFP4 (group 16): rows 1-4, 1-19 groups a row; NVFP4 takes the
+// global scale from 4 input bytes and whether it multiplies from one bit.
+void fp4_case(bool nvfp4, std::uint8_t shape, std::span<const std::uint8_t> rest) {
+  const std::uint64_t group = nvfp4 ? 16 : 32, rows = 1 + shape % 4, groups = 1 + (shape >> 2) % 19;
+  const std::uint64_t cols = groups * group;
+  DequantArgs a;
+  if (nvfp4) {
+    if (rest.size() < 5) return;
+    std::uint32_t bits = 0;
+    std::memcpy(&bits, rest.data(), 4);
+    a.global_scale = std::bit_cast<float>(bits);
+    a.global_multiplies = (rest[4] & 1) != 0;
+    rest = rest.subspan(5);
+  }
+  const std::uint64_t code_bytes = rows * cols / 2, scale_bytes = rows * groups;
+  if (rest.size() < code_bytes + scale_bytes) return;
+  a.cols = cols;
+  a.groups = groups;
+  a.codes = rest.data();
+  a.scale_codes = rest.data() + code_bytes;
+  std::vector<float> f32(static_cast<std::size_t>(rows * cols));
+  if (nvfp4)
+    decode_fp4_rows<element::Nvfp4>(a, group, 0, rows, f32.data());
+  else
+    decode_fp4_rows<element::Mxfp4>(a, group, 0, rows, f32.data());
+  for (const DType dtype : kOutputs) {
+    const std::size_t bytes = out_bytes(rows * cols, dtype);
+    std::vector<std::byte> want(bytes + kSentinel, std::byte{0x5a});
+    if (!formats::convert(std::as_bytes(std::span(f32)), DType::kF32, std::span(want).first(bytes), dtype)) continue;
+    const auto check = [&](const char* isa, auto decode) {
+      std::vector<std::byte> got(bytes + kSentinel, std::byte{0x5a});
+      if (decode(got.data()) && got != want) differ(isa, dtype, want, got);
+    };
+    if (nvfp4) {
+      if (std::isnan(a.global_scale)) continue;  // the portable decoder's own case
+      check("NVFP4 (AVX-512)", [&](std::byte* out) { return decode_nvfp4_rows_avx512(a, 0, rows, dtype, out); });
+      check("NVFP4 (AVX2)", [&](std::byte* out) { return decode_nvfp4_rows_avx2(a, 0, rows, dtype, out); });
+    } else {
+      check("MXFP4 (AVX-512)", [&](std::byte* out) {
+        return decode_mxfp4_rows_avx512(a.codes, a.scale_codes, cols, 0, rows, dtype, out);
+      });
+      check("MXFP4 (AVX2)",
+            [&](std::byte* out) { return decode_mxfp4_rows_avx2(a.codes, a.scale_codes, cols, 0, rows, dtype, out); });
+    }
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  if (size < 3) return 0;
+  const std::span<const std::uint8_t> rest(data + 3, size - 3);
+  switch (data[0] % 3) {
+    case 0: ggml_case(data[1], data[2], rest); break;
+    case 1: fp4_case(false, data[2], rest); break;
+    default: fp4_case(true, data[2], rest); break;
+  }
+  return 0;
+}
