@@ -2,7 +2,9 @@
 // NVFP4, decoded straight to F32, BF16 or F16. ggml.cpp, mxfp4.cpp and nvfp4.cpp try the
 // AVX-512 one first (rows_avx512.cpp), then the AVX2 one (rows_avx2.cpp), and fall back to the
 // portable one; all give the same bits (rows_avx2_test checks every covered type and output on
-// random blocks, NaN, Inf and subnormal scales included).
+// random blocks, NaN, Inf and subnormal scales included; fuzz_quant_rows any bytes). One
+// freedom: where a NaN scale meets a NaN minimum, IEEE 754 lets either payload through and
+// compilers may swap an addition's operands, so that element is a NaN of either payload.
 #pragma once
 
 #include <cstddef>
