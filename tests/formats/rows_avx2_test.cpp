@@ -91,8 +91,10 @@ TEST_CASE("OCP MXFP4 AVX2 and AVX-512 decoders equal the portable one bit for bi
   constexpr std::uint64_t kRows = 6, kCols = 5 * 32;
   const Bytes codes = random_bytes(kRows * kCols / 2, rng);
   Bytes exponents = random_bytes(kRows * kCols / 32, rng);
-  // Row 2 (the first decoded) starts with the scales that make subnormal elements, and the largest.
+  // Row 2 (the first decoded) starts with the scales that make subnormal elements, the largest,
+  // and the last and first exponents e whose 12 x 2^(e - 128) is finite and is not.
   exponents[10] = std::byte{0}, exponents[11] = std::byte{1}, exponents[12] = std::byte{255};
+  exponents[13] = std::byte{252}, exponents[14] = std::byte{253};
   DequantArgs a;
   a.cols = kCols;
   a.groups = kCols / 32;

@@ -210,8 +210,8 @@ bool decode_mxfp4_rows_avx2(const std::uint8_t* codes, const std::uint8_t* expon
       return true;
     // The scale is finite, so no element is NaN.
     case DType::kBF16:
-      decode_mxfp4<Avx2Groups, Bf16Out<false>, Bf16Out<false>>(codes, exponents, cols, row_begin, row_end,
-                                                               reinterpret_cast<std::uint16_t*>(out));
+      decode_mxfp4<Avx2Groups, Bf16Out<false>, Bf16Out<false>, true>(codes, exponents, cols, row_begin, row_end,
+                                                                     reinterpret_cast<std::uint16_t*>(out));
       return true;
     case DType::kF16:
       decode_mxfp4<Avx2Groups, F16Out, F16Out>(codes, exponents, cols, row_begin, row_end,

@@ -206,8 +206,8 @@ bool decode_mxfp4_rows_avx512(const std::uint8_t* codes, const std::uint8_t* exp
                                                  reinterpret_cast<float*>(out));
       return true;
     case DType::kBF16:
-      decode_mxfp4<Avx512Groups, Bf16Out, Bf16NormalOut>(codes, exponents, cols, row_begin, row_end,
-                                                         reinterpret_cast<std::uint16_t*>(out));
+      decode_mxfp4<Avx512Groups, Bf16Out, Bf16NormalOut, true>(codes, exponents, cols, row_begin, row_end,
+                                                               reinterpret_cast<std::uint16_t*>(out));
       return true;
     case DType::kF16:
       decode_mxfp4<Avx512Groups, F16Out, F16Out>(codes, exponents, cols, row_begin, row_end,
