@@ -185,8 +185,8 @@ bool decode_block_rows_avx2(std::uint32_t type, const std::uint8_t* base, std::u
           decode_rows<T, F32Out, F32Out>(base, row_bytes, cols, row_begin, row_end, reinterpret_cast<float*>(out));
           break;
         case DType::kBF16:
-          decode_rows<T, Bf16Out<true>, Bf16Out<false>>(base, row_bytes, cols, row_begin, row_end,
-                                                        reinterpret_cast<std::uint16_t*>(out));
+          decode_rows<T, Bf16Out<true>, Bf16Out<false>, true>(base, row_bytes, cols, row_begin, row_end,
+                                                              reinterpret_cast<std::uint16_t*>(out));
           break;
         case DType::kF16:
           decode_rows<T, F16Out, F16Out>(base, row_bytes, cols, row_begin, row_end,
