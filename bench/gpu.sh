@@ -4,7 +4,8 @@
 # The GPU machine has none of our Debian libraries, so build a static tree here, pack its
 # binaries stripped (the device tool carries 64 MiB at most; a debug build is ~1 GB) and carry
 # that:   QLOAD_STATIC=ON BUILD_DIR=build-static ./setup.sh && bench/gpu_pack.sh build-static build-gpu
-# then, with the device tool: run `bench/gpu.sh build-gpu` carrying build-gpu (~21 MB).
+# then, with the device tool: run `bench/gpu.sh build-gpu` carrying build-gpu (~21 MB), and
+# .whl (~3.5 MB) after bench/gpu_wheels.sh, for the GPU peers the machine lacks.
 #
 # Results: the device tool returns at most 8 files, so every step's log (and its JSON, if any)
 # goes into one tarball, $OUT/gpu-results.tar.gz, and one line per step (status, seconds) into
@@ -59,6 +60,17 @@ step() {  # step NAME COMMAND...: runs, tees to the log NAME.txt, records status
   # logs of the steps that finished.
   tar -czf "$out/gpu-results.tar.gz" -C "$logs" .
 }
+
+# Python packages carried as wheels (bench/gpu_wheels.sh: the GPU peers the machine lacks).
+wheels_dir="$here/../.whl"
+if compgen -G "$wheels_dir/*.whl" >/dev/null; then
+  if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/qload-site "$wheels_dir"/*.whl; then
+    export PYTHONPATH="/tmp/qload-site${PYTHONPATH:+:$PYTHONPATH}"
+    echo "wheels: installed $(cd "$wheels_dir" && echo *.whl)" >>"$summary"
+  else
+    echo "wheels: could not install $wheels_dir/*.whl (the peers that need them are skipped)" >>"$summary"
+  fi
+fi
 
 # NCCL: GPU machines often have it only inside a Python environment (the nvidia-nccl wheels).
 if ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2'; then

@@ -6,10 +6,12 @@
 #   - a plain read of the files: `dd bs=8M of=/dev/null` per file (what the disk or page cache
 #     gives with no memory to fill),
 #   - `qload load MODEL --device cuda:N --json`, cold (page cache dropped, when root) and warm,
-#   - the peers where python3 can import them and torch sees the GPU: safetensors
-#     (`safe_open(..., device="cuda:N")`, every tensor of every shard) and fastsafetensors
-#     (SafeTensorsFileLoader, nogds), timed inside Python after CUDA is initialised, so their
-#     numbers leave out interpreter start-up and `import torch`,
+#   - the peers where python3 can import them and torch sees the GPU (bench/gpu_peer.py):
+#     safetensors (`safe_open(..., device="cuda:N")`, every tensor of every shard),
+#     fastsafetensors (SafeTensorsFileLoader, nogds) and the Run:ai model streamer (to host
+#     memory, each tensor then copied to the GPU, as vLLM's runai_streamer format does), timed
+#     inside Python after CUDA is initialised, so their numbers leave out interpreter start-up
+#     and `import torch`,
 # and print GB/s (10^9 bytes of the files per second), ratios and the goals:
 #   warm qload >= 0.85x the copy ceiling;  cold qload >= 0.9x min(plain read, copy ceiling);
 #   qload faster than each peer (cold vs cold, warm vs warm);
@@ -25,7 +27,8 @@
 #   DEVICE                      CUDA device index (default 0)
 #   RUNS                        rounds (default 3)
 #   H2D_SIZE                    bytes per ceiling copy (default 1GiB)
-#   PEERS                       peers to try (default "safetensors fastsafetensors"; "" for none)
+#   PEERS                       peers to try (default "safetensors fastsafetensors runai"; "" for
+#                               none); bench/gpu_wheels.sh fetches the wheels the GPU machine lacks
 #   KEEP=1                      keep the checkpoint (a later run with the same shape reuses it)
 #   STRICT=1                    exit 2 when a goal is missed (default: misses are reported only)
 #   COLD=0                      skip the cold runs (they sync and empty the whole page cache)
@@ -39,6 +42,7 @@
 set -uo pipefail
 export LC_ALL=C  # '.' as the decimal point for printf and awk
 
+here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-build}
 work=${2:-/tmp/qload-gpu-load-bench}
 qload="$build/qload"
@@ -46,7 +50,7 @@ h2d="$build/bench/qload_h2d_bench"
 runs=${RUNS:-3}
 device=${DEVICE:-0}
 min_bytes=${MIN_BYTES:-8000000000}
-peers=${PEERS-safetensors fastsafetensors}
+peers=${PEERS-safetensors fastsafetensors runai}
 model="$work/model"
 shape=(--layers "${LAYERS:-32}" --hidden "${HIDDEN:-4096}" --intermediate "${INTERMEDIATE:-11008}"
   --vocab "${VOCAB:-32000}" --heads "${HEADS:-32}" --kv-heads "${KV_HEADS:-8}" --shards "${SHARDS:-4}"
@@ -205,70 +209,10 @@ measure_qload() {  # measure_qload CACHE
   record "$key" "$seconds" "$rss"
 }
 
-# The peers run in their own python3 process each time: a clean heap, a fresh page-cache state
-# for cold runs and an honest peak RSS. Exit 3 = the peer cannot be imported or used here.
-cat > "$work/peer.py" << 'PY'
-import json, resource, sys, time
-
-peer, device, files = sys.argv[1], sys.argv[2], sys.argv[3:]
-try:
-    import torch
-    if not torch.cuda.is_available():
-        raise RuntimeError("torch sees no CUDA device")
-    if peer == "safetensors":
-        from safetensors import safe_open
-    else:
-        import fastsafetensors
-        from fastsafetensors import SafeTensorsFileLoader
-        try:
-            from fastsafetensors import SingleGroup
-            group = SingleGroup()
-        except ImportError:
-            group = None  # newer releases take None for a single process
-except Exception as e:  # anything that makes the peer unusable here, not a failed load
-    print(f"{type(e).__name__}: {e}", file=sys.stderr)
-    sys.exit(3)
-if len(files) == 0:  # availability check only
-    sys.exit(0)
-
-torch.cuda.set_device(torch.device(device))
-torch.zeros(1, device=device)  # CUDA context up before the clock starts
-torch.cuda.synchronize()
-
-
-def load_safetensors():
-    tensors = []
-    for path in files:
-        with safe_open(path, framework="pt", device=device) as f:
-            for k in f.keys():
-                tensors.append(f.get_tensor(k))
-    torch.cuda.synchronize()
-    return tensors, []
-
-
-def load_fastsafetensors():
-    # Releases differ: older ones take a torch.device, newer ones a string.
-    try:
-        loader = SafeTensorsFileLoader(group, device, nogds=True)
-    except (AttributeError, TypeError):
-        loader = SafeTensorsFileLoader(group, torch.device(device), nogds=True)
-    loader.add_filenames({0: files})
-    fb = loader.copy_files_to_device()
-    keys = list(loader.get_keys()) if hasattr(loader, "get_keys") else list(fb.key_to_rank_lidx.keys())
-    tensors = [fb.get_tensor(k) for k in keys]
-    torch.cuda.synchronize()
-    return tensors, [fb, loader]
-
-
-start = time.perf_counter()
-tensors, owners = load_safetensors() if peer == "safetensors" else load_fastsafetensors()
-seconds = time.perf_counter() - start
-rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-print(json.dumps({"seconds": seconds, "tensors": len(tensors), "peak_rss_bytes": rss}))
-del tensors
-for o in owners:
-    o.close()
-PY
+# The peers run in their own python3 process each time (bench/gpu_peer.py): a clean heap, a
+# fresh page-cache state for cold runs and an honest peak RSS. Exit 3 = the peer cannot be
+# imported or used here.
+peer_py="$here/gpu_peer.py"
 
 declare -A peer_ok peer_note  # peer -> 1 when importable with a GPU; what the check said
 check_peers() {
@@ -278,7 +222,7 @@ check_peers() {
       peer_note[$p]="not available (no python3)"
     else
       rc=0
-      python3 "$work/peer.py" "$p" "cuda:$device" > /dev/null 2> "$work/peer.err" || rc=$?
+      python3 "$peer_py" "$p" "cuda:$device" > /dev/null 2> "$work/peer.err" || rc=$?
       if [ "$rc" -eq 0 ]; then
         peer_ok[$p]=1
         peer_note[$p]="available"
@@ -294,7 +238,7 @@ measure_peer() {  # measure_peer CACHE PEER
   local key="$1|$2" rc=0
   [ "${peer_ok[$2]:-0}" = 1 ] || return
   prepare "$1"
-  python3 "$work/peer.py" "$2" "cuda:$device" "${files[@]}" > "$work/peer.json" 2> "$work/peer.err" || rc=$?
+  python3 "$peer_py" "$2" "cuda:$device" "${files[@]}" > "$work/peer.json" 2> "$work/peer.err" || rc=$?
   if [ "$rc" -ne 0 ]; then
     record_failure "$key" "peer $2 failed (exit $rc): $(last_line "$work/peer.err")"
     return
