@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 
 #include "decoders.hpp"
@@ -234,8 +235,8 @@ bool decode_nvfp4_rows_avx2(const DequantArgs& a, std::uint64_t row_begin, std::
     // With the global scale not NaN, every NaN an element can be is a quiet NaN with no payload
     // (an E4M3 NaN code's, or 0 x Inf's), which the plain narrowing keeps a NaN.
     case DType::kBF16:
-      decode_nvfp4<Avx2Groups, Bf16Out<false>, Bf16Out<false>>(a, row_begin, row_end,
-                                                               reinterpret_cast<std::uint16_t*>(out));
+      decode_nvfp4<Avx2Groups, Bf16Out<false>, Bf16Out<false>, true>(a, row_begin, row_end,
+                                                                     reinterpret_cast<std::uint16_t*>(out));
       return true;
     case DType::kF16:
       decode_nvfp4<Avx2Groups, F16Out, F16Out>(a, row_begin, row_end, reinterpret_cast<std::uint16_t*>(out));
