@@ -157,6 +157,18 @@ struct Avx2Groups {
   }
 };
 
+// BF16 outputs: any elements (the NaN rule), and the cheaper narrowing for blocks whose scales
+// are finite. MXFP4's elements are never NaN; with the global scale not NaN, every NaN an NVFP4
+// element can be is a quiet NaN with no payload (an E4M3 NaN code's, or 0 x Inf's), which the
+// plain narrowing keeps a NaN: both take it, NVFP4 through its table where scales are finite.
+struct Avx2Outputs {
+  using Bf16 = Bf16Out<true>;
+  using Bf16Fast = Bf16Out<false>;
+  using Fp4Bf16 = Bf16Out<false>;
+  using Fp4Bf16Fast = Bf16Out<false>;
+  static constexpr bool kNvfp4Table = true;
+};
+
 bool cpu_has_avx2() noexcept {
   // (clang's __builtin_cpu_supports does not know "f16c": CPUID leaf 1, ECX bit 29, read once.)
   static const bool has = [] {
@@ -176,73 +188,19 @@ bool ggml_avx2_decodes(std::uint32_t type) noexcept {
 
 bool decode_block_rows_avx2(std::uint32_t type, const std::uint8_t* base, std::uint64_t row_bytes, std::uint64_t cols,
                             std::uint64_t row_begin, std::uint64_t row_end, DType dtype, std::byte* out) {
-  if (!ggml_avx2_decodes(type)) return false;
-  bool done = false;
-  ggml::with_block_type(type, [&](auto t) {
-    using T = decltype(t);
-    if constexpr (Covered<T>) {
-      switch (dtype) {
-        case DType::kF32:
-          decode_rows<T, F32Out, F32Out>(base, row_bytes, cols, row_begin, row_end, reinterpret_cast<float*>(out));
-          break;
-        case DType::kBF16:
-          decode_rows<T, Bf16Out<true>, Bf16Out<false>, true>(base, row_bytes, cols, row_begin, row_end,
-                                                              reinterpret_cast<std::uint16_t*>(out));
-          break;
-        case DType::kF16:
-          decode_rows<T, F16Out, F16Out>(base, row_bytes, cols, row_begin, row_end,
-                                         reinterpret_cast<std::uint16_t*>(out));
-          break;
-        default: return;
-      }
-      done = true;
-    }
-  });
-  return done;
+  return ggml_avx2_decodes(type) &&
+         block_rows<Avx2Outputs>(type, base, row_bytes, cols, row_begin, row_end, dtype, out);
 }
 
 bool decode_mxfp4_rows_avx2(const std::uint8_t* codes, const std::uint8_t* exponents, std::uint64_t cols,
                             std::uint64_t row_begin, std::uint64_t row_end, DType dtype, std::byte* out) {
-  if (!cpu_has_avx2() || cols % 32 != 0) return false;
-  switch (dtype) {
-    case DType::kF32:
-      decode_mxfp4<Avx2Groups, F32Out, F32Out>(codes, exponents, cols, row_begin, row_end,
-                                               reinterpret_cast<float*>(out));
-      return true;
-    // The scale is finite, so no element is NaN.
-    case DType::kBF16:
-      decode_mxfp4<Avx2Groups, Bf16Out<false>, Bf16Out<false>, true>(codes, exponents, cols, row_begin, row_end,
-                                                                     reinterpret_cast<std::uint16_t*>(out));
-      return true;
-    case DType::kF16:
-      decode_mxfp4<Avx2Groups, F16Out, F16Out>(codes, exponents, cols, row_begin, row_end,
-                                               reinterpret_cast<std::uint16_t*>(out));
-      return true;
-    default: return false;
-  }
+  return cpu_has_avx2() && cols % 32 == 0 &&
+         mxfp4_rows<Avx2Groups, Avx2Outputs>(codes, exponents, cols, row_begin, row_end, dtype, out);
 }
 
 bool decode_nvfp4_rows_avx2(const DequantArgs& a, std::uint64_t row_begin, std::uint64_t row_end, DType dtype,
                             std::byte* out) {
-  // A NaN global scale (a broken file) makes every element NaN, and which NaN the portable
-  // decoder gives (its scale's or the global one) is the compiler's choice of operand order for
-  // the product: that case stays with the portable decoder, so the two always agree.
-  if (!cpu_has_avx2() || a.cols % 16 != 0 || a.groups != a.cols / 16 || std::isnan(a.global_scale)) return false;
-  switch (dtype) {
-    case DType::kF32:
-      decode_nvfp4<Avx2Groups, F32Out, F32Out>(a, row_begin, row_end, reinterpret_cast<float*>(out));
-      return true;
-    // With the global scale not NaN, every NaN an element can be is a quiet NaN with no payload
-    // (an E4M3 NaN code's, or 0 x Inf's), which the plain narrowing keeps a NaN.
-    case DType::kBF16:
-      decode_nvfp4<Avx2Groups, Bf16Out<false>, Bf16Out<false>, true>(a, row_begin, row_end,
-                                                                     reinterpret_cast<std::uint16_t*>(out));
-      return true;
-    case DType::kF16:
-      decode_nvfp4<Avx2Groups, F16Out, F16Out>(a, row_begin, row_end, reinterpret_cast<std::uint16_t*>(out));
-      return true;
-    default: return false;
-  }
+  return cpu_has_avx2() && nvfp4_rows_fit(a) && nvfp4_rows<Avx2Groups, Avx2Outputs>(a, row_begin, row_end, dtype, out);
 }
 
 #else  // not x86-64: the portable decoders only
