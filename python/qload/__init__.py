@@ -54,7 +54,18 @@ def _text(value, name: str, allowed: Optional[set] = None) -> str:
     return value
 
 
-def _args(source, recipe, device, dtype, dequantize, quantize, lock, settings) -> "_qload.LoadArgs":
+def _count(value, name: str) -> int:
+    if value is None:
+        return 0
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if not 1 <= value <= 65536:
+        raise ValueError(f"{name} = {value}: expected 1 to 65536")
+    return value
+
+
+def _args(source, recipe, device, dtype, dequantize, quantize, lock, settings, world=None,
+          parallel=(None, None, None, False)) -> "_qload.LoadArgs":
     if not isinstance(source, (str, os.PathLike)):
         raise TypeError(f"source must be a path (str or os.PathLike), not {type(source).__name__}")
     if recipe is not None and not isinstance(recipe, (str, os.PathLike)):
@@ -79,7 +90,56 @@ def _args(source, recipe, device, dtype, dequantize, quantize, lock, settings) -
             value = "on" if value else "off"
         pairs.append((key, str(value)))
     args.settings = pairs
+    args.world = _world(world)
+    tp, pp, dp, share_reads = parallel
+    args.tensor_parallel = _count(tp, "tensor_parallel")
+    args.pipeline_parallel = _count(pp, "pipeline_parallel")
+    args.data_parallel = _count(dp, "data_parallel")
+    if not isinstance(share_reads, bool):
+        raise TypeError(f"share_reads must be a bool, not {type(share_reads).__name__}")
+    args.share_reads = share_reads
     return args
+
+
+_WORLD_KEYS = ("rank", "world_size", "local_rank", "local_world_size", "master_addr", "master_port", "token")
+
+
+def _world(world) -> "Optional[_qload.World]":
+    """world= as the native World: torchrun's names in lower case; None for one process."""
+    if world is None:
+        return None
+    if not isinstance(world, Mapping):
+        raise TypeError(f"world must be a mapping ({', '.join(_WORLD_KEYS)}), not {type(world).__name__}")
+    unknown = sorted(str(key) for key in world if key not in _WORLD_KEYS)
+    if unknown:
+        raise ValueError(f"world: unknown key(s) {', '.join(unknown)}; known: {', '.join(_WORLD_KEYS)}")
+    for key in ("rank", "world_size"):
+        if key not in world:
+            raise ValueError(f"world needs {key!r}")
+    for key in ("rank", "world_size", "local_rank", "local_world_size", "master_port"):
+        if key in world:
+            value = world[key]
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise TypeError(f"world[{key!r}] must be an int, not {type(value).__name__}")
+            if value < 0 or value > 2**31:
+                raise ValueError(f"world[{key!r}] = {value} is out of range")
+    for key in ("master_addr", "token"):
+        if key in world and not isinstance(world[key], str):
+            raise TypeError(f"world[{key!r}] must be a str, not {type(world[key]).__name__}")
+    if not 1 <= world.get("master_port", 29500) <= 65535:
+        raise ValueError(f"world['master_port'] = {world['master_port']} is not a TCP port")
+    if world["world_size"] == 1 and world["rank"] == 0:
+        return None
+    w = _qload.World()
+    w.rank = world["rank"]
+    w.size = world["world_size"]
+    w.local_size = world.get("local_world_size", world["world_size"])
+    w.local_rank = world.get("local_rank", world["rank"] % max(w.local_size, 1))
+    w.master_addr = world.get("master_addr", "127.0.0.1")
+    w.master_port = world.get("master_port", 29500)
+    w.token = world.get("token", "")
+    w.runtime_dir = os.environ.get("XDG_RUNTIME_DIR", "")
+    return w  # the native side checks the rest (rank < world_size, a token across nodes, ...)
 
 
 def _framework(framework: str) -> str:
@@ -145,7 +205,9 @@ class Model(dict):
 def load(source: PathLike, *, device: str = "cpu", framework: str = "pt", recipe: Optional[PathLike] = None,
          dtype: Optional[str] = None, dequantize: Optional[str] = None, quantize: Optional[str] = None,
          lock: Optional[PathLike] = None, settings: Optional[Mapping[str, object]] = None,
-         progress: Progress = None) -> Model:
+         progress: Progress = None, tensor_parallel: Optional[int] = None, pipeline_parallel: Optional[int] = None,
+         data_parallel: Optional[int] = None, share_reads: bool = False,
+         world: Optional[Mapping[str, object]] = None) -> Model:
     """Loads a checkpoint (a .safetensors file, a directory, an index json, or a .lua recipe).
 
     device: "cpu", "cuda:N" or a comma-separated list; framework: "pt" (torch) or "np" (numpy);
@@ -154,10 +216,17 @@ def load(source: PathLike, *, device: str = "cpu", framework: str = "pt", recipe
     dtype / dequantize: "bf16", "f16" or "f32"; quantize: "fp8[:per-tensor|per-channel|block]"
     or "int8"; lock: a lockfile the load must match; settings: qload's settings by name
     (`qload config` lists them); progress: None (a bar on a terminal), False, True, or a
-    callable(done_bytes, total_bytes).
+    callable(done_bytes, total_bytes); tensor_parallel / pipeline_parallel / data_parallel: a
+    parallel layout over `device`'s devices, or over the processes of a world (docs/parallel.md),
+    with share_reads: each tensor read by one of the processes holding it; world: this
+    process's place in a load by several processes, for a server that knows it without torchrun's environment: {"rank",
+    "world_size"} and optionally "local_rank", "local_world_size", "master_addr" (default
+    127.0.0.1), "master_port" (29500), "token" (needed across nodes); unset: the environment's
+    RANK, WORLD_SIZE, ... if any.
     """
     fw = _framework(framework)
-    args = _args(source, recipe, device, dtype, dequantize, quantize, lock, settings)
+    args = _args(source, recipe, device, dtype, dequantize, quantize, lock, settings, world,
+                 (tensor_parallel, pipeline_parallel, data_parallel, share_reads))
     _check_host_framework(fw, args.device)
     native = _qload.load(args, _progress_callback(progress, args.source))
     model = Model()
@@ -195,17 +264,22 @@ class Stream:
 
 def stream(source: PathLike, *, device: str = "cpu", framework: str = "pt", recipe: Optional[PathLike] = None,
            dtype: Optional[str] = None, dequantize: Optional[str] = None, quantize: Optional[str] = None,
-           lock: Optional[PathLike] = None, settings: Optional[Mapping[str, object]] = None) -> Stream:
+           lock: Optional[PathLike] = None, settings: Optional[Mapping[str, object]] = None,
+           tensor_parallel: Optional[int] = None, pipeline_parallel: Optional[int] = None,
+           data_parallel: Optional[int] = None, share_reads: bool = False,
+           world: Optional[Mapping[str, object]] = None) -> Stream:
     """Yields (name, tensor) as each tensor's bytes are read and verified, while the rest load.
 
     The iterable vLLM's and SGLang's `load_weights` take. Each tensor points into the load's
     memory (no copy) and keeps it alive, also if the load later fails. If the load fails, the
     iterator raises the error after the tensors that completed; once it is exhausted, its
     `report` holds the load's report (time to the first tensor and to each tenth of the bytes).
-    Arguments are checked, and the load starts, when it is called.
+    Arguments are checked, and the load starts, when it is called; the parallel layout and
+    world= as for load().
     """
     fw = _framework(framework)
-    args = _args(source, recipe, device, dtype, dequantize, quantize, lock, settings)
+    args = _args(source, recipe, device, dtype, dequantize, quantize, lock, settings, world,
+                 (tensor_parallel, pipeline_parallel, data_parallel, share_reads))
     _check_host_framework(fw, args.device)
     return Stream(_qload.stream(args), fw)
 

@@ -8,6 +8,7 @@
 // streamed tensors take it back only for as long as they touch Python.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
@@ -207,6 +208,9 @@ struct LoadArgs {
   std::string quantize;
   std::string lock;
   std::vector<std::pair<std::string, std::string>> settings;
+  std::uint32_t tensor_parallel = 0, pipeline_parallel = 0, data_parallel = 0;  // 0: none
+  bool share_reads = false;
+  std::optional<World> world;  // world=: this process's place among the load's processes
 };
 
 session::LoadSpec make_spec(const LoadArgs& a) {
@@ -218,6 +222,11 @@ session::LoadSpec make_spec(const LoadArgs& a) {
   spec.dequantize = a.dequantize;
   spec.quantize = a.quantize;
   spec.lock = a.lock;
+  spec.tensor_parallel = a.tensor_parallel;
+  spec.pipeline_parallel = a.pipeline_parallel;
+  spec.data_parallel = a.data_parallel;
+  spec.share_reads = a.share_reads;
+  spec.world = a.world;
   for (const auto& [name, value] : a.settings)
     spec.settings.push_back({.name = name, .value = value, .where = "settings[" + name + "]"});
   spec.names = {.devices = "device",
@@ -494,6 +503,17 @@ NB_MODULE(_qload, m) {
   m.doc() = "qload's native module; use the `qload` package.";
   register_errors(m);
 
+  nb::class_<qload::World>(m, "World")
+      .def(nb::init<>())
+      .def_rw("rank", &qload::World::rank)
+      .def_rw("size", &qload::World::size)
+      .def_rw("local_rank", &qload::World::local_rank)
+      .def_rw("local_size", &qload::World::local_size)
+      .def_rw("master_addr", &qload::World::master_addr)
+      .def_rw("master_port", &qload::World::master_port)
+      .def_rw("token", &qload::World::token)
+      .def_rw("runtime_dir", &qload::World::runtime_dir);
+
   nb::class_<LoadArgs>(m, "LoadArgs")
       .def(nb::init<>())
       .def_rw("source", &LoadArgs::source)
@@ -503,7 +523,12 @@ NB_MODULE(_qload, m) {
       .def_rw("dequantize", &LoadArgs::dequantize)
       .def_rw("quantize", &LoadArgs::quantize)
       .def_rw("lock", &LoadArgs::lock)
-      .def_rw("settings", &LoadArgs::settings);
+      .def_rw("settings", &LoadArgs::settings)
+      .def_rw("tensor_parallel", &LoadArgs::tensor_parallel)
+      .def_rw("pipeline_parallel", &LoadArgs::pipeline_parallel)
+      .def_rw("data_parallel", &LoadArgs::data_parallel)
+      .def_rw("share_reads", &LoadArgs::share_reads)
+      .def_rw("world", &LoadArgs::world);
 
   nb::class_<Model>(m, "Model")
       .def("infos", &Model::infos)
