@@ -40,6 +40,33 @@ const RowIsa kIsas[] = {
     {"AVX-512", ggml_avx512_decodes, decode_block_rows_avx512, decode_mxfp4_rows_avx512, decode_nvfp4_rows_avx512},
 };
 
+// The portable decoder's f32 rows narrowed by convert() to each output dtype against each
+// instruction set's decode(isa, dtype, out), bit for bit, nothing written past the rows; with
+// `must_decline`, every instruction set must leave the rows to the portable decoder.
+template <typename Decode>
+void compare_with_portable(const std::vector<float>& f32, Decode decode, bool must_decline = false) {
+  for (const DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    INFO(dtype_name(dtype));
+    const std::size_t bytes = f32.size() * (dtype_info(dtype).bits / 8);
+    std::vector<std::byte> want(bytes + 16, std::byte{0x5a});
+    REQUIRE(qload::formats::convert(std::as_bytes(std::span(f32)), DType::kF32, std::span(want).first(bytes), dtype));
+    for (const RowIsa& isa : kIsas) {
+      INFO(isa.name);
+      std::vector<std::byte> got(bytes + 16, std::byte{0x5a});
+      const bool decoded = decode(isa, dtype, got.data());
+      if (must_decline) {
+        CHECK_FALSE(decoded);
+        continue;
+      }
+      if (!decoded) {
+        WARN("this CPU lacks " << isa.name << ": nothing compared");
+        continue;
+      }
+      CHECK(got == want);
+    }
+  }
+}
+
 }  // namespace
 
 TEST_CASE("ggml AVX2 and AVX-512 decoders equal the portable ones bit for bit, every type and output",
@@ -102,21 +129,9 @@ TEST_CASE("OCP MXFP4 AVX2 and AVX-512 decoders equal the portable one bit for bi
   a.scale_codes = reinterpret_cast<const std::uint8_t*>(exponents.data());
   std::vector<float> f32(4 * kCols);  // rows 2..5
   decode_fp4_rows<element::Mxfp4>(a, 32, 2, 6, f32.data());
-  for (const DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
-    INFO(dtype_name(dtype));
-    const std::size_t bytes = f32.size() * (dtype_info(dtype).bits / 8);
-    std::vector<std::byte> want(bytes + 16, std::byte{0x5a});
-    REQUIRE(qload::formats::convert(std::as_bytes(std::span(f32)), DType::kF32, std::span(want).first(bytes), dtype));
-    for (const RowIsa& isa : kIsas) {
-      INFO(isa.name);
-      std::vector<std::byte> got(bytes + 16, std::byte{0x5a});
-      if (!isa.mxfp4_rows(a.codes, a.scale_codes, kCols, 2, 6, dtype, got.data())) {
-        WARN("this CPU lacks " << isa.name << ": nothing compared");
-        continue;
-      }
-      CHECK(got == want);  // nothing written past the rows either
-    }
-  }
+  compare_with_portable(f32, [&](const RowIsa& isa, DType dtype, std::byte* out) {
+    return isa.mxfp4_rows(a.codes, a.scale_codes, kCols, 2, 6, dtype, out);
+  });
 }
 
 TEST_CASE("NVFP4 AVX2 and AVX-512 decoders equal the portable one bit for bit, every output and global scale",
@@ -146,25 +161,9 @@ TEST_CASE("NVFP4 AVX2 and AVX-512 decoders equal the portable one bit for bit, e
     a.global_multiplies = multiplies;
     std::vector<float> f32(4 * kCols);  // rows 2..5
     decode_fp4_rows<element::Nvfp4>(a, 16, 2, 6, f32.data());
-    for (const DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
-      INFO(dtype_name(dtype));
-      const std::size_t bytes = f32.size() * (dtype_info(dtype).bits / 8);
-      std::vector<std::byte> want(bytes + 16, std::byte{0x5a});
-      REQUIRE(qload::formats::convert(std::as_bytes(std::span(f32)), DType::kF32, std::span(want).first(bytes), dtype));
-      for (const RowIsa& isa : kIsas) {
-        INFO(isa.name);
-        std::vector<std::byte> got(bytes + 16, std::byte{0x5a});
-        const bool decoded = isa.nvfp4_rows(a, 2, 6, dtype, got.data());
-        if (std::isnan(global)) {  // left to the portable decoder (its NaN is the compiler's choice)
-          CHECK_FALSE(decoded);
-          continue;
-        }
-        if (!decoded) {
-          WARN("this CPU lacks " << isa.name << ": nothing compared");
-          continue;
-        }
-        CHECK(got == want);  // nothing written past the rows either
-      }
-    }
+    // A NaN global scale is left to the portable decoder (its NaN is the compiler's choice).
+    compare_with_portable(
+        f32, [&](const RowIsa& isa, DType dtype, std::byte* out) { return isa.nvfp4_rows(a, 2, 6, dtype, out); },
+        std::isnan(global));
   }
 }
