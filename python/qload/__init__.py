@@ -65,7 +65,7 @@ def _count(value, name: str) -> int:
 
 
 def _args(source, recipe, device, dtype, dequantize, quantize, lock, settings, world=None,
-          parallel=(None, None, None, False)) -> "_qload.LoadArgs":
+          parallel=(None, None, None, False), regions=None) -> "_qload.LoadArgs":
     if not isinstance(source, (str, os.PathLike)):
         raise TypeError(f"source must be a path (str or os.PathLike), not {type(source).__name__}")
     if recipe is not None and not isinstance(recipe, (str, os.PathLike)):
@@ -98,7 +98,28 @@ def _args(source, recipe, device, dtype, dequantize, quantize, lock, settings, w
     if not isinstance(share_reads, bool):
         raise TypeError(f"share_reads must be a bool, not {type(share_reads).__name__}")
     args.share_reads = share_reads
+    args.regions = _regions(regions)
     return args
+
+
+def _regions(regions) -> list:
+    """regions= as (name, dim, begin, end) tuples."""
+    if regions is None:
+        return []
+    if not isinstance(regions, Mapping):
+        raise TypeError(f"regions must map tensor names to (dim, begin, end), not {type(regions).__name__}")
+    out = []
+    for name, region in regions.items():
+        if not isinstance(name, str):
+            raise TypeError(f"regions keys must be tensor names (str), not {type(name).__name__}")
+        if (not isinstance(region, (tuple, list)) or len(region) != 3
+                or not all(isinstance(v, int) and not isinstance(v, bool) for v in region)):
+            raise TypeError(f"regions[{name!r}] must be (dim, begin, end) ints, not {region!r}")
+        dim, begin, end = region
+        if dim < 0 or begin < 0 or end <= begin:
+            raise ValueError(f"regions[{name!r}] = {tuple(region)}: expected dim >= 0 and 0 <= begin < end")
+        out.append((name, dim, begin, end))
+    return out
 
 
 _WORLD_KEYS = ("rank", "world_size", "local_rank", "local_world_size", "master_addr", "master_port", "token")
@@ -207,7 +228,8 @@ def load(source: PathLike, *, device: str = "cpu", framework: str = "pt", recipe
          lock: Optional[PathLike] = None, settings: Optional[Mapping[str, object]] = None,
          progress: Progress = None, tensor_parallel: Optional[int] = None, pipeline_parallel: Optional[int] = None,
          data_parallel: Optional[int] = None, share_reads: bool = False,
-         world: Optional[Mapping[str, object]] = None) -> Model:
+         world: Optional[Mapping[str, object]] = None,
+         regions: Optional[Mapping[str, tuple]] = None) -> Model:
     """Loads a checkpoint (a .safetensors file, a directory, an index json, or a .lua recipe).
 
     device: "cpu", "cuda:N" or a comma-separated list; framework: "pt" (torch) or "np" (numpy);
@@ -222,11 +244,13 @@ def load(source: PathLike, *, device: str = "cpu", framework: str = "pt", recipe
     process's place in a load by several processes, for a server that knows it without torchrun's environment: {"rank",
     "world_size"} and optionally "local_rank", "local_world_size", "master_addr" (default
     127.0.0.1), "master_port" (29500), "token" (needed across nodes); unset: the environment's
-    RANK, WORLD_SIZE, ... if any.
+    RANK, WORLD_SIZE, ... if any; regions: {name: (dim, begin, end)}, load only rows (dim 0) or
+    columns (dim 1 of a 2-D tensor) [begin, end) of those tensors, reading only their bytes
+    (for a server that cuts each tensor itself; one device, nothing decoded or quantized).
     """
     fw = _framework(framework)
     args = _args(source, recipe, device, dtype, dequantize, quantize, lock, settings, world,
-                 (tensor_parallel, pipeline_parallel, data_parallel, share_reads))
+                 (tensor_parallel, pipeline_parallel, data_parallel, share_reads), regions)
     _check_host_framework(fw, args.device)
     native = _qload.load(args, _progress_callback(progress, args.source))
     model = Model()
@@ -267,7 +291,8 @@ def stream(source: PathLike, *, device: str = "cpu", framework: str = "pt", reci
            lock: Optional[PathLike] = None, settings: Optional[Mapping[str, object]] = None,
            tensor_parallel: Optional[int] = None, pipeline_parallel: Optional[int] = None,
            data_parallel: Optional[int] = None, share_reads: bool = False,
-           world: Optional[Mapping[str, object]] = None) -> Stream:
+           world: Optional[Mapping[str, object]] = None,
+           regions: Optional[Mapping[str, tuple]] = None) -> Stream:
     """Yields (name, tensor) as each tensor's bytes are read and verified, while the rest load.
 
     The iterable vLLM's and SGLang's `load_weights` take. Each tensor points into the load's
@@ -275,11 +300,11 @@ def stream(source: PathLike, *, device: str = "cpu", framework: str = "pt", reci
     iterator raises the error after the tensors that completed; once it is exhausted, its
     `report` holds the load's report (time to the first tensor and to each tenth of the bytes).
     Arguments are checked, and the load starts, when it is called; the parallel layout and
-    world= as for load().
+    world= and regions= as for load().
     """
     fw = _framework(framework)
     args = _args(source, recipe, device, dtype, dequantize, quantize, lock, settings, world,
-                 (tensor_parallel, pipeline_parallel, data_parallel, share_reads))
+                 (tensor_parallel, pipeline_parallel, data_parallel, share_reads), regions)
     _check_host_framework(fw, args.device)
     return Stream(_qload.stream(args), fw)
 

@@ -11,6 +11,7 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include <condition_variable>
@@ -211,6 +212,8 @@ struct LoadArgs {
   std::uint32_t tensor_parallel = 0, pipeline_parallel = 0, data_parallel = 0;  // 0: none
   bool share_reads = false;
   std::optional<World> world;  // world=: this process's place among the load's processes
+  // regions=: (name, dim, begin, end) of each tensor to load in part (LoadSpec::regions)
+  std::vector<std::tuple<std::string, std::uint32_t, std::uint64_t, std::uint64_t>> regions;
 };
 
 session::LoadSpec make_spec(const LoadArgs& a) {
@@ -227,6 +230,8 @@ session::LoadSpec make_spec(const LoadArgs& a) {
   spec.data_parallel = a.data_parallel;
   spec.share_reads = a.share_reads;
   spec.world = a.world;
+  for (const auto& [name, dim, begin, end] : a.regions)
+    spec.regions[name] = scheduler::TensorRegion{.dim = dim, .begin = begin, .end = end};
   for (const auto& [name, value] : a.settings)
     spec.settings.push_back({.name = name, .value = value, .where = "settings[" + name + "]"});
   spec.names = {.devices = "device",
@@ -528,7 +533,8 @@ NB_MODULE(_qload, m) {
       .def_rw("pipeline_parallel", &LoadArgs::pipeline_parallel)
       .def_rw("data_parallel", &LoadArgs::data_parallel)
       .def_rw("share_reads", &LoadArgs::share_reads)
-      .def_rw("world", &LoadArgs::world);
+      .def_rw("world", &LoadArgs::world)
+      .def_rw("regions", &LoadArgs::regions);
 
   nb::class_<Model>(m, "Model")
       .def("infos", &Model::infos)

@@ -176,3 +176,35 @@ def test_numpy_cannot_hold_gpu_memory_and_says_so_before_loading(checkpoint):
         qload.load(path, device="cuda:0", framework="np")
     with pytest.raises(ValueError, match="framework='pt'"):
         next(qload.stream(path, device="cpu,cuda:0", framework="np"))
+
+
+def test_regions_load_only_the_rows_or_columns_asked_for(tmp_path, qload_cli):
+    synth(qload_cli, tmp_path / "m")
+    whole = qload.load(tmp_path / "m", framework="np")
+    regions = {"model.embed_tokens.weight": (0, 100, 300),            # rows, uneven (vocab padding)
+               "model.layers.0.self_attn.o_proj.weight": (1, 128, 256),  # columns
+               "model.layers.1.mlp.down_proj.weight": (1, 0, 1)}
+    part = qload.load(tmp_path / "m", framework="np", regions=regions)
+    assert set(part) == set(whole)
+    for name, t in part.items():
+        if name not in regions:
+            assert same_bytes(t, whole[name]), name
+            continue
+        dim, begin, end = regions[name]
+        want = whole[name][begin:end] if dim == 0 else whole[name][:, begin:end]
+        assert same_bytes(t, np.ascontiguousarray(want)), name
+    assert part.report["read_bytes"] < whole.report["read_bytes"]
+    streamed = dict(qload.stream(tmp_path / "m", framework="np", regions=regions))
+    assert all(same_bytes(streamed[name], part[name]) for name in part)
+
+
+def test_bad_regions_name_the_tensor_or_the_argument(tmp_path, qload_cli):
+    synth(qload_cli, tmp_path / "m")
+    with pytest.raises(qload.Error, match="model.norm.weight"):
+        qload.load(tmp_path / "m", framework="np", regions={"model.norm.weight": (1, 0, 1)})
+    with pytest.raises(qload.Error, match="out of bounds"):
+        qload.load(tmp_path / "m", framework="np", regions={"model.norm.weight": (0, 0, 100000)})
+    with pytest.raises(TypeError, match="regions"):
+        qload.load(tmp_path / "m", framework="np", regions={"model.norm.weight": (0, 1)})
+    with pytest.raises(ValueError, match="regions"):
+        qload.load(tmp_path / "m", framework="np", regions={"model.norm.weight": (0, 5, 5)})

@@ -141,6 +141,15 @@ Result<LoadRequest> build_request(const LoadSpec& spec, const Logger& log) {
                                     spec.nccl_comms.size(), req.options.plan.devices.size(), req.devices)));
     req.nccl_comms = spec.nccl_comms;
   }
+  if (!spec.regions.empty()) {
+    req.options.plan.region =
+        [regions = spec.regions](std::string_view name) -> Result<std::optional<scheduler::TensorRegion>> {
+      const auto it = regions.find(std::string(name));
+      if (it == regions.end()) return std::nullopt;
+      return it->second;
+    };
+    req.options.plan.whole_tensor_reads = !req.lock.empty();
+  }
   if (req.world) {
     req.options.plan.parallel.processes = req.world->size;
     req.options.plan.parallel.process = req.world->rank;
@@ -211,7 +220,7 @@ Status apply_lock(const std::string& lock_file, PlannedLoad& load) {
                                        "changed)",
                                        io::hex64(recipe->hash), io::hex64(*lock.recipe_hash))
                          : "the lock was made without a recipe; this load runs one");
-  if (!load.request.world && lock.plan_hash != load.plan_hash)
+  if (!load.request.world && !load.request.options.plan.region && lock.plan_hash != load.plan_hash)
     differences.push_back(fmt::format("the plan hashes to {}, the lock says {} (`qload plan` shows what goes where)",
                                       io::hex64(load.plan_hash), io::hex64(lock.plan_hash)));
   for (std::string& d : scripts::lock_differences(lock, load.catalog)) differences.push_back(std::move(d));

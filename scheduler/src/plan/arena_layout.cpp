@@ -30,7 +30,8 @@ DType placed_dtype(const formats::TensorEntry& t, const PlanOptions& options, bo
 Status place_in_arenas(const formats::Catalog& catalog, const std::vector<std::uint32_t>& order,
                        const PlanOptions& options, const TensorRoles& roles, Plan& plan) {
   const auto device_count = static_cast<std::uint32_t>(options.devices.size());
-  const bool parallel = !options.parallel.trivial();
+  // Regions are placed as the one shard of a layout of one device.
+  const bool parallel = !options.parallel.trivial() || static_cast<bool>(options.region);
   formats::ModelGeometry geometry;
   std::vector<std::uint32_t> stage_of;
   if (parallel) {

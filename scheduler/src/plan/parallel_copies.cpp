@@ -90,8 +90,20 @@ Status place_shards(const formats::Catalog& catalog, std::uint32_t i, std::uint3
     split = it->second.split;
     slices = it->second.slices;
   } else {
-    QLOAD_ASSIGN_OR_RETURN(split, split_of(options, t.name));
-    QLOAD_ASSIGN_OR_RETURN(slices, shard_slices(t, split, par.tensor, geometry));
+    std::optional<TensorRegion> region;
+    if (options.region) {
+      auto asked = options.region(t.name);
+      if (!asked) return fail(std::move(asked.error()).with_tensor(t.name));
+      region = *asked;
+    }
+    if (region) {
+      split = Split::kRegion;
+      QLOAD_ASSIGN_OR_RETURN(ShardSlice slice, region_slice(t, *region));
+      slices = {std::move(slice)};
+    } else {
+      QLOAD_ASSIGN_OR_RETURN(split, split_of(options, t.name));
+      QLOAD_ASSIGN_OR_RETURN(slices, shard_slices(t, split, par.tensor, geometry));
+    }
   }
   TensorPlacement& placed = plan.layout.tensors[i];
   placed = TensorPlacement{.first_shard = static_cast<std::uint32_t>(plan.copies.shards.size()), .dtype = dtype};
@@ -162,6 +174,10 @@ Status check_parallel(const PlanOptions& options, const Plan& plan) {
   if (options.place) return fail(Errc::kInvalidArgument, "a placement hook cannot be combined with a parallel layout");
   if (par.share_reads && par.processes < 2)
     return fail(Errc::kInvalidArgument, "sharing reads needs several processes (ParallelLayout::processes)");
+  if (options.region && !plan.decode.jobs.empty())
+    return fail(
+        Error(Errc::kUnsupported, "tensor regions are cut from stored tensors, not from tensors decoded on load")
+            .with_tensor(plan.decode.jobs.front().outputs.front().name));
   if (par.share_reads && !plan.decode.jobs.empty())
     return fail(Error(Errc::kUnsupported, "decoding on load with shared reads is not supported yet")
                     .with_tensor(plan.decode.jobs.front().outputs.front().name));

@@ -39,6 +39,7 @@ std::string_view split_name(Split split) noexcept {
     case Split::kExpertRows: return "expert_rows";
     case Split::kExpertHalves: return "expert_halves";
     case Split::kExpertCols: return "expert_cols";
+    case Split::kRegion: return "region";
   }
   return "?";
 }
@@ -108,6 +109,29 @@ Result<std::vector<ShardSlice>> expert_slices(const formats::TensorEntry& t, Spl
 
 }  // namespace
 
+Result<ShardSlice> region_slice(const formats::TensorEntry& t, const TensorRegion& region) {
+  const Shape& shape = t.shape;
+  const bool rows = region.dim == 0 && shape.rank() >= 1;
+  const bool cols = region.dim == 1 && shape.rank() == 2;
+  if (!rows && !cols)
+    return fail(split_error(t, fmt::format("a region of dim {} of {}: only dim 0, or dim 1 of a 2-D tensor", region.dim,
+                                           shape.to_string())));
+  const std::uint64_t size = shape[region.dim];
+  if (region.begin >= region.end || region.end > size)
+    return fail(split_error(t, fmt::format("region [{}, {}) of dim {} of {} is empty or out of bounds", region.begin,
+                                           region.end, region.dim, shape.to_string())));
+  ShardSlice s;
+  std::uint64_t rest = 1;
+  for (std::size_t i = 1; i < shape.rank(); ++i) rest *= shape[i];
+  s.rows = {rows ? std::pair{region.begin, region.end} : std::pair{std::uint64_t{0}, shape[0]}};
+  s.col_begin = cols ? region.begin : 0;
+  s.col_end = cols ? region.end : rest;
+  std::vector<std::uint64_t> dims(shape.dims().begin(), shape.dims().end());
+  dims[region.dim] = region.end - region.begin;
+  s.shape = Shape(std::move(dims));
+  return s;
+}
+
 Result<std::vector<ShardSlice>> shard_slices(const formats::TensorEntry& t, Split split, std::uint32_t ranks,
                                              const formats::ModelGeometry& g) {
   if (splits_inside_experts(split)) return expert_slices(t, split, ranks);
@@ -150,6 +174,7 @@ Result<std::vector<ShardSlice>> shard_slices(const formats::TensorEntry& t, Spli
     case Split::kExpertRows:
     case Split::kExpertHalves:
     case Split::kExpertCols: return expert_slices(t, split, ranks);  // taken above
+    case Split::kRegion: return fail(split_error(t, "a region is asked per tensor (region_slice), not split"));
     case Split::kHeads: {
       if (!g.heads || !g.kv_heads || !g.head_dim)
         return fail(split_error(t,

@@ -128,7 +128,14 @@ struct PlanOptions {
   // tensor at plan time when parallel.tensor > 1; nullopt: the llama-style default
   // (sharding.hpp llama_split).
   std::function<Result<std::optional<Split>>(std::string_view name)> split;
-  // Multi-process layouts: a tensor this process holds any part of is read whole, so its digest
+  // Per-tensor regions, for a server that cuts each tensor itself (vLLM's weight loaders, under
+  // tensor parallelism, narrow every tensor to their rank's part): asked once per stored tensor
+  // at plan time. A region replaces the tensor by that part of it (same name, its own shape),
+  // and only the region's bytes are read unless whole_tensor_reads; nullopt: the whole tensor.
+  // One device, read mode, no parallel layout or placement hook, nothing decoded, quantized or
+  // repacked (kUnsupported). An error fails the plan.
+  std::function<Result<std::optional<TensorRegion>>(std::string_view name)> region;
+  // Multi-process layouts and regions: a tensor this process holds any part of is read whole, so its digest
   // can be computed and checked (LoadOptions::expected_xxh3_64); otherwise only the byte ranges
   // its copies need are read, and such a tensor gets no digest.
   bool whole_tensor_reads = false;

@@ -17,6 +17,8 @@
 //   kExpertHalves  N of every expert as two halves, each in equal parts (fused gate_up experts)
 //   kExpertCols    K of every expert in equal parts (row-parallel experts: down_proj)
 // These view the tensor as [E, N*K], [2E, N/2*K] and [E*N, K] (ShardSlice::view_rows).
+// Outside a parallel layout, a load may also ask for one region of a tensor (kRegion,
+// PlanOptions::region): a server that cuts each tensor itself says which part it keeps.
 // A split that does not divide evenly (rows, columns, heads) is refused, naming the tensor,
 // the dimension and the sizes: a shard never cuts an element, a head or a row in two.
 #pragma once
@@ -45,13 +47,22 @@ enum class Split : std::uint8_t {
   kExperts,
   kExpertRows,
   kExpertHalves,
-  kExpertCols
+  kExpertCols,
+  kRegion  // PlanOptions::region's part of the tensor; never a rule's split
 };
 std::string_view split_name(Split split) noexcept;
 // "replicate", "rows", "cols", "heads", "halves", "experts", "expert_rows", "expert_halves",
 // "expert_cols"; kInvalidArgument otherwise.
 bool splits_inside_experts(Split split) noexcept;  // kExpertRows, kExpertHalves, kExpertCols
 Result<Split> parse_split(std::string_view text);
+
+// A part of one tensor that a load asks for instead of the whole (PlanOptions::region): the
+// range [begin, end) of dimension `dim`, which is dim 0 of any tensor or dim 1 of a 2-D one.
+struct TensorRegion {
+  std::uint32_t dim = 0;
+  std::uint64_t begin = 0;
+  std::uint64_t end = 0;
+};
 
 // The default rule for llama-style names (Llama, Mistral, Qwen2, ...): see the table above.
 Split llama_split(std::string_view name);
@@ -79,6 +90,10 @@ inline std::uint64_t view_row_count(const Shape& shape, const ShardSlice& slice)
 
 // The slices of `tensor` for ranks 0..ranks-1. kInvalidArgument naming the tensor for a
 // split that does not fit (sizes, heads) or needs a geometry config.json does not give.
+// The slice a region takes of `tensor`. kInvalidArgument naming the tensor for a region that is
+// empty, out of its bounds, or of a dimension other than those above.
+Result<ShardSlice> region_slice(const formats::TensorEntry& tensor, const TensorRegion& region);
+
 Result<std::vector<ShardSlice>> shard_slices(const formats::TensorEntry& tensor, Split split, std::uint32_t ranks,
                                              const formats::ModelGeometry& geometry);
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -64,7 +65,12 @@ struct LoadSpec {
   std::string trace;                  // write a Chrome trace of the load here (also a recipe's `trace`)
   bool overwrite = false;             // a recipe's `trace` may replace an existing file (the spec's always may)
   std::vector<SettingFlag> settings;  // above every other source
-  SpecNames names;                    // of the fields above, in errors
+  // Parts of tensors to load instead of the whole ones, by stored tensor name
+  // (scheduler::PlanOptions::region): a server that cuts each tensor itself says which part
+  // this process keeps, and only that part is read. With a lock, such tensors are read whole
+  // so that their digests are checked, and the plan hash is not compared.
+  std::map<std::string, scheduler::TensorRegion> regions;
+  SpecNames names;  // of the fields above, in errors
   // The processes of the load, for a server that already knows its own (rank, world size,
   // rendezvous address and token): used instead of the torchrun variables of the environment.
   // Unset: the environment's (world_from_env), or a single process.
