@@ -6,12 +6,21 @@ own default loader with one change: the (name, tensor) pairs that the model's `l
 consumes come from `qload.stream`. vLLM's weight loaders, tensor-parallel slicing, quantization
 handling and weight tracking are left as they are.
 
-Settings pass through `--model-loader-extra-config '{"qload": {"io_engine": "pread"}}'`.
+Under tensor parallelism each rank reads only the rows or columns it keeps: a dry run of the
+model's own `load_weights` on meta tensors shows which part of each tensor its weight loaders
+narrow to (_vllm_regions.py), qload reads those regions alone, and each reaches the weight
+loader as a stand-in of the stored shape whose one narrow returns the region.
+
+Settings pass through `--model-loader-extra-config '{"qload": {"io_engine": "pread"}}'`;
+`{"qload_regions": false}` reads whole tensors on every rank.
 """
 from __future__ import annotations
 
+import copy
 import os
 
+from . import _vllm_regions as _regions
+from . import inspect
 from . import stream as _stream
 
 LOAD_FORMAT = "qload"
@@ -35,9 +44,31 @@ def _loader_class():
         def download_model(self, model_config) -> None:
             self._local_folder(model_config)
 
+        qload_report = None  # the last load's report (read_bytes, seconds, ...)
+        qload_regions = None  # the last load's {name: (dim, begin, end)} read in part
+
+        def __init__(self, load_config):
+            # qload's keys are taken out: vLLM's default loader refuses keys it does not know.
+            extra = dict(load_config.model_loader_extra_config or {})
+            self.qload_settings = extra.pop("qload", {})
+            self.qload_read_regions = extra.pop("qload_regions", True)
+            load_config = copy.copy(load_config)
+            load_config.model_loader_extra_config = extra
+            super().__init__(load_config)
+
         def get_all_weights(self, model_config, model):
-            extra = (self.load_config.model_loader_extra_config or {}).get("qload", {})
-            yield from _stream(self._local_folder(model_config), framework="pt", settings=extra)
+            folder = self._local_folder(model_config)
+            regions, stored = {}, {}
+            if self.qload_read_regions:
+                stored = _regions.stored_tensors(inspect(folder)) or {}
+                regions = _regions.predict(model, stored) if stored else {}
+            self.qload_regions = regions
+            weights = _stream(folder, framework="pt", settings=self.qload_settings, regions=regions)
+            for name, tensor in weights:
+                if name in regions:
+                    tensor = _regions.stand_in(name, tensor, stored[name][0], regions[name])
+                yield name, tensor
+            self.qload_report = weights.report
             for source in getattr(model, "secondary_weights", ()):
                 yield from self._get_weights_iterator(source)
 

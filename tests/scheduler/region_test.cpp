@@ -112,9 +112,8 @@ TEST_CASE("regions: each asked tensor holds exactly its rows or columns, the oth
             CHECK(region_mismatch(m, name, *t, 0, rows, cut->second.begin, cut->second.end, convert).empty());
           }
         }
-        // Only the regions' bytes are read (a column region reads from its first row's first
-        // column to its last row's last column), unless digests need whole tensors.
-        // Exactly (no gaps read, no alignment): a row region's rows, a column region's span.
+        // Only the regions' bytes are read, unless digests need whole tensors.
+        // Exactly (no gaps read, no alignment): a row region's rows, a column region's columns.
         std::uint64_t stored_bytes = 0, region_bytes = 0;
         for (const auto& [name, shape] : m.shapes) {
           stored_bytes += shape.numel().value() * 2;
@@ -124,8 +123,8 @@ TEST_CASE("regions: each asked tensor holds exactly its rows or columns, the oth
             region_bytes += shape.numel().value() * 2;
           } else if (cut->second.dim == 0) {
             region_bytes += (cut->second.end - cut->second.begin) * cols * 2;
-          } else {
-            region_bytes += ((shape[0] - 1) * cols + cut->second.end - cut->second.begin) * 2;
+          } else {  // each row's columns alone: the bytes between them exceed max_gap_bytes (0)
+            region_bytes += shape[0] * (cut->second.end - cut->second.begin) * 2;
           }
         }
         CHECK(model->report().read_bytes == (whole_reads ? stored_bytes : region_bytes));

@@ -125,15 +125,23 @@ void add_direct_shards(const formats::TensorEntry& t, std::uint32_t index, const
 }  // namespace
 
 std::vector<std::pair<std::uint64_t, std::uint64_t>> shard_ranges(const formats::TensorEntry& t,
-                                                                  std::span<const ShardPlacement> shards) {
+                                                                  std::span<const ShardPlacement> shards,
+                                                                  std::uint64_t max_gap_bytes) {
   std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;
   const std::uint64_t element = dtype_info(t.dtype).block_bytes;
   for (const ShardPlacement& shard : shards) {
     const std::uint64_t row_bytes = t.nbytes / std::max<std::uint64_t>(1, view_row_count(t.shape, shard.slice));
-    for (const auto& [first, last] : shard.slice.rows)
-      if (first < last)
-        ranges.emplace_back(first * row_bytes + shard.slice.col_begin * element,
-                            (last - 1) * row_bytes + shard.slice.col_end * element);
+    const std::uint64_t begin = shard.slice.col_begin * element, end = shard.slice.col_end * element;
+    const bool row_by_row = row_bytes - (end - begin) > max_gap_bytes;
+    for (const auto& [first, last] : shard.slice.rows) {
+      if (first >= last) continue;
+      if (!row_by_row) {
+        ranges.emplace_back(first * row_bytes + begin, (last - 1) * row_bytes + end);
+        continue;
+      }
+      for (std::uint64_t row = first; row < last; ++row)
+        ranges.emplace_back(row * row_bytes + begin, row * row_bytes + end);
+    }
   }
   std::ranges::sort(ranges);
   std::vector<std::pair<std::uint64_t, std::uint64_t>> merged;
@@ -167,8 +175,9 @@ std::vector<ReadChunk> make_chunks(const formats::Catalog& catalog, const std::v
     if (placed.region == kNoRegion && placed.shard_count == 0) continue;  // another process's
     if (placed.received) continue;                                        // read by another process
     const std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges =
-        placed.partial ? shard_ranges(t, std::span(shards).subspan(placed.first_shard, placed.shard_count))
-                       : std::vector<std::pair<std::uint64_t, std::uint64_t>>{{0, t.nbytes}};
+        placed.partial
+            ? shard_ranges(t, std::span(shards).subspan(placed.first_shard, placed.shard_count), options.max_gap_bytes)
+            : std::vector<std::pair<std::uint64_t, std::uint64_t>>{{0, t.nbytes}};
     // A converted tensor is cut at element boundaries so every piece converts alone (the room
     // is always at least 33 bytes: PlanOptions asks 64-byte chunks for conversion); a partial
     // range starts and ends on one (a row or a column boundary).

@@ -13,10 +13,12 @@ namespace qload::scheduler::detail {
 
 // Byte ranges [begin, end) of stored tensor `t` that `shards` (copies of it) take, in order,
 // overlapping and touching ranges merged. A column shard takes the span from its first row's
-// first column to its last row's last column: the bytes between its rows are read too (as a
-// gap inside a coalesced read would be).
+// first column to its last row's last column, the bytes between its rows read too (as a gap
+// inside a coalesced read would be), unless they exceed `max_gap_bytes` a row: then each row's
+// columns are a range of their own (reads that coalescing would not join anyway).
 std::vector<std::pair<std::uint64_t, std::uint64_t>> shard_ranges(const formats::TensorEntry& t,
-                                                                  std::span<const ShardPlacement> shards);
+                                                                  std::span<const ShardPlacement> shards,
+                                                                  std::uint64_t max_gap_bytes);
 
 // `order` lists tensor indices in file order; `placements` says which are read directly (a
 // sharded one straight into its `shards`, row range by row range) and which are read only in

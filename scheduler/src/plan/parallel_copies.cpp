@@ -138,8 +138,8 @@ Status place_shards(const formats::Catalog& catalog, std::uint32_t i, std::uint3
   placed.bytes = plan.copies.shards[placed.first_shard].bytes;
   // Only the byte ranges this process's copies take are read, unless digests need them all.
   std::uint64_t needed = 0;
-  for (const auto& [begin, end] :
-       detail::shard_ranges(t, std::span(plan.copies.shards).subspan(placed.first_shard, placed.shard_count)))
+  for (const auto& [begin, end] : detail::shard_ranges(
+           t, std::span(plan.copies.shards).subspan(placed.first_shard, placed.shard_count), options.max_gap_bytes))
     needed += end - begin;
   placed.partial = needed < t.nbytes && !options.whole_tensor_reads;
   // Large, unconverted, on host arenas, and split by whole rows with every byte read in exactly

@@ -1,0 +1,196 @@
+"""Which part of each checkpoint tensor a vLLM rank keeps, asked of the model's own code.
+
+Under tensor parallelism vLLM's weight loaders take the whole stored tensor and narrow it to
+their rank's rows or columns (vocabulary padding, kv-head replication, fused q/k/v and
+gate/up, quantized packing included). Rather than restate those rules, `predict` runs the
+model's own `load_weights` once on meta stand-ins that record what is done to them: a tensor
+whose only operation is one `narrow` (or a plain slice) is read in part, every other tensor
+whole. Nothing is written to the model in that dry run: copies into parameters are skipped.
+
+In the real load, `stand_in` hands the model a meta tensor of the stored shape holding the
+region qload read; its one `narrow` returns those bytes, and any operation the dry run did not
+predict raises instead of reading data that is not there.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Iterable, Optional
+
+import torch
+
+log = logging.getLogger("qload.vllm")
+
+_WRITES = {"copy_", "__setitem__", "__set__", "set_"}
+
+
+def _writes(fname: str) -> bool:
+    """An in-place operation (`copy_`, `fill_`, `x[...] = y`, `p.data = y`)."""
+    return fname in _WRITES or (fname.endswith("_") and not fname.endswith("__"))
+
+
+def _flat(values) -> Iterable:
+    for v in values:
+        if isinstance(v, (list, tuple)):
+            yield from _flat(v)
+        else:
+            yield v
+
+
+def _region_of(func, args, kwargs, shape) -> Optional[tuple]:
+    """(dim, begin, end) when `func(args)` is a narrow or a plain slice of dim 0 or 1."""
+    name = getattr(func, "__name__", "")
+    if name == "narrow":
+        params = list(args[1:]) + [kwargs.get(k) for k in ("dim", "start", "length") if k in kwargs]
+        if len(params) != 3 or not all(isinstance(p, int) and not isinstance(p, bool) for p in params):
+            return None
+        dim, start, length = params
+        dim = dim + len(shape) if dim < 0 else dim
+        if not 0 <= dim < len(shape):
+            return None
+        return dim, start, start + length
+    if name == "__getitem__" and len(args) == 2:
+        key = args[1] if isinstance(args[1], tuple) else (args[1],)
+        if not 1 <= len(key) <= 2 or not all(isinstance(k, slice) for k in key):
+            return None
+        if len(key) == 2 and key[0] != slice(None):
+            return None
+        dim = len(key) - 1
+        s = key[dim]
+        if dim >= len(shape) or s.step not in (None, 1):
+            return None
+        if not all(v is None or (isinstance(v, int) and v >= 0) for v in (s.start, s.stop)):
+            return None
+        begin, end = s.start or 0, min(shape[dim], shape[dim] if s.stop is None else s.stop)
+        return dim, begin, end
+    return None
+
+
+class _Probe(torch.Tensor):
+    """A checkpoint tensor in the dry run: meta, of its stored shape and dtype."""
+
+    @staticmethod
+    def make(name: str, shape, dtype: torch.dtype, record: dict, root: bool = True) -> "_Probe":
+        t = torch.empty(shape, dtype=dtype, device="meta").as_subclass(_Probe)
+        t._qload_name, t._qload_record, t._qload_root, t._qload_shape = name, record, root, tuple(shape)
+        return t
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        probes = [a for a in _flat(list(args) + list(kwargs.values())) if isinstance(a, _Probe)]
+        target = args[0] if args else None
+        fname = getattr(func, "__name__", "")
+        if _writes(fname) and isinstance(target, torch.Tensor) \
+                and not isinstance(target, _Probe):
+            return None if fname in ("__setitem__", "__set__") else target  # a parameter: left as it is
+        with torch._C.DisableTorchFunctionSubclass():
+            out = func(*args, **kwargs)
+        tensors = [o for o in _flat([out]) if isinstance(o, torch.Tensor)]
+        if not tensors:
+            return out  # shape, dtype, dim(), ...: what the real load will see too
+        for p in probes:
+            if p._qload_root:
+                ops = p._qload_record.setdefault(p._qload_name, [])
+                ops.append(_region_of(func, args, kwargs, p._qload_shape) if target is p else None)
+        first = probes[0]
+
+        def wrap(o):
+            if isinstance(o, torch.Tensor) and not isinstance(o, _Probe) and o.device.type == "meta":
+                w = o.as_subclass(_Probe)
+                w._qload_name, w._qload_record, w._qload_root = first._qload_name, first._qload_record, False
+                w._qload_shape = tuple(o.shape)
+                return w
+            return o
+
+        return tuple(wrap(o) for o in out) if isinstance(out, tuple) else wrap(out)
+
+
+def _model_state(model: torch.nn.Module) -> dict:
+    return {**dict(model.named_parameters(remove_duplicate=False)), **dict(model.named_buffers(remove_duplicate=False))}
+
+
+def _restore(model: torch.nn.Module, before: dict) -> bool:
+    """Puts back any parameter or buffer the dry run replaced; True when there was one."""
+    after = _model_state(model)
+    changed = [name for name, value in before.items() if after.get(name) is not value]
+    for name in changed:
+        owner, _, leaf = name.rpartition(".")
+        module = model.get_submodule(owner) if owner else model
+        if isinstance(before[name], torch.nn.Parameter):
+            module._parameters[leaf] = before[name]
+        else:
+            module._buffers[leaf] = before[name]
+    return bool(changed)
+
+
+def predict(model: torch.nn.Module, tensors: dict) -> dict:
+    """{name: (dim, begin, end)} for each stored tensor (`tensors`: name -> (shape, torch dtype))
+    that `model.load_weights` only narrows to a part of it; {} when the dry run fails."""
+    record: dict = {}
+    before = _model_state(model)
+    try:
+        with torch.no_grad():
+            model.load_weights((name, _Probe.make(name, shape, dtype, record))
+                               for name, (shape, dtype) in tensors.items())
+    except Exception as e:  # the model did something meta tensors cannot do: read everything
+        log.info("qload: reading whole tensors: could not tell which part of each this rank keeps (%s: %s)",
+                 type(e).__name__, e)
+        record = None
+    if _restore(model, before):
+        log.info("qload: reading whole tensors: the model's load_weights replaces parameters")
+        record = None
+    regions = {}
+    for name, ops in (record or {}).items():
+        if len(ops) != 1 or ops[0] is None:
+            continue  # used whole, in several parts, or transformed before being cut
+        shape, _ = tensors[name]
+        dim, begin, end = ops[0]
+        if begin < end <= shape[dim] and (end - begin) < shape[dim] and (dim == 0 or len(shape) == 2):
+            regions[name] = (dim, begin, end)
+    return regions
+
+
+class _Region(torch.Tensor):
+    """A stored tensor of which only `region` was read: meta, of the stored shape."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        this = args[0] if args and isinstance(args[0], _Region) else None
+        if this is not None and _region_of(func, args, kwargs, this._qload_shape) == this._qload_region:
+            return this._qload_data
+        fname = getattr(func, "__name__", "")
+        if not _writes(fname):
+            with torch._C.DisableTorchFunctionSubclass():
+                out = func(*args, **kwargs)
+            if not any(isinstance(o, torch.Tensor) for o in _flat([out])):
+                return out
+        region = next(a for a in _flat(list(args) + list(kwargs.values())) if isinstance(a, _Region))
+        raise RuntimeError(
+            f"qload: {region._qload_name}: the model's weight loader did {fname} where a dry run of it cut "
+            f"{region._qload_region} (dim, begin, end); only that part was read. Load with "
+            f"--model-loader-extra-config '{{\"qload_regions\": false}}' and report this.")
+
+
+def stand_in(name: str, data: torch.Tensor, shape, region: tuple) -> torch.Tensor:
+    """`data` (the region qload read) as a tensor of the stored `shape`, for the weight loader."""
+    t = torch.empty(shape, dtype=data.dtype, device="meta").as_subclass(_Region)
+    t._qload_name, t._qload_data, t._qload_region, t._qload_shape = name, data, region, tuple(shape)
+    return t
+
+
+_TORCH_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
+                 "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "U16": "uint16", "U32": "uint32",
+                 "U64": "uint64", "BOOL": "bool", "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2",
+                 "F8_E8M0": "float8_e8m0fnu"}
+
+
+def stored_tensors(inspected: dict) -> Optional[dict]:
+    """name -> (shape, torch dtype) from `qload.inspect`; None when a dtype has no torch type."""
+    out = {}
+    for t in inspected["tensors"]:
+        dtype = getattr(torch, _TORCH_DTYPES.get(t["dtype"], ""), None)
+        if dtype is None:
+            return None
+        out[t["name"]] = (tuple(t["shape"]), dtype)
+    return out

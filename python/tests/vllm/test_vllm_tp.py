@@ -1,0 +1,179 @@
+"""--load-format qload under tensor parallelism: each rank reads only the rows or columns its
+weight loaders keep, and gets the parameters vLLM's default loader gives the same rank.
+
+vLLM's CUDA wheel cannot build a whole model without a GPU, so the model here is the llama
+layout assembled from vLLM's own layers (QKVParallelLinear, MergedColumnParallelLinear,
+RowParallelLinear, VocabParallelEmbedding, ParallelLMHead, RMSNorm) and loaded by vLLM's own
+AutoWeightsLoader with LlamaModel's name mapping: the loading code a LlamaForCausalLM runs.
+Rank r of tp is emulated in one process by giving vLLM's layers that rank and size when they
+ask for them. The tiny models have 4 heads, 2 kv heads (replicated at tp 4) and a vocabulary
+of 320, which vLLM pads to 64 x tp, so ranks hold uneven parts of the embeddings and at tp 4
+the last rank none.
+"""
+import types
+
+import pytest
+import torch
+
+vllm = pytest.importorskip("vllm")
+
+import qload.vllm  # noqa: E402
+
+
+@pytest.fixture
+def tp_rank(monkeypatch):
+    """Sets the tensor-parallel (rank, size) vLLM's layers see."""
+    import vllm.distributed as dist
+    import vllm.distributed.parallel_state as ps
+    from vllm.model_executor import parameter
+    from vllm.model_executor.layers import linear, vocab_parallel_embedding
+
+    def use(rank: int, size: int) -> None:
+        for module in (dist, ps, parameter, linear, vocab_parallel_embedding):
+            if hasattr(module, "get_tensor_model_parallel_rank"):
+                monkeypatch.setattr(module, "get_tensor_model_parallel_rank", lambda: rank)
+            if hasattr(module, "get_tensor_model_parallel_world_size"):
+                monkeypatch.setattr(module, "get_tensor_model_parallel_world_size", lambda: size)
+
+    return use
+
+
+def build_llama(path: str) -> torch.nn.Module:
+    """vLLM's llama layout from vLLM's own layers, at the current tensor-parallel rank."""
+    import json
+
+    from vllm.model_executor.layers.layernorm import RMSNorm
+    from vllm.model_executor.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
+    from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
+    from vllm.model_executor.models.llama import LlamaModel
+    from vllm.model_executor.models.utils import AutoWeightsLoader
+
+    c = json.load(open(f"{path}/config.json"))
+    hidden, inter = c["hidden_size"], c["intermediate_size"]
+    heads, kv = c["num_attention_heads"], c["num_key_value_heads"]
+    head_dim = hidden // heads
+    dtype = torch.bfloat16
+    nn = torch.nn
+
+    def layer():
+        attn, mlp, block = nn.Module(), nn.Module(), nn.Module()
+        attn.qkv_proj = QKVParallelLinear(hidden, head_dim, heads, kv, bias=False, params_dtype=dtype)
+        attn.o_proj = RowParallelLinear(heads * head_dim, hidden, bias=False, params_dtype=dtype)
+        mlp.gate_up_proj = MergedColumnParallelLinear(hidden, [inter, inter], bias=False, params_dtype=dtype)
+        mlp.down_proj = RowParallelLinear(inter, hidden, bias=False, params_dtype=dtype)
+        block.self_attn, block.mlp = attn, mlp
+        block.input_layernorm = RMSNorm(hidden).to(dtype)
+        block.post_attention_layernorm = RMSNorm(hidden).to(dtype)
+        return block
+
+    class Model(nn.Module):  # LlamaModel's layers and load_weights
+        def __init__(self):
+            super().__init__()
+            self.embed_tokens = VocabParallelEmbedding(c["vocab_size"], hidden, params_dtype=dtype)
+            self.layers = nn.ModuleList(layer() for _ in range(c["num_hidden_layers"]))
+            self.norm = RMSNorm(hidden).to(dtype)
+
+        def load_weights(self, weights):
+            return AutoWeightsLoader(self).load_weights(weights, mapper=LlamaModel.hf_to_vllm_mapper)
+
+    class CausalLM(nn.Module):  # LlamaForCausalLM's
+        def __init__(self):
+            super().__init__()
+            self.model = Model()
+            self.lm_head = ParallelLMHead(c["vocab_size"], hidden, params_dtype=dtype)
+            if c.get("tie_word_embeddings"):
+                self.lm_head = self.lm_head.tie_weights(self.model.embed_tokens)
+
+        def load_weights(self, weights):
+            return AutoWeightsLoader(self).load_weights(weights)
+
+    from vllm.config import DeviceConfig, VllmConfig, set_current_vllm_config
+
+    # what vLLM's own layer tests build them under (no GPU here: the cpu device)
+    with set_current_vllm_config(VllmConfig(device_config=DeviceConfig(device="cpu"))):
+        return CausalLM()
+
+
+def load(loader, path: str) -> tuple:
+    model = build_llama(path)
+    config = types.SimpleNamespace(model=path, revision=None, quantization=None)
+    with torch.no_grad():
+        loaded = model.load_weights(loader.get_all_weights(config, model))
+    return model, loaded
+
+
+def loaders(extra=None):
+    from vllm.config.load import LoadConfig
+    from vllm.model_executor.model_loader import get_model_loader
+    from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
+
+    qload.vllm.register()
+    ours = get_model_loader(LoadConfig(load_format="qload", model_loader_extra_config=extra or {}))
+    return ours, DefaultModelLoader(LoadConfig(load_format="safetensors"))
+
+
+PROJECTIONS = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "o_proj", "down_proj")
+
+
+@pytest.mark.parametrize("tp", [2, 4])
+def test_each_rank_reads_its_part_and_gets_the_default_loaders_parameters(tiny_model, tp_rank, tp):
+    stored = {t["name"]: t for t in qload.inspect(tiny_model)["tensors"]}
+    whole = sum(t["nbytes"] for t in stored.values())
+    for rank in range(tp):
+        tp_rank(rank, tp)
+        # max_gap_bytes 1 KiB: the parts of a tensor that other ranks keep (32 KiB and more here)
+        # are not read through as gaps between reads (by default, gaps under 64 KiB are, which
+        # in this tiny model would be most), so that the bytes read can be counted.
+        ours, theirs = loaders({"qload": {"max_gap_bytes": 1024}})
+        got, got_names = load(ours, tiny_model)
+        want, want_names = load(theirs, tiny_model)
+        assert got_names == want_names
+        params = dict(want.named_parameters())
+        assert set(dict(got.named_parameters())) == set(params)
+        for name, p in got.named_parameters():
+            assert p.dtype == params[name].dtype and torch.equal(p, params[name]), f"rank {rank}: {name}"
+        # Every projection is cut: rows of the column-parallel ones, columns of o_proj and
+        # down_proj; so is each rank's part of the vocabulary, unless it has none.
+        regions = ours.qload_regions
+        assert {n for n in stored if any(p in n for p in PROJECTIONS)} <= set(regions), rank
+        vocab = [n for n in stored if "embed_tokens" in n or "lm_head" in n]
+        assert all(n in regions for n in vocab) or rank == tp - 1, rank
+        # Only those parts are read: whole rows, or for columns the span from the first row's
+        # first column to the last row's last (the bytes between rows, under 1 KiB, are read
+        # through); a read may start and end up to 4 KiB out, aligned for O_DIRECT.
+        expected = 0
+        for name, t in stored.items():
+            part = t["nbytes"]
+            if name in regions:
+                (dim, begin, end), shape = regions[name], t["shape"]
+                row = part // shape[0]
+                part = row * (end - begin) if dim == 0 else part - row + row // shape[1] * (end - begin)
+            expected += part
+        read = ours.qload_report["read_bytes"]
+        assert expected <= read <= expected + 8192 * len(stored), (rank, read, expected)
+        assert read < whole * (0.7 if tp == 2 else 0.55), (rank, read, whole)
+
+
+def test_regions_off_reads_everything_and_gives_the_same_parameters(tiny_model, tp_rank):
+    tp_rank(1, 2)
+    ours, theirs = loaders({"qload_regions": False, "qload": {"max_gap_bytes": 1024}})
+    got, _ = load(ours, tiny_model)
+    want, _ = load(theirs, tiny_model)
+    assert ours.qload_regions == {}
+    assert ours.qload_report["read_bytes"] >= sum(t["nbytes"] for t in qload.inspect(tiny_model)["tensors"])
+    for (name, p), (_, q) in zip(got.named_parameters(), want.named_parameters()):
+        assert torch.equal(p, q), name
+
+
+def test_the_dry_run_leaves_the_model_untouched(tiny_model, tp_rank):
+    from qload import _vllm_regions
+
+    tp_rank(0, 2)
+    model = build_llama(tiny_model)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.fill_(3)
+    regions = _vllm_regions.predict(model, _vllm_regions.stored_tensors(qload.inspect(tiny_model)))
+    assert regions["model.layers.0.self_attn.q_proj.weight"] == (0, 0, 128)
+    assert regions["model.layers.0.self_attn.o_proj.weight"][0] == 1
+    assert all(bool((p == 3).all()) for p in model.parameters())
