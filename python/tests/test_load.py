@@ -208,3 +208,24 @@ def test_bad_regions_name_the_tensor_or_the_argument(tmp_path, qload_cli):
         qload.load(tmp_path / "m", framework="np", regions={"model.norm.weight": (0, 1)})
     with pytest.raises(ValueError, match="regions"):
         qload.load(tmp_path / "m", framework="np", regions={"model.norm.weight": (0, 5, 5)})
+
+
+def test_regions_under_a_lock_read_whole_tensors_and_check_them(tmp_path, qload_cli):
+    import subprocess
+
+    synth(qload_cli, tmp_path / "m")
+    lock = tmp_path / "m.lock"
+    subprocess.run([qload_cli, "lock", str(tmp_path / "m"), "-o", str(lock)], check=True, capture_output=True)
+    regions = {"model.embed_tokens.weight": (0, 10, 20)}
+    whole = qload.load(tmp_path / "m", framework="np")["model.embed_tokens.weight"]
+    part = qload.load(tmp_path / "m", framework="np", lock=lock, regions=regions)["model.embed_tokens.weight"]
+    assert same_bytes(part, np.ascontiguousarray(whole[10:20]))
+    # A byte changed outside the region is still found: the tensor was read whole and hashed.
+    entry = next(t for t in qload.inspect(tmp_path / "m")["tensors"] if t["name"] == "model.embed_tokens.weight")
+    with open(entry["file"], "r+b") as f:
+        f.seek(entry["offset"] + entry["nbytes"] - 1)
+        byte = f.read(1)
+        f.seek(entry["offset"] + entry["nbytes"] - 1)
+        f.write(bytes([byte[0] ^ 1]))
+    with pytest.raises(qload.Error, match="embed_tokens"):
+        qload.load(tmp_path / "m", framework="np", lock=lock, regions=regions)
