@@ -251,6 +251,29 @@ struct Pending {
   std::size_t got = 0;  // bytes of `hello` received
 };
 
+// When a rank that is still waiting for the others says so: a quarter of the timeout in, then
+// every quarter (at most every 30 s), so that a process started alone, or one whose peers
+// never come, does not look hung for the whole timeout.
+class WaitNotice {
+ public:
+  explicit WaitNotice(std::chrono::milliseconds timeout)
+      : every_(std::clamp<std::chrono::milliseconds>(timeout / 4, std::chrono::milliseconds(100),
+                                                     std::chrono::seconds(30))) {}
+  Clock::time_point next(Clock::time_point start) const { return start + every_ * (given_ + 1); }
+  bool due(Clock::time_point start, Clock::time_point now) {
+    if (now < next(start)) return false;
+    given_ = static_cast<std::uint32_t>((now - start) / every_);
+    return true;
+  }
+  std::int64_t waited_s(Clock::time_point start, Clock::time_point now) const {
+    return std::chrono::duration_cast<std::chrono::seconds>(now - start).count();
+  }
+
+ private:
+  std::chrono::milliseconds every_;
+  std::uint32_t given_ = 0;
+};
+
 // Rank 0: takes one authenticated connection per rank. Handshakes run side by side (poll), each
 // bounded by kHandshakeTime, so strangers cost nothing but a log line.
 Result<std::vector<RendezvousChannel>> accept_ranks(const World& world, std::string_view token,
@@ -269,9 +292,10 @@ Result<std::vector<RendezvousChannel>> accept_ranks(const World& world, std::str
     ++drops;
     pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
   };
-  const Clock::time_point deadline = Clock::now() + timeout;
+  const Clock::time_point start = Clock::now(), deadline = start + timeout;
+  WaitNotice notice(timeout);
   for (std::uint32_t joined = 1; joined < world.size;) {
-    Clock::time_point wake = deadline;
+    Clock::time_point wake = std::min(deadline, notice.next(start));
     for (const Pending& p : pending) wake = std::min(wake, p.deadline);
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(wake - Clock::now());
     std::vector<pollfd> fds{{.fd = listener.get(), .events = POLLIN, .revents = 0}};
@@ -287,6 +311,11 @@ Result<std::vector<RendezvousChannel>> accept_ranks(const World& world, std::str
                                                   : fmt::format(" ({} connections dropped, as logged: strangers, or "
                                                                 "ranks with another token)",
                                                                 drops))));
+    if (notice.due(start, now))
+      log.warn(
+          fmt::format("rendezvous: rank 0 has waited {} s on {} and {} of {} ranks joined; it waits up to {} s "
+                      "(QLOAD_RENDEZVOUS_TIMEOUT) for the others",
+                      notice.waited_s(start, now), where(world), joined, world.size, timeout.count() / 1000));
     // Handshakes that made progress, newest first so that erasing keeps the indices valid.
     for (std::size_t i = pending.size(); i-- > 0;) {
       Pending& p = pending[i];
@@ -397,8 +426,9 @@ Result<std::optional<RendezvousChannel>> handshake(UniqueFd fd, const World& wor
 
 // Any other rank: connects to rank 0 and joins, retrying until it listens and accepts this
 // rank, or the deadline passes.
-Result<RendezvousChannel> connect_to_rank0(const World& world, std::chrono::milliseconds timeout) {
-  const Clock::time_point deadline = Clock::now() + timeout;
+Result<RendezvousChannel> connect_to_rank0(const World& world, std::chrono::milliseconds timeout, const Logger& log) {
+  const Clock::time_point start = Clock::now(), deadline = start + timeout;
+  WaitNotice notice(timeout);
   const std::string port = std::to_string(world.master_port);
   std::string last_error = "no address";
   std::string refused;  // why rank 0 dropped this rank's handshake, if it ever did
@@ -437,6 +467,11 @@ Result<RendezvousChannel> connect_to_rank0(const World& world, std::chrono::mill
       return fail(io_error(fmt::format("rendezvous: rank {} could not join rank 0 at {} within {} ms: {}{}", world.rank,
                                        where(world), timeout.count(), last_error,
                                        refused.empty() || refused == last_error ? "" : "; before that, " + refused)));
+    if (notice.due(start, Clock::now()))
+      log.warn(fmt::format(
+          "rendezvous: rank {} has tried {} s to join rank 0 at {} ({}); it tries up to {} s "
+          "(QLOAD_RENDEZVOUS_TIMEOUT)",
+          world.rank, notice.waited_s(start, Clock::now()), where(world), last_error, timeout.count() / 1000));
     std::this_thread::sleep_for(std::chrono::milliseconds(100));  // rank 0 may not listen yet
   }
 }
@@ -462,7 +497,7 @@ Result<Rendezvous> Rendezvous::join(const World& world, std::chrono::millisecond
     QLOAD_ASSIGN_OR_RETURN(std::vector<RendezvousChannel> peers, accept_ranks(world, token, timeout, log));
     return Rendezvous(world, timeout, std::move(peers));
   }
-  QLOAD_ASSIGN_OR_RETURN(RendezvousChannel rank0, connect_to_rank0(world, timeout));
+  QLOAD_ASSIGN_OR_RETURN(RendezvousChannel rank0, connect_to_rank0(world, timeout, log));
   std::vector<RendezvousChannel> peers;
   peers.push_back(std::move(rank0));
   return Rendezvous(world, timeout, std::move(peers));

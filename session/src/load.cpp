@@ -1,7 +1,10 @@
 #include "qload/session/load.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
+
+#include <fmt/format.h>
 
 #include "qload/dist/communicator.hpp"
 #include "qload/dist/rendezvous.hpp"
@@ -36,7 +39,8 @@ WorldTotals world_totals(const std::vector<RankOutcome>& outcomes, const formats
 
 // `world`: the processes of the load, known even when the request failed (so that the failing
 // rank still meets the others to tell them).
-Result<LoadOutcome> load_in(const std::optional<World>& world, Result<LoadRequest> request, const LoadHooks& hooks) {
+Result<LoadOutcome> load_in(const std::optional<World>& world, Result<LoadRequest> request, const LoadHooks& hooks,
+                            const Logger& log) {
   // A multi-process load: the ranks meet first, so a rank that cannot even plan its load stops
   // the others at once, and they agree on the load before anything is read; afterwards each
   // learns whether every other rank succeeded (if one failed, all fail).
@@ -44,8 +48,19 @@ Result<LoadOutcome> load_in(const std::optional<World>& world, Result<LoadReques
   if (world) {
     // A rank whose request is bad still joins (with the default timeout), so that it can tell
     // the others at once instead of leaving them waiting.
-    const auto timeout = request ? request->settings.values().rendezvous_timeout : Settings{}.rendezvous_timeout;
-    QLOAD_ASSIGN_OR_RETURN(rendezvous, Rendezvous::join(*world, timeout, request ? request->options.log : Logger{}));
+    auto timeout = Settings{}.rendezvous_timeout;
+    if (request) {
+      timeout = request->settings.values().rendezvous_timeout;
+    } else {
+      if (auto env = resolve_settings(nullptr, {}, Logger{})) timeout = env->values().rendezvous_timeout;
+      // Said now: the others may be long in coming (or, started alone, never come).
+      log.warn(fmt::format("rank {} of {} cannot load: {}; it meets the other ranks to tell them, waiting up to {} s",
+                           world->rank, world->size, request.error().to_string(),
+                           std::chrono::duration_cast<std::chrono::seconds>(timeout).count()));
+    }
+    auto joined = Rendezvous::join(*world, timeout, request ? request->options.log : log);
+    if (!joined) return fail(std::move(request ? joined.error() : request.error()));  // its own error first
+    rendezvous = std::move(*joined);
   }
   Result<PlannedLoad> planned = request ? prepare(std::move(*request)) : fail(std::move(request.error()));
   if (rendezvous) QLOAD_TRY(agree_on_load(*rendezvous, planned));
@@ -100,16 +115,17 @@ Result<LoadOutcome> load_in(const std::optional<World>& world, Result<LoadReques
 
 Result<LoadOutcome> load(const LoadSpec& spec, const Logger& log, const LoadHooks& hooks) {
   QLOAD_ASSIGN_OR_RETURN(const std::optional<World> world, world_of(spec));
-  return load_in(world, build_request(spec, log), hooks);
+  return load_in(world, build_request(spec, log), hooks, log);
 }
 
 Result<LoadOutcome> load(Result<LoadRequest> request, const LoadHooks& hooks) {
   if (request) {
     const std::optional<World> world = request->world;
-    return load_in(world, std::move(request), hooks);
+    const Logger log = request->options.log;  // a copy: the request moves into load_in
+    return load_in(world, std::move(request), hooks, log);
   }
   QLOAD_ASSIGN_OR_RETURN(const std::optional<World> world, world_from_env(std::getenv));
-  return load_in(world, std::move(request), hooks);
+  return load_in(world, std::move(request), hooks, Logger{});
 }
 
 }  // namespace qload::session

@@ -11,6 +11,8 @@
 #     timeout, rank 0 naming the address.
 #  5. A stranger's connection to rank 0 (a 20-byte hello, then silence) is dropped and logged,
 #     and the load goes on; a rank with the wrong token is refused and nobody exits 0.
+#  6. `qload load` started alone in a world of 2 with no layout says at once why it cannot
+#     load, says while it waits for the others, and ends with that first error.
 # Nothing may hang: every world is bounded, and the test fails on a wait past its bound.
 # Usage: world_faults.sh QLOAD WORLD_RANK
 set -euo pipefail
@@ -177,3 +179,14 @@ expect token 1 fail "did not accept this rank's token"
 [[ $(grep -c "dropped a connection" "$dir/token.0.err") == 1 ]] || { echo "rank 0 logged every retry"; cat "$dir/token.0.err"; exit 1; }
 echo "ranks with different tokens: both failed within $(($(date +%s) - started)) s, saying why"
 pids=()
+
+# 6. Started alone with a bad request: its own error at once and at the end, notices between.
+fresh_world 3
+rc=0
+WORLD_SIZE=2 RANK=0 "$qload" load "$dir/m" >"$dir/alone.out" 2>"$dir/alone.err" || rc=$?
+((rc != 0 && $(date +%s) - started <= 10)) || { echo "alone: rc $rc after $(($(date +%s) - started)) s"; exit 1; }
+head -1 "$dir/alone.err" | grep -q "rank 0 of 2 cannot load: .*no parallel layout.*waiting up to 3 s" &&
+  grep -q "rank 0 has waited [0-9]* s on .* and 1 of 2 ranks joined" "$dir/alone.err" &&
+  tail -1 "$dir/alone.err" | grep -q "error: .*no parallel layout" ||
+  { echo "alone: it did not say why, or while waiting"; cat "$dir/alone.err"; exit 1; }
+echo "started alone with no layout: said why at once, while waiting, and at the end ($rc)"

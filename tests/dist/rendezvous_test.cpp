@@ -6,6 +6,7 @@
 
 #include <future>
 #include <map>
+#include <mutex>
 #include <thread>
 
 #include <fmt/format.h>
@@ -175,6 +176,25 @@ TEST_CASE("rendezvous: a rank that exits, a duplicate rank and a missing rank fa
     auto one = Rendezvous::join(world(1, 2, free_port()), 300ms);
     REQUIRE_FALSE(one);
     CHECK_THAT(one.error().message(), Catch::Contains("rank 1 could not join rank 0 at 127.0.0.1:"));
+  }
+  SECTION("a rank left waiting says so every quarter of the timeout, not only when it ends") {
+    std::vector<std::string> said;
+    std::mutex m;
+    const Logger log(
+        [&](LogLevel, std::string_view line) {
+          const std::lock_guard lock(m);
+          said.emplace_back(line);
+        },
+        LogLevel::kInfo);
+    REQUIRE_FALSE(Rendezvous::join(world(0, 2, free_port()), 1000ms, log));
+    REQUIRE(said.size() >= 2);
+    CHECK(said.size() <= 4);
+    CHECK_THAT(said.front(), Catch::Contains("rank 0 has waited 0 s on 127.0.0.1:") &&
+                                 Catch::Contains("1 of 2 ranks joined") && Catch::Contains("QLOAD_RENDEZVOUS_TIMEOUT"));
+    said.clear();
+    REQUIRE_FALSE(Rendezvous::join(world(1, 2, free_port()), 1000ms, log));
+    REQUIRE(said.size() >= 2);
+    CHECK_THAT(said.front(), Catch::Contains("rank 1 has tried 0 s to join rank 0 at 127.0.0.1:"));
   }
 }
 
