@@ -1,0 +1,102 @@
+"""The dry run behind --load-format qload's per-rank reads (qload/_vllm_regions.py), on models
+whose load_weights do each thing a weight loader may do: a tensor is read in part only when its
+one operation is a narrow or a plain slice, anything else reads it whole, a dry run that fails
+or replaces parameters reads everything whole, the model is left untouched, and a stand-in
+refuses any operation the dry run did not predict."""
+import pytest
+import torch
+
+from qload import _vllm_regions as regions
+
+SHAPES = {"a": ((8, 4), torch.bfloat16), "b": ((8, 4), torch.bfloat16), "c": ((6,), torch.float32)}
+
+
+class Model(torch.nn.Module):
+    """Parameters a, b, c of half the rows (a, c) or columns (b); `load` is its load_weights body."""
+
+    def __init__(self, load):
+        super().__init__()
+        self.a = torch.nn.Parameter(torch.full((4, 4), 7.0, dtype=torch.bfloat16), requires_grad=False)
+        self.b = torch.nn.Parameter(torch.full((8, 2), 7.0, dtype=torch.bfloat16), requires_grad=False)
+        self.c = torch.nn.Parameter(torch.full((3,), 7.0), requires_grad=False)
+        self._load = load
+
+    def load_weights(self, weights):
+        for name, w in weights:
+            self._load(self, name, w)
+        return {"a", "b", "c"}
+
+
+def narrowing(model, name, w):  # what vLLM's column / row parallel loaders do
+    param = getattr(model, name)
+    if name == "b":
+        param.data.copy_(w.narrow(1, 2, 2))
+    elif name == "c":
+        param.data.copy_(w[3:6])
+    else:
+        assert w.shape[0] == 8 and w.dtype == torch.bfloat16  # metadata is free
+        param.data.copy_(w.narrow(0, 4, 4))
+
+
+def test_one_narrow_or_slice_is_a_region_and_the_model_is_untouched():
+    model = Model(narrowing)
+    assert regions.predict(model, SHAPES) == {"a": (0, 4, 8), "b": (1, 2, 4), "c": (0, 3, 6)}
+    assert all(bool((p == 7).all()) for p in model.parameters())
+
+
+def transposed_first(model, name, w):
+    if name == "a":
+        model.a.data.copy_(w.t().t().narrow(0, 4, 4))
+    else:
+        narrowing(model, name, w)
+
+
+def cut_twice(model, name, w):
+    if name == "a":
+        model.a.data.copy_(torch.cat([w.narrow(0, 4, 2), w.narrow(0, 6, 2)]))
+    else:
+        narrowing(model, name, w)
+
+
+def unused(model, name, w):
+    if name != "a":
+        narrowing(model, name, w)
+
+
+@pytest.mark.parametrize("load", [transposed_first, cut_twice, unused])
+def test_anything_but_one_cut_reads_the_tensor_whole(load):
+    assert regions.predict(Model(load), SHAPES) == {"b": (1, 2, 4), "c": (0, 3, 6)}
+
+
+def test_a_dry_run_that_fails_or_replaces_parameters_reads_everything_whole():
+    def reads_a_value(model, name, w):
+        if float(w.sum()) > 0:  # meta tensors have no values
+            narrowing(model, name, w)
+
+    assert regions.predict(Model(reads_a_value), SHAPES) == {}
+
+    def replaces(model, name, w):
+        model.a = torch.nn.Parameter(w.narrow(0, 4, 4), requires_grad=False)
+
+    model = Model(replaces)
+    before = model.a
+    assert regions.predict(model, SHAPES) == {}
+    assert model.a is before and bool((model.a == 7).all())
+
+
+def test_a_stand_in_gives_its_region_to_the_predicted_cut_and_refuses_anything_else():
+    data = torch.arange(16, dtype=torch.float32).reshape(4, 4)
+    t = regions.stand_in("a", data, (8, 4), (0, 4, 8))
+    assert t.shape == (8, 4) and t.dim() == 2 and t.dtype == torch.float32
+    assert t.narrow(0, 4, 4) is data
+    assert t[4:8] is data
+    for other in (lambda: t.narrow(0, 0, 4), lambda: t.t(), lambda: t + 1, lambda: torch.zeros(8, 4).copy_(t)):
+        with pytest.raises(RuntimeError, match="a: the model's weight loader did"):
+            other()
+
+
+def test_stored_tensors_come_from_inspect_and_unknown_dtypes_read_everything_whole():
+    inspected = {"tensors": [{"name": "w", "dtype": "BF16", "shape": [2, 3]},
+                             {"name": "s", "dtype": "F8_E4M3", "shape": []}]}
+    assert regions.stored_tensors(inspected) == {"w": ((2, 3), torch.bfloat16), "s": ((), torch.float8_e4m3fn)}
+    assert regions.stored_tensors({"tensors": [{"name": "x", "dtype": "F4", "shape": [8]}]}) is None
