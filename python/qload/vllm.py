@@ -56,12 +56,27 @@ def _loader_class():
             load_config.model_loader_extra_config = extra
             super().__init__(load_config)
 
-        def get_all_weights(self, model_config, model):
+        def load_weights(self, model, model_config) -> None:
+            # The dry run goes first, before vLLM's own load_weights starts on the model.
+            self._plan(model, model_config)
+            try:
+                super().load_weights(model, model_config)
+            finally:
+                self._planned = None
+
+        _planned = None  # (folder, stored tensors, regions) for the load under way
+
+        def _plan(self, model, model_config) -> tuple:
             folder = self._local_folder(model_config)
             regions, stored = {}, {}
             if self.qload_read_regions:
                 stored = _regions.stored_tensors(inspect(folder)) or {}
                 regions = _regions.predict(model, stored) if stored else {}
+            self._planned = (folder, stored, regions)
+            return self._planned
+
+        def get_all_weights(self, model_config, model):
+            folder, stored, regions = self._planned or self._plan(model, model_config)
             self.qload_regions = regions
             weights = _stream(folder, framework="pt", settings=self.qload_settings, regions=regions)
             for name, tensor in weights:

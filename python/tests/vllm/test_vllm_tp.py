@@ -87,19 +87,30 @@ def build_llama(path: str) -> torch.nn.Module:
         def load_weights(self, weights):
             return AutoWeightsLoader(self).load_weights(weights)
 
-    from vllm.config import DeviceConfig, VllmConfig, set_current_vllm_config
+    from vllm.config import set_current_vllm_config
 
-    # what vLLM's own layer tests build them under (no GPU here: the cpu device)
-    with set_current_vllm_config(VllmConfig(device_config=DeviceConfig(device="cpu"))):
+    with set_current_vllm_config(vllm_config()):  # what vLLM's own layer tests build them under
         return CausalLM()
 
 
-def load(loader, path: str) -> tuple:
+def vllm_config():
+    from vllm.config import DeviceConfig, VllmConfig
+
+    return VllmConfig(device_config=DeviceConfig(device="cpu"))  # no GPU here: the cpu device
+
+
+def load(loader, path: str) -> torch.nn.Module:
+    """The model loaded by `loader.load_weights`, as vLLM's load_model calls it (with its check
+    that every parameter was loaded)."""
+    from vllm.config import set_current_vllm_config
+
     model = build_llama(path)
-    config = types.SimpleNamespace(model=path, revision=None, quantization=None)
-    with torch.no_grad():
-        loaded = model.load_weights(loader.get_all_weights(config, model))
-    return model, loaded
+    config = types.SimpleNamespace(model=path, revision=None, quantization=None, is_moe=False,
+                                   multimodal_config=None)
+    loader.counter_before_loading_weights = 0.0
+    with torch.no_grad(), set_current_vllm_config(vllm_config()):
+        loader.load_weights(model, config)
+    return model
 
 
 def loaders(extra=None):
@@ -125,9 +136,7 @@ def test_each_rank_reads_its_part_and_gets_the_default_loaders_parameters(tiny_m
         # are not read through as gaps between reads (by default, gaps under 64 KiB are, which
         # in this tiny model would be most), so that the bytes read can be counted.
         ours, theirs = loaders({"qload": {"max_gap_bytes": 1024}})
-        got, got_names = load(ours, tiny_model)
-        want, want_names = load(theirs, tiny_model)
-        assert got_names == want_names
+        got, want = load(ours, tiny_model), load(theirs, tiny_model)
         params = dict(want.named_parameters())
         assert set(dict(got.named_parameters())) == set(params)
         for name, p in got.named_parameters():
@@ -157,8 +166,7 @@ def test_each_rank_reads_its_part_and_gets_the_default_loaders_parameters(tiny_m
 def test_regions_off_reads_everything_and_gives_the_same_parameters(tiny_model, tp_rank):
     tp_rank(1, 2)
     ours, theirs = loaders({"qload_regions": False, "qload": {"max_gap_bytes": 1024}})
-    got, _ = load(ours, tiny_model)
-    want, _ = load(theirs, tiny_model)
+    got, want = load(ours, tiny_model), load(theirs, tiny_model)
     assert ours.qload_regions == {}
     assert ours.qload_report["read_bytes"] >= sum(t["nbytes"] for t in qload.inspect(tiny_model)["tensors"])
     for (name, p), (_, q) in zip(got.named_parameters(), want.named_parameters()):
