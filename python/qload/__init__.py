@@ -116,8 +116,8 @@ def _regions(regions) -> list:
                 or not all(isinstance(v, int) and not isinstance(v, bool) for v in region)):
             raise TypeError(f"regions[{name!r}] must be (dim, begin, end) ints, not {region!r}")
         dim, begin, end = region
-        if dim < 0 or begin < 0 or end <= begin:
-            raise ValueError(f"regions[{name!r}] = {tuple(region)}: expected dim >= 0 and 0 <= begin < end")
+        if dim < 0 or begin < 0 or end < begin:
+            raise ValueError(f"regions[{name!r}] = {tuple(region)}: expected dim >= 0 and 0 <= begin <= end")
         out.append((name, dim, begin, end))
     return out
 
@@ -246,7 +246,8 @@ def load(source: PathLike, *, device: str = "cpu", framework: str = "pt", recipe
     127.0.0.1), "master_port" (29500), "token" (needed across nodes); unset: the environment's
     RANK, WORLD_SIZE, ... if any; regions: {name: (dim, begin, end)}, load only rows (dim 0) or
     columns (dim 1 of a 2-D tensor) [begin, end) of those tensors, reading only their bytes
-    (for a server that cuts each tensor itself; one device, nothing decoded or quantized).
+    (for a server that cuts each tensor itself; one device, nothing decoded or quantized); an
+    empty range gives an empty tensor and reads nothing.
     """
     fw = _framework(framework)
     args = _args(source, recipe, device, dtype, dequantize, quantize, lock, settings, world,

@@ -80,18 +80,19 @@ class _Probe(torch.Tensor):
         probes = [a for a in _flat(list(args) + list(kwargs.values())) if isinstance(a, _Probe)]
         target = args[0] if args else None
         fname = getattr(func, "__name__", "")
-        if _writes(fname) and isinstance(target, torch.Tensor) \
-                and not isinstance(target, _Probe):
+        roots = [p for p in probes if p._qload_root]
+        if _writes(fname) and isinstance(target, torch.Tensor) and not isinstance(target, _Probe):
+            for p in roots:  # copied as it is: used whole
+                p._qload_record.setdefault(p._qload_name, []).append(None)
             return None if fname in ("__setitem__", "__set__") else target  # a parameter: left as it is
         with torch._C.DisableTorchFunctionSubclass():
             out = func(*args, **kwargs)
         tensors = [o for o in _flat([out]) if isinstance(o, torch.Tensor)]
         if not tensors:
             return out  # shape, dtype, dim(), ...: what the real load will see too
-        for p in probes:
-            if p._qload_root:
-                ops = p._qload_record.setdefault(p._qload_name, [])
-                ops.append(_region_of(func, args, kwargs, p._qload_shape) if target is p else None)
+        for p in roots:
+            ops = p._qload_record.setdefault(p._qload_name, [])
+            ops.append(_region_of(func, args, kwargs, p._qload_shape) if target is p else None)
         first = probes[0]
 
         def wrap(o):
@@ -124,8 +125,10 @@ def _restore(model: torch.nn.Module, before: dict) -> bool:
 
 
 def predict(model: torch.nn.Module, tensors: dict) -> dict:
-    """{name: (dim, begin, end)} for each stored tensor (`tensors`: name -> (shape, torch dtype))
-    that `model.load_weights` only narrows to a part of it; {} when the dry run fails."""
+    """What `model.load_weights` uses of each stored tensor (`tensors`: name -> (shape, torch
+    dtype)): {name: (dim, begin, end)} for a tensor it only narrows to a part (begin == end:
+    none of it), {name: None} for one it never touches (another pipeline stage's, another
+    rank's experts), nothing for one it uses whole; {} when the dry run fails."""
     record: dict = {}
     before = _model_state(model)
     try:
@@ -135,19 +138,30 @@ def predict(model: torch.nn.Module, tensors: dict) -> dict:
     except Exception as e:  # the model did something meta tensors cannot do: read everything
         log.info("qload: reading whole tensors: could not tell which part of each this rank keeps (%s: %s)",
                  type(e).__name__, e)
-        record = None
-    if _restore(model, before):
+        return {}
+    finally:
+        replaced = _restore(model, before)
+    if replaced:
         log.info("qload: reading whole tensors: the model's load_weights replaces parameters")
-        record = None
+        return {}
     regions = {}
-    for name, ops in (record or {}).items():
+    for name, (shape, _) in tensors.items():
+        ops = record.get(name)
+        if ops is None:
+            if len(shape) >= 1:
+                regions[name] = None
+            continue
         if len(ops) != 1 or ops[0] is None:
             continue  # used whole, in several parts, or transformed before being cut
-        shape, _ = tensors[name]
         dim, begin, end = ops[0]
-        if begin < end <= shape[dim] and (end - begin) < shape[dim] and (dim == 0 or len(shape) == 2):
+        if begin <= end <= shape[dim] and end - begin < shape[dim] and (dim == 0 or len(shape) == 2):
             regions[name] = (dim, begin, end)
     return regions
+
+
+def qload_regions(regions: dict) -> dict:
+    """predict's answer as `qload.stream`'s regions=: an unused tensor is an empty region."""
+    return {name: region if region is not None else (0, 0, 0) for name, region in regions.items()}
 
 
 class _Region(torch.Tensor):
@@ -157,7 +171,8 @@ class _Region(torch.Tensor):
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         this = args[0] if args and isinstance(args[0], _Region) else None
-        if this is not None and _region_of(func, args, kwargs, this._qload_shape) == this._qload_region:
+        if this is not None and this._qload_region is not None and \
+                _region_of(func, args, kwargs, this._qload_shape) == this._qload_region:
             return this._qload_data
         fname = getattr(func, "__name__", "")
         if not _writes(fname):
@@ -166,15 +181,18 @@ class _Region(torch.Tensor):
             if not any(isinstance(o, torch.Tensor) for o in _flat([out])):
                 return out
         region = next(a for a in _flat(list(args) + list(kwargs.values())) if isinstance(a, _Region))
+        predicted = "did not use it" if region._qload_region is None else \
+            f"cut {region._qload_region} (dim, begin, end), the only part read"
         raise RuntimeError(
-            f"qload: {region._qload_name}: the model's weight loader did {fname} where a dry run of it cut "
-            f"{region._qload_region} (dim, begin, end); only that part was read. Load with "
-            f"--model-loader-extra-config '{{\"qload_regions\": false}}' and report this.")
+            f"qload: {region._qload_name}: the model's weight loader did {fname} where a dry run of it "
+            f"{predicted}. Load with --model-loader-extra-config '{{\"qload_regions\": false}}' and report this.")
 
 
-def stand_in(name: str, data: torch.Tensor, shape, region: tuple) -> torch.Tensor:
-    """`data` (the region qload read) as a tensor of the stored `shape`, for the weight loader."""
-    t = torch.empty(shape, dtype=data.dtype, device="meta").as_subclass(_Region)
+def stand_in(name: str, data: Optional[torch.Tensor], shape, dtype: torch.dtype,
+             region: Optional[tuple]) -> torch.Tensor:
+    """`data` (the region qload read) as a tensor of the stored `shape`, for the weight loader;
+    region None: a tensor the dry run did not use, of which nothing was read."""
+    t = torch.empty(shape, dtype=dtype, device="meta").as_subclass(_Region)
     t._qload_name, t._qload_data, t._qload_region, t._qload_shape = name, data, region, tuple(shape)
     return t
 

@@ -45,7 +45,8 @@ def _loader_class():
             self._local_folder(model_config)
 
         qload_report = None  # the last load's report (read_bytes, seconds, ...)
-        qload_regions = None  # the last load's {name: (dim, begin, end)} read in part
+        # the last load's {name: (dim, begin, end)} read in part (None: a tensor not read at all)
+        qload_regions = None
 
         def __init__(self, load_config):
             # qload's keys are taken out: vLLM's default loader refuses keys it does not know.
@@ -78,10 +79,12 @@ def _loader_class():
         def get_all_weights(self, model_config, model):
             folder, stored, regions = self._planned or self._plan(model, model_config)
             self.qload_regions = regions
-            weights = _stream(folder, framework="pt", settings=self.qload_settings, regions=regions)
+            weights = _stream(folder, framework="pt", settings=self.qload_settings,
+                              regions=_regions.qload_regions(regions))
             for name, tensor in weights:
                 if name in regions:
-                    tensor = _regions.stand_in(name, tensor, stored[name][0], regions[name])
+                    shape, dtype = stored[name]
+                    tensor = _regions.stand_in(name, tensor, shape, dtype, regions[name])
                 yield name, tensor
             self.qload_report = weights.report
             for source in getattr(model, "secondary_weights", ()):

@@ -183,7 +183,8 @@ def test_regions_load_only_the_rows_or_columns_asked_for(tmp_path, qload_cli):
     whole = qload.load(tmp_path / "m", framework="np")
     regions = {"model.embed_tokens.weight": (0, 100, 300),            # rows, uneven (vocab padding)
                "model.layers.0.self_attn.o_proj.weight": (1, 128, 256),  # columns
-               "model.layers.1.mlp.down_proj.weight": (1, 0, 1)}
+               "model.layers.1.mlp.down_proj.weight": (1, 0, 1),
+               "model.layers.1.mlp.up_proj.weight": (0, 7, 7)}               # none of it: empty
     part = qload.load(tmp_path / "m", framework="np", regions=regions)
     assert set(part) == set(whole)
     for name, t in part.items():
@@ -207,7 +208,7 @@ def test_bad_regions_name_the_tensor_or_the_argument(tmp_path, qload_cli):
     with pytest.raises(TypeError, match="regions"):
         qload.load(tmp_path / "m", framework="np", regions={"model.norm.weight": (0, 1)})
     with pytest.raises(ValueError, match="regions"):
-        qload.load(tmp_path / "m", framework="np", regions={"model.norm.weight": (0, 5, 5)})
+        qload.load(tmp_path / "m", framework="np", regions={"model.norm.weight": (0, 5, 4)})
 
 
 def test_regions_under_a_lock_read_whole_tensors_and_check_them(tmp_path, qload_cli):

@@ -58,14 +58,40 @@ def cut_twice(model, name, w):
         narrowing(model, name, w)
 
 
-def unused(model, name, w):
-    if name != "a":
+def copied_whole_in_place(model, name, w):
+    if name == "a":
+        model.b.data[:, :] = w[:8:2, 0:2].narrow(0, 0, 4).repeat(2, 1)
+    else:
         narrowing(model, name, w)
 
 
-@pytest.mark.parametrize("load", [transposed_first, cut_twice, unused])
+@pytest.mark.parametrize("load", [transposed_first, cut_twice, copied_whole_in_place])
 def test_anything_but_one_cut_reads_the_tensor_whole(load):
     assert regions.predict(Model(load), SHAPES) == {"b": (1, 2, 4), "c": (0, 3, 6)}
+
+
+def test_a_tensor_copied_as_it_is_is_read_whole():
+    def direct(model, name, w):  # what vLLM's default_weight_loader does (the copy is skipped)
+        if name == "a":
+            model.a.data.copy_(w)
+        else:
+            narrowing(model, name, w)
+
+    assert regions.predict(Model(direct), SHAPES) == {"b": (1, 2, 4), "c": (0, 3, 6)}
+
+
+def test_a_tensor_never_touched_is_not_read_and_an_empty_cut_reads_nothing():
+    def skips_a(model, name, w):
+        if name == "a":
+            return  # another pipeline stage's layer, another rank's expert
+        if name == "c":
+            getattr(model, name)[:0].data.copy_(w.narrow(0, 6, 0))  # this rank's part is empty
+            return
+        narrowing(model, name, w)
+
+    got = regions.predict(Model(skips_a), SHAPES)
+    assert got == {"a": None, "b": (1, 2, 4), "c": (0, 6, 6)}
+    assert regions.qload_regions(got) == {"a": (0, 0, 0), "b": (1, 2, 4), "c": (0, 6, 6)}
 
 
 def test_a_dry_run_that_fails_or_replaces_parameters_reads_everything_whole():
@@ -86,13 +112,17 @@ def test_a_dry_run_that_fails_or_replaces_parameters_reads_everything_whole():
 
 def test_a_stand_in_gives_its_region_to_the_predicted_cut_and_refuses_anything_else():
     data = torch.arange(16, dtype=torch.float32).reshape(4, 4)
-    t = regions.stand_in("a", data, (8, 4), (0, 4, 8))
+    t = regions.stand_in("a", data, (8, 4), torch.float32, (0, 4, 8))
     assert t.shape == (8, 4) and t.dim() == 2 and t.dtype == torch.float32
     assert t.narrow(0, 4, 4) is data
     assert t[4:8] is data
     for other in (lambda: t.narrow(0, 0, 4), lambda: t.t(), lambda: t + 1, lambda: torch.zeros(8, 4).copy_(t)):
-        with pytest.raises(RuntimeError, match="a: the model's weight loader did"):
+        with pytest.raises(RuntimeError, match="a: the model's weight loader did .* the only part read"):
             other()
+    unused = regions.stand_in("u", None, (8, 4), torch.bfloat16, None)
+    assert unused.shape == (8, 4) and unused.dtype == torch.bfloat16
+    with pytest.raises(RuntimeError, match="u: the model's weight loader did narrow where a dry run of it did not"):
+        unused.narrow(0, 0, 4)
 
 
 def test_stored_tensors_come_from_inspect_and_unknown_dtypes_read_everything_whole():

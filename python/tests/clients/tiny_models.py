@@ -3,13 +3,13 @@ clients and vllm suites)."""
 import torch
 
 
-def save_tiny(kind: str, tied: bool, path) -> str:
+def save_tiny(kind: str, tied: bool, path, vocab_size: int = 320) -> str:
     """A random llama- or granite-shaped model in bf16, saved by save_pretrained (safetensors)."""
     import transformers
 
     torch.manual_seed(1234)
     shape = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
-                 num_key_value_heads=2, vocab_size=320, tie_word_embeddings=tied)
+                 num_key_value_heads=2, vocab_size=vocab_size, tie_word_embeddings=tied)
     if kind == "llama":
         config, model_class = transformers.LlamaConfig(**shape), transformers.LlamaForCausalLM
     else:

@@ -38,15 +38,16 @@ def tp_rank(monkeypatch):
     return use
 
 
-def build_llama(path: str) -> torch.nn.Module:
-    """vLLM's llama layout from vLLM's own layers, at the current tensor-parallel rank."""
+def build_llama(path: str, stage: int = 0, stages: int = 1) -> torch.nn.Module:
+    """vLLM's llama layout from vLLM's own layers, at the current tensor-parallel rank, holding
+    pipeline stage `stage` of `stages` (the rest PPMissingLayer, as vLLM's make_layers does)."""
     import json
 
     from vllm.model_executor.layers.layernorm import RMSNorm
     from vllm.model_executor.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
     from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
     from vllm.model_executor.models.llama import LlamaModel
-    from vllm.model_executor.models.utils import AutoWeightsLoader
+    from vllm.model_executor.models.utils import AutoWeightsLoader, PPMissingLayer
 
     c = json.load(open(f"{path}/config.json"))
     hidden, inter = c["hidden_size"], c["intermediate_size"]
@@ -69,9 +70,13 @@ def build_llama(path: str) -> torch.nn.Module:
     class Model(nn.Module):  # LlamaModel's layers and load_weights
         def __init__(self):
             super().__init__()
-            self.embed_tokens = VocabParallelEmbedding(c["vocab_size"], hidden, params_dtype=dtype)
-            self.layers = nn.ModuleList(layer() for _ in range(c["num_hidden_layers"]))
-            self.norm = RMSNorm(hidden).to(dtype)
+            first, last, layers = stage == 0, stage == stages - 1, c["num_hidden_layers"]
+            held = range(stage * layers // stages, (stage + 1) * layers // stages)
+            tied = c.get("tie_word_embeddings")
+            self.embed_tokens = VocabParallelEmbedding(c["vocab_size"], hidden, params_dtype=dtype) \
+                if first or (tied and last) else PPMissingLayer()
+            self.layers = nn.ModuleList(layer() if i in held else PPMissingLayer() for i in range(layers))
+            self.norm = RMSNorm(hidden).to(dtype) if last else PPMissingLayer()
 
         def load_weights(self, weights):
             return AutoWeightsLoader(self).load_weights(weights, mapper=LlamaModel.hf_to_vllm_mapper)
@@ -80,9 +85,13 @@ def build_llama(path: str) -> torch.nn.Module:
         def __init__(self):
             super().__init__()
             self.model = Model()
-            self.lm_head = ParallelLMHead(c["vocab_size"], hidden, params_dtype=dtype)
-            if c.get("tie_word_embeddings"):
-                self.lm_head = self.lm_head.tie_weights(self.model.embed_tokens)
+            if stage < stages - 1:
+                self.lm_head = PPMissingLayer()
+            elif c.get("tie_word_embeddings"):
+                self.lm_head = ParallelLMHead(c["vocab_size"], hidden, params_dtype=dtype).tie_weights(
+                    self.model.embed_tokens)
+            else:
+                self.lm_head = ParallelLMHead(c["vocab_size"], hidden, params_dtype=dtype)
 
         def load_weights(self, weights):
             return AutoWeightsLoader(self).load_weights(weights)
@@ -99,12 +108,12 @@ def vllm_config():
     return VllmConfig(device_config=DeviceConfig(device="cpu"))  # no GPU here: the cpu device
 
 
-def load(loader, path: str) -> torch.nn.Module:
+def load(loader, path: str, stage: int = 0, stages: int = 1) -> torch.nn.Module:
     """The model loaded by `loader.load_weights`, as vLLM's load_model calls it (with its check
     that every parameter was loaded)."""
     from vllm.config import set_current_vllm_config
 
-    model = build_llama(path)
+    model = build_llama(path, stage, stages)
     config = types.SimpleNamespace(model=path, revision=None, quantization=None, is_moe=False,
                                    multimodal_config=None)
     loader.counter_before_loading_weights = 0.0
@@ -142,25 +151,71 @@ def test_each_rank_reads_its_part_and_gets_the_default_loaders_parameters(tiny_m
         for name, p in got.named_parameters():
             assert p.dtype == params[name].dtype and torch.equal(p, params[name]), f"rank {rank}: {name}"
         # Every projection is cut: rows of the column-parallel ones, columns of o_proj and
-        # down_proj; so is each rank's part of the vocabulary, unless it has none.
+        # down_proj; so is the vocabulary.
         regions = ours.qload_regions
-        assert {n for n in stored if any(p in n for p in PROJECTIONS)} <= set(regions), rank
-        vocab = [n for n in stored if "embed_tokens" in n or "lm_head" in n]
-        assert all(n in regions for n in vocab) or rank == tp - 1, rank
-        # Only those parts are read: whole rows, or for columns the span from the first row's
-        # first column to the last row's last (the bytes between rows, under 1 KiB, are read
-        # through); a read may start and end up to 4 KiB out, aligned for O_DIRECT.
-        expected = 0
-        for name, t in stored.items():
-            part = t["nbytes"]
-            if name in regions:
-                (dim, begin, end), shape = regions[name], t["shape"]
-                row = part // shape[0]
-                part = row * (end - begin) if dim == 0 else part - row + row // shape[1] * (end - begin)
-            expected += part
+        assert all(regions.get(n) for n in stored if any(p in n for p in PROJECTIONS)), rank
+        assert all(regions.get(n) for n in stored if "embed_tokens" in n or "lm_head" in n), rank
         read = ours.qload_report["read_bytes"]
-        assert expected <= read <= expected + 8192 * len(stored), (rank, read, expected)
+        assert_reads_only(regions, stored, read)
         assert read < whole * (0.7 if tp == 2 else 0.55), (rank, read, whole)
+
+
+def test_uneven_and_empty_parts_of_a_padded_vocabulary(tmp_path, tp_rank):
+    """A vocabulary of 130 is padded to 192 and cut in 48s at tp 4: rank 2 keeps 34 rows, rank 3
+    none, and reads none."""
+    from tiny_models import save_tiny
+
+    path = save_tiny("llama", False, tmp_path / "vocab-130", vocab_size=130)
+    stored = {t["name"]: t for t in qload.inspect(path)["tensors"]}
+    parts = []
+    for rank in range(4):
+        tp_rank(rank, 4)
+        ours, theirs = loaders({"qload": {"max_gap_bytes": 1024}})
+        got, want = load(ours, path), load(theirs, path)
+        for (name, p), (_, q) in zip(got.named_parameters(), want.named_parameters()):
+            assert torch.equal(p, q), f"rank {rank}: {name}"
+        parts.append(ours.qload_regions["model.embed_tokens.weight"])
+        assert ours.qload_regions["lm_head.weight"] == parts[-1]
+        assert_reads_only(ours.qload_regions, stored, ours.qload_report["read_bytes"])
+    assert [end - begin for _, begin, end in parts] == [48, 48, 34, 0]
+
+
+def assert_reads_only(regions: dict, stored: dict, read: int) -> None:
+    """`read` is what the regions take: whole rows, or for columns the span from the first row's
+    first column to the last row's last (the bytes between rows, under the 1 KiB max_gap_bytes,
+    are read through), nothing of a tensor not used; a read may start and end up to 4 KiB out,
+    aligned for O_DIRECT."""
+    expected = 0
+    for name, t in stored.items():
+        part = t["nbytes"]
+        if name in regions:
+            if regions[name] is None:
+                continue
+            (dim, begin, end), shape = regions[name], t["shape"]
+            row = part // shape[0]
+            part = row * (end - begin) if dim == 0 else part - row + row // shape[1] * (end - begin)
+            part = part if end > begin else 0
+        expected += part
+    assert expected <= read <= expected + 8192 * len(stored), (read, expected)
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_each_pipeline_stage_reads_only_its_layers(tiny_model, tp_rank, tp):
+    stored = {t["name"]: t for t in qload.inspect(tiny_model)["tensors"]}
+    for stage in range(2):
+        for rank in range(tp):
+            tp_rank(rank, tp)
+            ours, theirs = loaders({"qload": {"max_gap_bytes": 1024}})
+            got, want = load(ours, tiny_model, stage, 2), load(theirs, tiny_model, stage, 2)
+            params = dict(want.named_parameters())
+            assert set(dict(got.named_parameters())) == set(params)
+            for name, p in got.named_parameters():
+                assert torch.equal(p, params[name]), f"stage {stage} rank {rank}: {name}"
+            other = f"model.layers.{1 - stage}."
+            unread = {n for n, r in ours.qload_regions.items() if r is None}
+            assert {n for n in stored if n.startswith(other)} <= unread, (stage, rank)
+            assert not any(n.startswith(f"model.layers.{stage}.") for n in unread), (stage, rank)
+            assert_reads_only(ours.qload_regions, stored, ours.qload_report["read_bytes"])
 
 
 def test_regions_off_reads_everything_and_gives_the_same_parameters(tiny_model, tp_rank):

@@ -134,7 +134,7 @@ std::vector<std::pair<std::uint64_t, std::uint64_t>> shard_ranges(const formats:
     const std::uint64_t begin = shard.slice.col_begin * element, end = shard.slice.col_end * element;
     const bool row_by_row = row_bytes - (end - begin) > max_gap_bytes;
     for (const auto& [first, last] : shard.slice.rows) {
-      if (first >= last) continue;
+      if (first >= last || begin == end) continue;  // nothing of the tensor (an empty region)
       if (!row_by_row) {
         ranges.emplace_back(first * row_bytes + begin, (last - 1) * row_bytes + end);
         continue;

@@ -117,9 +117,9 @@ Result<ShardSlice> region_slice(const formats::TensorEntry& t, const TensorRegio
     return fail(split_error(t, fmt::format("a region of dim {} of {}: only dim 0, or dim 1 of a 2-D tensor", region.dim,
                                            shape.to_string())));
   const std::uint64_t size = shape[region.dim];
-  if (region.begin >= region.end || region.end > size)
-    return fail(split_error(t, fmt::format("region [{}, {}) of dim {} of {} is empty or out of bounds", region.begin,
-                                           region.end, region.dim, shape.to_string())));
+  if (region.begin > region.end || region.end > size)
+    return fail(split_error(t, fmt::format("region [{}, {}) of dim {} of {} is out of bounds", region.begin, region.end,
+                                           region.dim, shape.to_string())));
   ShardSlice s;
   std::uint64_t rest = 1;
   for (std::size_t i = 1; i < shape.rank(); ++i) rest *= shape[i];

@@ -58,6 +58,7 @@ Result<Split> parse_split(std::string_view text);
 
 // A part of one tensor that a load asks for instead of the whole (PlanOptions::region): the
 // range [begin, end) of dimension `dim`, which is dim 0 of any tensor or dim 1 of a 2-D one.
+// An empty range (begin == end) gives an empty tensor, of which nothing is read.
 struct TensorRegion {
   std::uint32_t dim = 0;
   std::uint64_t begin = 0;
@@ -90,8 +91,8 @@ inline std::uint64_t view_row_count(const Shape& shape, const ShardSlice& slice)
 
 // The slices of `tensor` for ranks 0..ranks-1. kInvalidArgument naming the tensor for a
 // split that does not fit (sizes, heads) or needs a geometry config.json does not give.
-// The slice a region takes of `tensor`. kInvalidArgument naming the tensor for a region that is
-// empty, out of its bounds, or of a dimension other than those above.
+// The slice a region takes of `tensor`. kInvalidArgument naming the tensor for a region out of
+// its bounds, or of a dimension other than those above.
 Result<ShardSlice> region_slice(const formats::TensorEntry& tensor, const TensorRegion& region);
 
 Result<std::vector<ShardSlice>> shard_slices(const formats::TensorEntry& tensor, Split split, std::uint32_t ranks,
