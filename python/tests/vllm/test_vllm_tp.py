@@ -6,120 +6,23 @@ layout assembled from vLLM's own layers (QKVParallelLinear, MergedColumnParallel
 RowParallelLinear, VocabParallelEmbedding, ParallelLMHead, RMSNorm) and loaded by vLLM's own
 AutoWeightsLoader with LlamaModel's name mapping: the loading code a LlamaForCausalLM runs.
 Rank r of tp is emulated in one process by giving vLLM's layers that rank and size when they
-ask for them. The tiny models have 4 heads, 2 kv heads (replicated at tp 4) and a vocabulary
-of 320, which vLLM pads to 64 x tp, so ranks hold uneven parts of the embeddings and at tp 4
-the last rank none.
+ask for them (vllm_llama.py). The tiny models have 4 heads and 2 kv heads (replicated at tp 4)
+and a vocabulary of 320 (even parts); one of 130, padded to 192, gives uneven and empty ones.
 """
-import types
-
 import pytest
 import torch
 
 vllm = pytest.importorskip("vllm")
 
 import qload.vllm  # noqa: E402
+import vllm_llama  # noqa: E402
+from vllm_llama import load  # noqa: E402
 
 
 @pytest.fixture
 def tp_rank(monkeypatch):
     """Sets the tensor-parallel (rank, size) vLLM's layers see."""
-    import vllm.distributed as dist
-    import vllm.distributed.parallel_state as ps
-    from vllm.model_executor import parameter
-    from vllm.model_executor.layers import linear, vocab_parallel_embedding
-
-    def use(rank: int, size: int) -> None:
-        for module in (dist, ps, parameter, linear, vocab_parallel_embedding):
-            if hasattr(module, "get_tensor_model_parallel_rank"):
-                monkeypatch.setattr(module, "get_tensor_model_parallel_rank", lambda: rank)
-            if hasattr(module, "get_tensor_model_parallel_world_size"):
-                monkeypatch.setattr(module, "get_tensor_model_parallel_world_size", lambda: size)
-
-    return use
-
-
-def build_llama(path: str, stage: int = 0, stages: int = 1) -> torch.nn.Module:
-    """vLLM's llama layout from vLLM's own layers, at the current tensor-parallel rank, holding
-    pipeline stage `stage` of `stages` (the rest PPMissingLayer, as vLLM's make_layers does)."""
-    import json
-
-    from vllm.model_executor.layers.layernorm import RMSNorm
-    from vllm.model_executor.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
-    from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
-    from vllm.model_executor.models.llama import LlamaModel
-    from vllm.model_executor.models.utils import AutoWeightsLoader, PPMissingLayer
-
-    c = json.load(open(f"{path}/config.json"))
-    hidden, inter = c["hidden_size"], c["intermediate_size"]
-    heads, kv = c["num_attention_heads"], c["num_key_value_heads"]
-    head_dim = hidden // heads
-    dtype = torch.bfloat16
-    nn = torch.nn
-
-    def layer():
-        attn, mlp, block = nn.Module(), nn.Module(), nn.Module()
-        attn.qkv_proj = QKVParallelLinear(hidden, head_dim, heads, kv, bias=False, params_dtype=dtype)
-        attn.o_proj = RowParallelLinear(heads * head_dim, hidden, bias=False, params_dtype=dtype)
-        mlp.gate_up_proj = MergedColumnParallelLinear(hidden, [inter, inter], bias=False, params_dtype=dtype)
-        mlp.down_proj = RowParallelLinear(inter, hidden, bias=False, params_dtype=dtype)
-        block.self_attn, block.mlp = attn, mlp
-        block.input_layernorm = RMSNorm(hidden).to(dtype)
-        block.post_attention_layernorm = RMSNorm(hidden).to(dtype)
-        return block
-
-    class Model(nn.Module):  # LlamaModel's layers and load_weights
-        def __init__(self):
-            super().__init__()
-            first, last, layers = stage == 0, stage == stages - 1, c["num_hidden_layers"]
-            held = range(stage * layers // stages, (stage + 1) * layers // stages)
-            tied = c.get("tie_word_embeddings")
-            self.embed_tokens = VocabParallelEmbedding(c["vocab_size"], hidden, params_dtype=dtype) \
-                if first or (tied and last) else PPMissingLayer()
-            self.layers = nn.ModuleList(layer() if i in held else PPMissingLayer() for i in range(layers))
-            self.norm = RMSNorm(hidden).to(dtype) if last else PPMissingLayer()
-
-        def load_weights(self, weights):
-            return AutoWeightsLoader(self).load_weights(weights, mapper=LlamaModel.hf_to_vllm_mapper)
-
-    class CausalLM(nn.Module):  # LlamaForCausalLM's
-        def __init__(self):
-            super().__init__()
-            self.model = Model()
-            if stage < stages - 1:
-                self.lm_head = PPMissingLayer()
-            elif c.get("tie_word_embeddings"):
-                self.lm_head = ParallelLMHead(c["vocab_size"], hidden, params_dtype=dtype).tie_weights(
-                    self.model.embed_tokens)
-            else:
-                self.lm_head = ParallelLMHead(c["vocab_size"], hidden, params_dtype=dtype)
-
-        def load_weights(self, weights):
-            return AutoWeightsLoader(self).load_weights(weights)
-
-    from vllm.config import set_current_vllm_config
-
-    with set_current_vllm_config(vllm_config()):  # what vLLM's own layer tests build them under
-        return CausalLM()
-
-
-def vllm_config():
-    from vllm.config import DeviceConfig, VllmConfig
-
-    return VllmConfig(device_config=DeviceConfig(device="cpu"))  # no GPU here: the cpu device
-
-
-def load(loader, path: str, stage: int = 0, stages: int = 1) -> torch.nn.Module:
-    """The model loaded by `loader.load_weights`, as vLLM's load_model calls it (with its check
-    that every parameter was loaded)."""
-    from vllm.config import set_current_vllm_config
-
-    model = build_llama(path, stage, stages)
-    config = types.SimpleNamespace(model=path, revision=None, quantization=None, is_moe=False,
-                                   multimodal_config=None)
-    loader.counter_before_loading_weights = 0.0
-    with torch.no_grad(), set_current_vllm_config(vllm_config()):
-        loader.load_weights(model, config)
-    return model
+    return lambda rank, size: vllm_llama.set_tp_rank(rank, size, monkeypatch.setattr)
 
 
 def loaders(extra=None):
@@ -232,7 +135,7 @@ def test_the_dry_run_leaves_the_model_untouched(tiny_model, tp_rank):
     from qload import _vllm_regions
 
     tp_rank(0, 2)
-    model = build_llama(tiny_model)
+    model = vllm_llama.build_llama(tiny_model)
     with torch.no_grad():
         for p in model.parameters():
             p.fill_(3)
