@@ -62,10 +62,12 @@ def main() -> None:
         "qload, rank's parts": lambda: get_model_loader(LoadConfig(load_format="qload")),
         "qload, whole tensors": lambda: get_model_loader(
             LoadConfig(load_format="qload", model_loader_extra_config={"qload_regions": False})),
+        "qload mmap, rank's parts": lambda: get_model_loader(
+            LoadConfig(load_format="qload", model_loader_extra_config={"qload": {"load_mode": "mmap"}})),
     }
     cache = "cold (page cache dropped before each load)" if args.cold else "warm"
     print(f"checkpoint {path}: {stored / 1e9:.3f} GB stored; tp {args.tp}; {cache}; best of {args.rounds}")
-    print(f"{'rank':>4}  {'loader':<22} {'seconds':>8} {'vs vllm':>8} {'read GB':>8} {'read / stored':>13}")
+    print(f"{'rank':>4}  {'loader':<25} {'seconds':>8} {'vs vllm':>8} {'read GB':>8} {'read / stored':>13}")
     for rank in range(args.tp):
         vllm_llama.set_tp_rank(rank, args.tp)
         best, read = {}, {}
@@ -79,12 +81,12 @@ def main() -> None:
                 seconds = time.perf_counter() - start
                 best[label] = min(best.get(label, seconds), seconds)
                 report = getattr(loader, "qload_report", None)
-                if report:
+                if report and report["engine"] != "mmap":  # mapped: the pages touched are not counted
                     read[label] = report["read_bytes"]
                 del model
         for label in loaders:
             share = f"{read[label] / 1e9:8.3f} {read[label] / stored:13.3f}" if label in read else f"{'':8} {'':13}"
-            print(f"{rank:>4}  {label:<22} {best[label]:8.3f} {best[label] / best['vllm safetensors']:8.2f} {share}")
+            print(f"{rank:>4}  {label:<25} {best[label]:8.3f} {best[label] / best['vllm safetensors']:8.2f} {share}")
 
 
 if __name__ == "__main__":

@@ -343,9 +343,9 @@ Model load(const LoadArgs& args, nb::object progress) {
 // ---------------------------------------------------------------------------------------------
 // Streaming: the load runs on a thread of its own; each tensor, once verified, is queued and
 // the Python iterator takes them in completion order. Zero-copy: a tensor points into the
-// load's arena and holds it (the scheduler's keep_alive), so it stays valid if the load later
-// fails or the stream is dropped. Where the load has no such owner (mmap mode, shared reads:
-// handed over at the end), the tensor is copied into memory of its own instead.
+// load's arena, or mmap mode's mapping, and holds it (the scheduler's keep_alive), so it stays
+// valid if the load later fails or the stream is dropped. Where the load has no such owner
+// (shared reads: handed over at the end), the tensor is copied into memory of its own instead.
 
 struct StreamedTensor {
   std::string name;

@@ -230,3 +230,19 @@ def test_regions_under_a_lock_read_whole_tensors_and_check_them(tmp_path, qload_
         f.write(bytes([byte[0] ^ 1]))
     with pytest.raises(qload.Error, match="embed_tokens"):
         qload.load(tmp_path / "m", framework="np", lock=lock, regions=regions)
+
+
+def test_regions_mapped_are_views_of_the_files(tmp_path, qload_cli):
+    synth(qload_cli, tmp_path / "m")
+    regions = {"model.embed_tokens.weight": (0, 100, 300), "model.layers.0.self_attn.o_proj.weight": (1, 128, 256),
+               "model.layers.1.mlp.up_proj.weight": (0, 7, 7)}
+    read = qload.load(tmp_path / "m", framework="np", regions=regions)
+    mapped = qload.load(tmp_path / "m", framework="np", regions=regions, settings={"load_mode": "mmap"})
+    assert set(mapped) == set(read)
+    for name, t in mapped.items():
+        assert t.dtype == read[name].dtype and t.shape == read[name].shape, name
+        assert t.tobytes() == read[name].tobytes(), name
+        assert not t.flags.writeable
+    o_proj = mapped["model.layers.0.self_attn.o_proj.weight"]
+    assert o_proj.strides == (256 * 2, 2) and not o_proj.flags.c_contiguous  # a view: the stored rows
+    assert mapped.report["engine"] == "mmap"

@@ -1,4 +1,6 @@
 """qload.stream: every tensor once, in completion order, and the load's error at the end."""
+import gc
+
 import numpy as np
 import pytest
 
@@ -82,3 +84,14 @@ def test_a_failed_stream_has_no_report(tmp_path, checkpoint):
         for _ in it:
             pass
     assert it.report is None
+
+
+def test_mapped_streams_hand_out_views_of_the_files_that_outlive_the_stream(tmp_path, qload_cli):
+    synth(qload_cli, tmp_path / "m")
+    loaded = qload.load(tmp_path / "m", framework="np")
+    streamed = dict(qload.stream(tmp_path / "m", framework="np", settings={"load_mode": "mmap"}))
+    gc.collect()  # the stream is gone; its tensors hold the mappings
+    assert set(streamed) == set(loaded)
+    for name, t in streamed.items():
+        assert same_bytes(t, loaded[name]), name
+        assert not t.flags.writeable  # the file's pages, not a copy

@@ -28,10 +28,14 @@ std::string region_mismatch(const Llama& m, const std::string& name, const Devic
   const Shape want = whole.rank() == 1 ? Shape{r1 - r0} : Shape{r1 - r0, width};
   if (t.shape != want) return fmt::format("shape {}, expected {}", t.shape.to_string(), want.to_string());
   if (t.dtype != (convert ? DType::kF32 : DType::kBF16)) return "dtype";
+  // Element (i, j) by the tensor's strides: a mapped column region is a view with the stored
+  // tensor's row stride.
+  const std::uint64_t row_stride = t.shape.rank() == 2 ? static_cast<std::uint64_t>(t.strides.at(0)) : 1;
+  if (t.shape.rank() == 2 && t.strides.at(1) != 1) return "column stride";
   for (std::uint64_t i = 0; i < r1 - r0; ++i)
     for (std::uint64_t j = 0; j < width; ++j) {
       const std::uint16_t expected = stored(m, name, r0 + i, c0 + j);
-      const std::uint64_t at = i * width + j;
+      const std::uint64_t at = i * row_stride + j;
       if (convert) {
         float got;
         std::memcpy(&got, t.data + at * 4, 4);
@@ -145,6 +149,49 @@ TEST_CASE("regions: each asked tensor holds exactly its rows or columns, the oth
       }
 }
 
+TEST_CASE("regions: mapped, each region is a view of exactly its rows or columns and is not hashed",
+          "[scheduler][regions]") {
+  Llama m;
+  make_model(m);
+  auto whole = load_source(m.dir.path().string(), small_chunks(0));
+  if (!whole) FAIL(whole.error().to_string());
+  for (const bool whole_reads : {false, true}) {
+    INFO((whole_reads ? "whole reads" : "regions alone"));
+    LoadOptions o = small_chunks(0);
+    o.plan.mode = LoadMode::kMmap;
+    o.plan.whole_tensor_reads = whole_reads;
+    ask(o, kCuts);
+    auto model = load_source(m.dir.path().string(), o);
+    if (!model) FAIL(model.error().to_string());
+    CHECK(model->report().engine == "mmap");
+    for (const auto& [name, shape] : m.shapes) {
+      INFO(name);
+      const DeviceTensor* t = model->find(name);
+      REQUIRE(t != nullptr);
+      CHECK_FALSE(t->writable);
+      const std::uint64_t rows = shape[0], cols = shape.rank() == 2 ? shape[1] : 1;
+      const auto cut = kCuts.find(name);
+      if (cut == kCuts.end()) {
+        CHECK(region_mismatch(m, name, *t, 0, rows, 0, cols, false).empty());
+      } else if (cut->second.dim == 0) {
+        CHECK(region_mismatch(m, name, *t, cut->second.begin, cut->second.end, 0, cols, false).empty());
+      } else {
+        CHECK(region_mismatch(m, name, *t, 0, rows, cut->second.begin, cut->second.end, false).empty());
+      }
+    }
+    // Digests: every whole tensor's, the whole load's; a region's only when asked to read whole.
+    std::map<std::string, std::uint64_t> digests;
+    for (const TensorDigest& d : whole->report().digests) digests[d.name] = d.xxh3_64;
+    std::size_t checked = 0;
+    for (const TensorDigest& d : model->report().digests) {
+      CHECK(d.xxh3_64 == digests.at(d.name));
+      if (!whole_reads) CHECK_FALSE(kCuts.contains(d.name));
+      ++checked;
+    }
+    CHECK(checked == (whole_reads ? m.shapes.size() : m.shapes.size() - kCuts.size()));
+  }
+}
+
 TEST_CASE("regions: what cannot be honoured is refused before anything is read, naming the tensor",
           "[scheduler][regions]") {
   Llama m;
@@ -177,7 +224,8 @@ TEST_CASE("regions: what cannot be honoured is refused before anything is read, 
   refused(two, Errc::kUnsupported, "one device");
   LoadOptions mapped = o;
   mapped.plan.mode = LoadMode::kMmap;
-  refused(mapped, Errc::kUnsupported, "read mode");
+  mapped.plan.dtype = DType::kF32;
+  refused(mapped, Errc::kInvalidArgument, "mmap mode cannot convert");
   LoadOptions decoded = o;
   decoded.plan.dequantize = DType::kF32;
   refused(decoded, Errc::kUnsupported, "nothing is decoded");

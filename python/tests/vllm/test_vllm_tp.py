@@ -63,6 +63,19 @@ def test_each_rank_reads_its_part_and_gets_the_default_loaders_parameters(tiny_m
         assert read < whole * (0.7 if tp == 2 else 0.55), (rank, read, whole)
 
 
+def test_mapped_ranks_get_the_default_loaders_parameters(tiny_model, tp_rank):
+    """load_mode mmap: each rank's parts are views of the files (vLLM copies them once, as from
+    its own loader's mappings); only whole tensors are hashed."""
+    for rank in range(2):
+        tp_rank(rank, 2)
+        ours, theirs = loaders({"qload": {"load_mode": "mmap"}})
+        got, want = load(ours, tiny_model), load(theirs, tiny_model)
+        for (name, p), (_, q) in zip(got.named_parameters(), want.named_parameters()):
+            assert torch.equal(p, q), f"rank {rank}: {name}"
+        assert ours.qload_report["engine"] == "mmap"
+        assert all(ours.qload_regions.get(n) for n in ours.qload_regions)
+
+
 def test_uneven_and_empty_parts_of_a_padded_vocabulary(tmp_path, tp_rank):
     """A vocabulary of 130 is padded to 192 and cut in 48s at tp 4: rank 2 keeps 34 rows, rank 3
     none, and reads none."""

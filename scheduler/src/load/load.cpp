@@ -92,7 +92,7 @@ namespace detail {
 
 bool digest_computed(const Plan& plan, std::uint32_t i) {
   const TensorPlacement& p = plan.layout.tensors[i];
-  if (plan.mode != LoadMode::kRead) return true;
+  if (plan.mode != LoadMode::kRead) return !p.partial;  // mmap: every tensor but a region's view
   return !p.partial && !p.received && (p.region != kNoRegion || p.shard_count > 0);
 }
 
@@ -136,9 +136,11 @@ std::vector<DeviceTensor> describe_tensors(const formats::Catalog& catalog, cons
     origin = {.decoded = false, .index = static_cast<std::uint32_t>(i)};
     if (!mmap && p.region == kNoRegion) continue;                 // held by another process
     if (!mmap && plan.layout.arenas[p.region].scratch) continue;  // a decode input, not part of the model
-    for (std::uint32_t k = p.first_shard; k < p.first_shard + p.shard_count; ++k) {  // parallel layouts
+    for (std::uint32_t k = p.first_shard; k < p.first_shard + p.shard_count; ++k) {  // parallel layouts, regions
       const ShardPlacement& shard = plan.copies.shards[k];
       add(t.name, shard.region, shard.offset, shard.dtype, shard.slice.shape, shard.bytes);
+      // A mapped region is a view of the stored tensor: its rows keep the stored row stride.
+      if (mmap) out.back().strides = t.shape.contiguous_strides();
     }
     if (p.shard_count == 0) add(t.name, p.region, p.offset, p.dtype, t.shape, p.bytes);
   }
@@ -152,7 +154,10 @@ std::vector<DeviceTensor> describe_tensors(const formats::Catalog& catalog, cons
 
 Status hand_over_all(const Model& model, const LoadOptions& options) {
   if (!options.on_tensor) return {};
-  for (std::uint32_t i = 0; i < model.size(); ++i) QLOAD_TRY(options.on_tensor(i, model.tensors()[i], nullptr));
+  // A mapped model's tensors live as long as its mappings, which they share; others are copied
+  // by the consumer (the callback's contract for a null owner).
+  const std::shared_ptr<const void> keep = model.mappings_owner();
+  for (std::uint32_t i = 0; i < model.size(); ++i) QLOAD_TRY(options.on_tensor(i, model.tensors()[i], keep));
   return {};
 }
 

@@ -43,6 +43,7 @@ TaskGraph build_verify_graph(const formats::Catalog& catalog, const Plan& plan,
   const ResourceId cpu = g.add_resource("cpu workers", workers);
   for (std::uint32_t t = 0; t < catalog.tensors.size(); ++t) {
     const TensorPlacement& p = plan.layout.tensors[t];
+    if (p.partial) continue;  // a region's view: only its own pages are read, none hashed
     const formats::TensorEntry& entry = catalog.tensors[t];
     const std::byte* data = p.region == kNoRegion ? nullptr : regions[p.region] + p.offset;
     g.add({.lane = "verify",
@@ -71,13 +72,15 @@ Result<Model> load_mmap(const formats::Catalog& catalog, const Plan& plan, const
     files.push_back(std::move(file));
   }
   Model::Parts parts;
+  parts.mappings = std::make_shared<std::vector<MappedRegion>>();
   std::vector<const std::byte*> regions;
   for (const MappingPlan& m : plan.layout.mappings) {
     QLOAD_ASSIGN_OR_RETURN(MappedRegion region,
                            MappedRegion::map(files[m.file].fd(), m.offset, m.bytes, files[m.file].path()));
-    if (options.compute_digests) region.will_need();
+    // Read ahead for hashing, unless regions are mapped: their other pages are not to be read.
+    if (options.compute_digests && plan.copies.shards.empty()) region.will_need();
     regions.push_back(region.data());
-    parts.mappings.push_back(std::move(region));
+    parts.mappings->push_back(std::move(region));
   }
   std::vector<std::uint64_t> digests(catalog.tensors.size());
   TaskGraph graph;

@@ -126,6 +126,39 @@ void plan_mappings(const formats::Catalog& catalog, const std::vector<std::uint3
   flush();
 }
 
+// Mmap mode's regions (PlanOptions::region): each a view into its tensor's mapping, rows or a
+// strided column range, of which only the pages read are read; not hashed (partial) unless
+// whole_tensor_reads.
+Status map_regions(const formats::Catalog& catalog, const PlanOptions& options, Plan& plan) {
+  if (!options.region) return {};
+  for (std::uint32_t i = 0; i < catalog.tensors.size(); ++i) {
+    const formats::TensorEntry& t = catalog.tensors[i];
+    auto asked = options.region(t.name);
+    if (!asked) return fail(std::move(asked.error()).with_tensor(t.name));
+    if (!*asked) continue;
+    QLOAD_ASSIGN_OR_RETURN(ShardSlice slice, region_slice(t, **asked));
+    TensorPlacement& p = plan.layout.tensors[i];
+    const std::uint64_t element = dtype_info(t.dtype).block_bytes;
+    const std::uint64_t row_bytes = t.shape[0] == 0 ? 0 : t.nbytes / t.shape[0];
+    const auto [first, last] = slice.rows.front();
+    const std::uint64_t start = first * row_bytes + slice.col_begin * element;
+    const bool empty = first == last || slice.col_begin == slice.col_end;
+    const std::uint64_t span = empty ? 0 : (last - 1) * row_bytes + slice.col_end * element - start;
+    p.first_shard = static_cast<std::uint32_t>(plan.copies.shards.size());
+    p.shard_count = 1;
+    p.partial = !options.whole_tensor_reads;
+    plan.copies.shards.push_back(ShardPlacement{.tensor = i,
+                                                .rank = 0,
+                                                .region = p.region,
+                                                .offset = p.offset + start,
+                                                .dtype = t.dtype,
+                                                .bytes = span,
+                                                .split = Split::kRegion,
+                                                .slice = std::move(slice)});
+  }
+  return {};
+}
+
 }  // namespace
 
 Result<Plan> make_plan(const formats::Catalog& catalog, const PlanOptions& options) {
@@ -151,6 +184,7 @@ Result<Plan> make_plan(const formats::Catalog& catalog, const PlanOptions& optio
                                  "load in read mode (load_mode read), which gathers it"));
     QLOAD_TRY(plan_quantization(catalog, options, plan));  // describes kept quantized weights
     plan_mappings(catalog, order, plan);
+    QLOAD_TRY(map_regions(catalog, options, plan));
     plan.layout.placed_bytes = plan.layout.tensor_bytes;
     return plan;
   }

@@ -55,8 +55,8 @@ Status PlanOptions::validate() const {
   if (mode == LoadMode::kMmap && (dtype || dequantize || quantize || repack || weight_policy))
     return fail(Errc::kInvalidArgument,
                 "mmap mode cannot convert, dequantize or quantize (the tensors are the file's bytes)");
-  if (region && (mode != LoadMode::kRead || devices.size() != 1 || !parallel.trivial() || place))
-    return fail(Errc::kUnsupported, "tensor regions are read for one device in read mode, with no parallel layout");
+  if (region && (devices.size() != 1 || !parallel.trivial() || place))
+    return fail(Errc::kUnsupported, "tensor regions are read for one device, with no parallel layout");
   if (region && (dequantize || quantize || repack || weight_policy))
     return fail(Errc::kUnsupported, "tensor regions are cut from stored tensors: nothing is decoded or quantized");
   if (dequantize && !is_float_policy_dtype(*dequantize))

@@ -67,7 +67,7 @@ struct LoadOptions {
   // everything released. A load can still fail after some tensors were handed over (a file
   // changed under it, another process failed): the caller must then drop them. In mmap mode
   // and with shared reads, every tensor is handed over once all are in place.
-  // `keep_alive`, when not null (host arenas of a read-mode load), owns the memory the
+  // `keep_alive`, when not null (host arenas of a read-mode load, mmap mode's mappings), owns the memory the
   // tensor's bytes live in: holding a copy keeps them valid whatever happens to the load or
   // its Model, so a caller can hand the bytes out without copying them. Null: the bytes are
   // valid only as above.

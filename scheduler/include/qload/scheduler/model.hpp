@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -103,7 +104,8 @@ class Model {
   struct Parts {
     std::vector<std::shared_ptr<HostBuffer>> arenas;  // shared with tensors streamed from them
     std::vector<cuda::DeviceBuffer> device_arenas;
-    std::vector<MappedRegion> mappings;
+    // Mmap mode's mappings, shared with tensors streamed from them (as the arenas are).
+    std::shared_ptr<std::vector<MappedRegion>> mappings;
     std::vector<DeviceTensor> tensors;  // catalog order, then tensors produced by decoding
     std::vector<QuantizedWeight> quantized;
     LoadReport report;
@@ -130,6 +132,9 @@ class Model {
   // Quantized weights kept packed, with their parts; empty for an unquantized checkpoint.
   // Weights the load dequantized are plain tensors and not listed here.
   std::span<const QuantizedWeight> quantized() const noexcept { return parts_.quantized; }
+  // What keeps a mapped model's tensors valid (mmap mode), for a consumer that outlives the
+  // model (a stream); null otherwise.
+  std::shared_ptr<const void> mappings_owner() const noexcept { return parts_.mappings; }
   // Copies bytes [offset, offset + out.size()) of a tensor (host or GPU memory) into `out`:
   // how --dump and tests read GPU tensors back. kInvalidArgument past the tensor's end.
   Status copy_to_host(const DeviceTensor& tensor, std::uint64_t offset, std::span<std::byte> out) const;
