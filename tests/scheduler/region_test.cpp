@@ -85,6 +85,38 @@ void ask(LoadOptions& o, const std::map<std::string, Cut>& cuts) {
   };
 }
 
+// Every tensor of `model` holds what kCuts asks of it (the whole tensor when nothing).
+void check_cuts(const Llama& m, const Model& model, bool convert) {
+  for (const auto& [name, shape] : m.shapes) {
+    INFO(name);
+    const DeviceTensor* t = model.find(name);
+    REQUIRE(t != nullptr);
+    const std::uint64_t rows = shape[0], cols = shape.rank() == 2 ? shape[1] : 1;
+    const auto cut = kCuts.find(name);
+    if (cut == kCuts.end()) {
+      CHECK(region_mismatch(m, name, *t, 0, rows, 0, cols, convert).empty());
+    } else if (cut->second.dim == 0) {
+      CHECK(region_mismatch(m, name, *t, cut->second.begin, cut->second.end, 0, cols, convert).empty());
+    } else {
+      CHECK(region_mismatch(m, name, *t, 0, rows, cut->second.begin, cut->second.end, convert).empty());
+    }
+  }
+}
+
+// A tensor read in part has no digest, unless whole reads were asked for; every digest is the
+// whole load's.
+void check_digests(const Llama& m, const Model& model, const Model& whole, bool whole_reads) {
+  std::map<std::string, std::uint64_t> digests;
+  for (const TensorDigest& d : whole.report().digests) digests[d.name] = d.xxh3_64;
+  std::size_t checked = 0;
+  for (const TensorDigest& d : model.report().digests) {
+    CHECK(d.xxh3_64 == digests.at(d.name));
+    if (!whole_reads) CHECK_FALSE(kCuts.contains(d.name));
+    ++checked;
+  }
+  CHECK(checked == (whole_reads ? m.shapes.size() : m.shapes.size() - kCuts.size()));
+}
+
 }  // namespace
 
 TEST_CASE("regions: each asked tensor holds exactly its rows or columns, the others are whole",
@@ -104,20 +136,7 @@ TEST_CASE("regions: each asked tensor holds exactly its rows or columns, the oth
         auto model = load_source(m.dir.path().string(), o);
         if (!model) FAIL(model.error().to_string());
         CHECK(model->tensors().size() == m.shapes.size());
-        for (const auto& [name, shape] : m.shapes) {
-          INFO(name);
-          const DeviceTensor* t = model->find(name);
-          REQUIRE(t != nullptr);
-          const std::uint64_t rows = shape[0], cols = shape.rank() == 2 ? shape[1] : 1;
-          const auto cut = kCuts.find(name);
-          if (cut == kCuts.end()) {
-            CHECK(region_mismatch(m, name, *t, 0, rows, 0, cols, convert).empty());
-          } else if (cut->second.dim == 0) {
-            CHECK(region_mismatch(m, name, *t, cut->second.begin, cut->second.end, 0, cols, convert).empty());
-          } else {
-            CHECK(region_mismatch(m, name, *t, 0, rows, cut->second.begin, cut->second.end, convert).empty());
-          }
-        }
+        check_cuts(m, *model, convert);
         // Only the regions' bytes are read, unless digests need whole tensors.
         // Exactly (no gaps read, no alignment): a row region's rows, a column region's columns.
         std::uint64_t stored_bytes = 0, region_bytes = 0;
@@ -135,17 +154,7 @@ TEST_CASE("regions: each asked tensor holds exactly its rows or columns, the oth
         }
         CHECK(model->report().read_bytes == (whole_reads ? stored_bytes : region_bytes));
         CHECK(region_bytes < stored_bytes);
-        // A tensor read in part has no digest; every other tensor's digest is the whole load's.
-        std::map<std::string, std::uint64_t> digests;
-        for (const TensorDigest& d : whole->report().digests) digests[d.name] = d.xxh3_64;
-        std::size_t checked = 0;
-        for (const TensorDigest& d : model->report().digests) {
-          CHECK(d.xxh3_64 == digests.at(d.name));
-          ++checked;
-          if (!whole_reads) CHECK_FALSE(kCuts.contains(d.name));
-        }
-        CHECK(checked >= m.shapes.size() - kCuts.size());
-        if (whole_reads) CHECK(checked == m.shapes.size());
+        check_digests(m, *model, *whole, whole_reads);
       }
 }
 
@@ -164,31 +173,9 @@ TEST_CASE("regions: mapped, each region is a view of exactly its rows or columns
     auto model = load_source(m.dir.path().string(), o);
     if (!model) FAIL(model.error().to_string());
     CHECK(model->report().engine == "mmap");
-    for (const auto& [name, shape] : m.shapes) {
-      INFO(name);
-      const DeviceTensor* t = model->find(name);
-      REQUIRE(t != nullptr);
-      CHECK_FALSE(t->writable);
-      const std::uint64_t rows = shape[0], cols = shape.rank() == 2 ? shape[1] : 1;
-      const auto cut = kCuts.find(name);
-      if (cut == kCuts.end()) {
-        CHECK(region_mismatch(m, name, *t, 0, rows, 0, cols, false).empty());
-      } else if (cut->second.dim == 0) {
-        CHECK(region_mismatch(m, name, *t, cut->second.begin, cut->second.end, 0, cols, false).empty());
-      } else {
-        CHECK(region_mismatch(m, name, *t, 0, rows, cut->second.begin, cut->second.end, false).empty());
-      }
-    }
-    // Digests: every whole tensor's, the whole load's; a region's only when asked to read whole.
-    std::map<std::string, std::uint64_t> digests;
-    for (const TensorDigest& d : whole->report().digests) digests[d.name] = d.xxh3_64;
-    std::size_t checked = 0;
-    for (const TensorDigest& d : model->report().digests) {
-      CHECK(d.xxh3_64 == digests.at(d.name));
-      if (!whole_reads) CHECK_FALSE(kCuts.contains(d.name));
-      ++checked;
-    }
-    CHECK(checked == (whole_reads ? m.shapes.size() : m.shapes.size() - kCuts.size()));
+    for (const DeviceTensor& t : model->tensors()) CHECK_FALSE(t.writable);
+    check_cuts(m, *model, false);
+    check_digests(m, *model, *whole, whole_reads);
   }
 }
 
