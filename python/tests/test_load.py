@@ -205,6 +205,9 @@ def test_bad_regions_name_the_tensor_or_the_argument(tmp_path, qload_cli):
         qload.load(tmp_path / "m", framework="np", regions={"model.norm.weight": (1, 0, 1)})
     with pytest.raises(qload.Error, match="out of bounds"):
         qload.load(tmp_path / "m", framework="np", regions={"model.norm.weight": (0, 0, 100000)})
+    with pytest.raises(qload.Error, match="does not have") as raised:  # a typo is not a no-op
+        qload.load(tmp_path / "m", framework="np", regions={"model.norm.wieght": (0, 0, 1)})
+    assert raised.value.tensor == "model.norm.wieght"
     with pytest.raises(TypeError, match="regions"):
         qload.load(tmp_path / "m", framework="np", regions={"model.norm.weight": (0, 1)})
     with pytest.raises(ValueError, match="regions"):

@@ -2,6 +2,7 @@
 // and the checks a lock makes before any tensor byte is read.
 #include <cstdlib>
 #include <filesystem>
+#include <set>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -142,6 +143,7 @@ Result<LoadRequest> build_request(const LoadSpec& spec, const Logger& log) {
     req.nccl_comms = spec.nccl_comms;
   }
   if (!spec.regions.empty()) {
+    req.regions = spec.regions;
     req.options.plan.region =
         [regions = spec.regions](std::string_view name) -> Result<std::optional<scheduler::TensorRegion>> {
       const auto it = regions.find(std::string(name));
@@ -196,6 +198,15 @@ Result<ResolvedSettings> resolve_settings(const std::string& source, const std::
 
 Result<PlannedLoad> plan_request(LoadRequest request) {
   QLOAD_ASSIGN_OR_RETURN(formats::Catalog catalog, scheduler::open_source(request.source));
+  if (!request.regions.empty()) {  // a region of a name the checkpoint lacks is a mistake, not a no-op
+    std::set<std::string_view> names;
+    for (const formats::TensorEntry& t : catalog.tensors) names.insert(t.name);
+    for (const auto& [name, region] : request.regions)
+      if (!names.contains(name))
+        return fail(Error(Errc::kNotFound, "a region is asked of a tensor the checkpoint does not have")
+                        .with_tensor(name)
+                        .with_file(catalog.source));
+  }
   QLOAD_ASSIGN_OR_RETURN(scheduler::Plan plan, scheduler::make_plan(catalog, request.options.plan));
   const std::uint64_t hash = plan_hash(catalog, plan);
   return PlannedLoad{

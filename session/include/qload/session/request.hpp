@@ -99,6 +99,8 @@ struct LoadRequest {
   // layout's processes and process are the world's size and rank.
   std::optional<World> world;
   std::vector<void*> nccl_comms;  // the spec's
+  // The spec's regions (options.plan.region asks them); each must name a tensor of the checkpoint.
+  std::map<std::string, scheduler::TensorRegion> regions;
   // Every setting (runtime/settings.hpp) and where it came from: default < recipe <
   // environment < the spec's; already applied to `options`.
   ResolvedSettings settings;
