@@ -28,7 +28,8 @@ Result<MappedRegion> MappedRegion::map(int fd, std::uint64_t offset, std::uint64
   if (bytes == 0) return region;
   if (bytes > SIZE_MAX || offset > static_cast<std::uint64_t>(INT64_MAX))
     return fail(Error(Errc::kOverflow, fmt::format("cannot map {} bytes at {}", bytes, offset)).with_file(path));
-  void* p = ::mmap(nullptr, static_cast<std::size_t>(bytes), PROT_READ, MAP_PRIVATE, fd, static_cast<off_t>(offset));
+  void* p = ::mmap(nullptr, static_cast<std::size_t>(bytes), PROT_READ | PROT_WRITE, MAP_PRIVATE, fd,
+                   static_cast<off_t>(offset));
   if (p == MAP_FAILED) return fail(Error::from_errno(errno, "mmap").with_file(path).with_offset(offset));
   region.data_ = static_cast<std::byte*>(p);
   region.bytes_ = bytes;

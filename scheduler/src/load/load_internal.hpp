@@ -35,7 +35,7 @@ class SharedReadsBarrier {
 // only) is passed once the reads are done; the shared copies in flight are then waited for.
 Result<Model> load_read(const formats::Catalog& catalog, const Plan& plan, const LoadOptions& options,
                         const ExpectedDigests& expected, LoadClock::time_point begin, SharedReadsBarrier* barrier);
-// Mmap mode: read-only mappings; verify tasks only.
+// Mmap mode: copy-on-write mappings of the files; verify tasks only.
 Result<Model> load_mmap(const formats::Catalog& catalog, const Plan& plan, const LoadOptions& options,
                         const ExpectedDigests& expected, LoadClock::time_point begin);
 

@@ -1,4 +1,4 @@
-// Mmap mode: tensors point into read-only mappings of exactly the validated tensor bytes;
+// Mmap mode: tensors point into private (copy-on-write) mappings of the validated tensor bytes;
 // verification (when on) hashes them through the executor's CPU workers.
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-// Move-only owner of a read-only file mapping (mmap mode's zero-copy tensors point into it).
+// Move-only owner of a private file mapping (mmap mode's zero-copy tensors point into it).
 #pragma once
 
 #include <cstddef>
@@ -20,7 +20,10 @@ class MappedRegion {
   MappedRegion& operator=(const MappedRegion&) = delete;
   ~MappedRegion() { reset(); }
 
-  // Maps bytes [offset, offset + bytes) of the open file `fd` read-only. `offset` must be a
+  // Maps bytes [offset, offset + bytes) of the open file `fd` copy-on-write: reads see the
+  // file, and a write (a framework's in-place op on a tensor it was handed; qload itself
+  // treats the bytes as read-only) changes a private copy of its page, never the file, instead
+  // of faulting, as torch's and safetensors' own mappings do. `offset` must be a
   // multiple of the page size (kInvalidArgument otherwise). Nothing past offset + bytes is
   // mapped beyond the kernel's rounding of the last page; the caller checks the file is at
   // least that long (a mapping past the end of a file faults with SIGBUS on access).

@@ -31,7 +31,7 @@ struct DeviceTensor {
   std::string name;
   std::string device;               // "cpu", "cpu:1", "cuda:0"...
   const std::byte* data = nullptr;  // first byte; never dereference when nbytes == 0 (may be null)
-  bool writable = false;            // false in mmap mode: the pages are mapped read-only
+  bool writable = false;            // false in mmap mode: the file's pages (a write makes a private copy)
   bool host = true;                 // false: `data` is a device pointer (use Model::copy_to_host)
   DType dtype = DType::kU8;         // as placed (after any dtype conversion on load)
   Shape shape;

@@ -20,7 +20,7 @@ namespace qload::scheduler {
 
 enum class LoadMode : std::uint8_t {
   kRead,  // read (io_uring / pread) through the staging pool into owned host arenas
-  kMmap,  // zero-copy: tensors point into read-only mappings of the files (cpu only)
+  kMmap,  // zero-copy: tensors point into private mappings of the files (cpu only)
 };
 std::string_view load_mode_name(LoadMode mode) noexcept;
 
