@@ -1,6 +1,8 @@
 #include "qload/session/write.hpp"
 
 #include <algorithm>
+#include <array>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -27,11 +29,17 @@ std::string torch_dtype(DType d) {
 // The quantization_config describing tensors quantized on load, in a convention both qload
 // and transformers read: compressed-tensors float-quantized (fp8 per tensor: transformers'
 // own "fp8" method knows only 128x128 blocks and would take the raw fp8 values as weights),
-// HF "fp8" with weight_block_size (128x128 blocks, weight_scale_inv), "fbgemm_fp8" (per row),
-// compressed-tensors int-quantized (int8 per row). `unquantized` names the Linear-shaped
+// HF "fp8" with weight_block_size (128x128 blocks, weight_scale_inv), "fbgemm_fp8" (per row,
+// with transformers' default activation bound: vLLM refuses the config without one),
+// compressed-tensors pack-quantized (int8 per row: the weight-only W8A16 layout llmcompressor
+// writes; vLLM reads "int-quantized" as W8A8 and refuses it without activation quantization).
+// `unquantized` names the Linear-shaped
 // modules left as they were (lm_head, a recipe's exceptions): compressed-tensors quantizes
 // every Linear not in "ignore", and transformers' fp8 methods every one not in
 // "modules_to_not_convert".
+// transformers' FbgemmFp8Config default.
+constexpr double kFbgemmActivationScaleUb = 1200.0;
+
 json quantization_config(formats::QuantizeTarget target, const std::vector<std::string>& unquantized) {
   const auto compressed_tensors = [&](const char* format, const char* type, const char* strategy) {
     return json{
@@ -55,8 +63,10 @@ json quantization_config(formats::QuantizeTarget target, const std::vector<std::
               {"weight_block_size", {128, 128}},
               {"modules_to_not_convert", unquantized}};
     case formats::QuantizeTarget::kFp8Row:
-      return {{"quant_method", "fbgemm_fp8"}, {"modules_to_not_convert", unquantized}};
-    case formats::QuantizeTarget::kInt8Row: return compressed_tensors("int-quantized", "int", "channel");
+      return {{"quant_method", "fbgemm_fp8"},
+              {"activation_scale_ub", kFbgemmActivationScaleUb},
+              {"modules_to_not_convert", unquantized}};
+    case formats::QuantizeTarget::kInt8Row: return compressed_tensors("pack-quantized", "int", "channel");
   }
   return nullptr;
 }
@@ -86,6 +96,37 @@ Status write_config(const std::string& source_config, const scheduler::LoadOptio
   out << config.dump(2) << "\n";
   if (!out.flush()) return fail(Error(Errc::kIo, "cannot write").with_file(path));
   return {};
+}
+
+// An int8 weight [N, K] as compressed-tensors pack-quantized stores it: `weight_packed` I32
+// [N, ceil(K / 4)], each value plus 128 in one byte, four to a little-endian word, the last
+// word of a row zero-padded; and `weight_shape` I64 [N, K]. Written from the int8 bytes as the
+// file is written, so no second copy is held.
+struct PackedInt8 {
+  std::array<std::int64_t, 2> shape{};
+  formats::WriterTensor packed, weight_shape;
+};
+
+PackedInt8 pack_int8(const scheduler::DeviceTensor& weight, std::string_view module) {
+  const std::uint64_t rows = weight.shape[0], cols = weight.shape[1], words = (cols + 3) / 4;
+  const std::span<const std::byte> in = weight.bytes();
+  PackedInt8 out;
+  out.shape = {static_cast<std::int64_t>(rows), static_cast<std::int64_t>(cols)};
+  out.packed = {std::string(module) + ".weight_packed", DType::kI32, Shape{rows, words}, {}, {}};
+  out.packed.fill = [in, cols, row_bytes = words * 4](std::uint64_t offset, std::span<std::byte> chunk) -> Status {
+    for (std::size_t i = 0; i < chunk.size();) {  // one row's piece at a time
+      const std::uint64_t row = (offset + i) / row_bytes, col = (offset + i) % row_bytes;
+      const std::size_t n = std::min<std::uint64_t>(row_bytes - col, chunk.size() - i);
+      const std::size_t values = col < cols ? std::min<std::uint64_t>(cols - col, n) : 0;
+      const std::byte* from = in.data() + row * cols + col;
+      for (std::size_t j = 0; j < values; ++j) chunk[i + j] = from[j] ^ std::byte{0x80};
+      std::fill_n(chunk.begin() + static_cast<std::ptrdiff_t>(i + values), n - values, std::byte{0});
+      i += n;
+    }
+    return {};
+  };
+  out.weight_shape = {std::string(module) + ".weight_shape", DType::kI64, Shape{2}, {}, {}};
+  return out;
 }
 
 Status create_directory(const std::string& dir) {
@@ -143,8 +184,22 @@ Result<Converted> convert(const LoadSpec& spec, const std::string& out, const Lo
   QLOAD_ASSIGN_OR_RETURN(const scheduler::Model model,
                          scheduler::load(planned.catalog, planned.plan, planned.request.options));
   QLOAD_TRY(create_directory(out));
+  // Int8 weights with their per-row scale go out pack-quantized (quantization_config's layout).
+  const bool pack = planned.request.options.plan.quantize == formats::QuantizeTarget::kInt8Row;
+  std::deque<PackedInt8> packed;  // owns the shapes the writer's spans point at
   std::vector<formats::WriterTensor> tensors;
-  for (const scheduler::DeviceTensor& t : model.tensors()) tensors.push_back({t.name, t.dtype, t.shape, t.bytes(), {}});
+  for (const scheduler::DeviceTensor& t : model.tensors()) {
+    const std::string_view module = std::string_view(t.name).substr(0, t.name.size() - 7);
+    if (pack && t.dtype == DType::kI8 && t.shape.rank() == 2 && t.name.ends_with(".weight") &&
+        model.find(std::string(module) + ".weight_scale")) {
+      PackedInt8& p = packed.emplace_back(pack_int8(t, module));
+      p.weight_shape.bytes = std::as_bytes(std::span(p.shape));
+      tensors.push_back(std::move(p.packed));
+      tensors.push_back(std::move(p.weight_shape));
+      continue;
+    }
+    tensors.push_back({t.name, t.dtype, t.shape, t.bytes(), {}});
+  }
   Converted converted{.report = model.report(), .weights = (std::filesystem::path(out) / "model.safetensors").string()};
   QLOAD_TRY(formats::write_safetensors(converted.weights, tensors,
                                        {.metadata = {{"format", "pt"}, {"written_by", "qload convert"}}}));

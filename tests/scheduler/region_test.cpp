@@ -179,6 +179,27 @@ TEST_CASE("regions: mapped, each region is a view of exactly its rows or columns
   }
 }
 
+TEST_CASE("regions: rows of a column region closer than the read alignment are read once, as one span",
+          "[scheduler][regions]") {
+  // o_proj's rows are 64 bytes; its right half leaves 32-byte gaps, over max_gap_bytes (0), so
+  // each row's columns are a range of their own. Reads are rounded out to 256 bytes: were each
+  // row a read of its own, each would take its 256 bytes, four times the row. Joined where the
+  // rounding reads the gap anyway, the region costs no more than the whole tensor.
+  Llama m;
+  make_model(m);
+  LoadOptions o = small_chunks(0);
+  o.plan.read_alignment = 256;
+  auto whole = load_source(m.dir.path().string(), o);
+  if (!whole) FAIL(whole.error().to_string());
+  ask(o, {{"model.layers.0.self_attn.o_proj.weight", {1, 16, 32}}});
+  auto model = load_source(m.dir.path().string(), o);
+  if (!model) FAIL(model.error().to_string());
+  CHECK(model->report().read_bytes <= whole->report().read_bytes);
+  const DeviceTensor* t = model->find("model.layers.0.self_attn.o_proj.weight");
+  REQUIRE(t != nullptr);
+  CHECK(region_mismatch(m, t->name, *t, 0, 32, 16, 32, false).empty());
+}
+
 TEST_CASE("regions: what cannot be honoured is refused before anything is read, naming the tensor",
           "[scheduler][regions]") {
   Llama m;

@@ -3,12 +3,13 @@ clients and vllm suites)."""
 import torch
 
 
-def save_tiny(kind: str, tied: bool, path, vocab_size: int = 320) -> str:
-    """A random llama- or granite-shaped model in bf16, saved by save_pretrained (safetensors)."""
+def save_tiny(kind: str, tied: bool, path, vocab_size: int = 320, hidden_size: int = 256) -> str:
+    """A random llama- or granite-shaped model in bf16, saved by save_pretrained (safetensors):
+    4 heads, 2 kv heads, the intermediate size twice `hidden_size`."""
     import transformers
 
     torch.manual_seed(1234)
-    shape = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
+    shape = dict(hidden_size=hidden_size, intermediate_size=2 * hidden_size, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, vocab_size=vocab_size, tie_word_embeddings=tied)
     if kind == "llama":
         config, model_class = transformers.LlamaConfig(**shape), transformers.LlamaForCausalLM

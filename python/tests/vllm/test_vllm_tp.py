@@ -16,23 +16,7 @@ vllm = pytest.importorskip("vllm")
 
 import qload.vllm  # noqa: E402
 import vllm_llama  # noqa: E402
-from vllm_llama import load  # noqa: E402
-
-
-@pytest.fixture
-def tp_rank(monkeypatch):
-    """Sets the tensor-parallel (rank, size) vLLM's layers see."""
-    return lambda rank, size: vllm_llama.set_tp_rank(rank, size, monkeypatch.setattr)
-
-
-def loaders(extra=None):
-    from vllm.config.load import LoadConfig
-    from vllm.model_executor.model_loader import get_model_loader
-    from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
-
-    qload.vllm.register()
-    ours = get_model_loader(LoadConfig(load_format="qload", model_loader_extra_config=extra or {}))
-    return ours, DefaultModelLoader(LoadConfig(load_format="safetensors"))
+from vllm_llama import assert_reads_only, load, loaders  # noqa: E402
 
 
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "o_proj", "down_proj")
@@ -94,25 +78,6 @@ def test_uneven_and_empty_parts_of_a_padded_vocabulary(tmp_path, tp_rank):
         assert ours.qload_regions["lm_head.weight"] == parts[-1]
         assert_reads_only(ours.qload_regions, stored, ours.qload_report["read_bytes"])
     assert [end - begin for _, begin, end in parts] == [48, 48, 34, 0]
-
-
-def assert_reads_only(regions: dict, stored: dict, read: int) -> None:
-    """`read` is what the regions take: whole rows, or for columns the span from the first row's
-    first column to the last row's last (the bytes between rows, under the 1 KiB max_gap_bytes,
-    are read through), nothing of a tensor not used; a read may start and end up to 4 KiB out,
-    aligned for O_DIRECT."""
-    expected = 0
-    for name, t in stored.items():
-        part = t["nbytes"]
-        if name in regions:
-            if regions[name] is None:
-                continue
-            (dim, begin, end), shape = regions[name], t["shape"]
-            row = part // shape[0]
-            part = row * (end - begin) if dim == 0 else part - row + row // shape[1] * (end - begin)
-            part = part if end > begin else 0
-        expected += part
-    assert expected <= read <= expected + 8192 * len(stored), (read, expected)
 
 
 @pytest.mark.parametrize("tp", [1, 2])

@@ -21,9 +21,10 @@ def set_tp_rank(rank: int, size: int, setattr_=setattr) -> None:
             setattr_(module, "get_tensor_model_parallel_world_size", lambda: size)
 
 
-def build_llama(path: str, stage: int = 0, stages: int = 1) -> torch.nn.Module:
+def build_llama(path: str, stage: int = 0, stages: int = 1, quant_config=None) -> torch.nn.Module:
     """vLLM's llama layout from vLLM's own layers, at the current tensor-parallel rank, holding
-    pipeline stage `stage` of `stages` (the rest PPMissingLayer, as vLLM's make_layers does)."""
+    pipeline stage `stage` of `stages` (the rest PPMissingLayer, as vLLM's make_layers does);
+    `quant_config`: vLLM's quantization config for the projections (None: unquantized)."""
     import json
 
     from vllm.model_executor.layers.layernorm import RMSNorm
@@ -36,15 +37,17 @@ def build_llama(path: str, stage: int = 0, stages: int = 1) -> torch.nn.Module:
     hidden, inter = c["hidden_size"], c["intermediate_size"]
     heads, kv = c["num_attention_heads"], c["num_key_value_heads"]
     head_dim = hidden // heads
-    dtype = torch.bfloat16
+    dtype = {"float16": torch.float16, "float32": torch.float32}.get(c.get("torch_dtype") or c.get("dtype"), torch.bfloat16)
     nn = torch.nn
 
-    def layer():
+    def layer(i):
         attn, mlp, block = nn.Module(), nn.Module(), nn.Module()
-        attn.qkv_proj = QKVParallelLinear(hidden, head_dim, heads, kv, bias=False, params_dtype=dtype)
-        attn.o_proj = RowParallelLinear(heads * head_dim, hidden, bias=False, params_dtype=dtype)
-        mlp.gate_up_proj = MergedColumnParallelLinear(hidden, [inter, inter], bias=False, params_dtype=dtype)
-        mlp.down_proj = RowParallelLinear(inter, hidden, bias=False, params_dtype=dtype)
+        q = dict(bias=False, params_dtype=dtype, quant_config=quant_config)
+        at, ml = f"model.layers.{i}.self_attn", f"model.layers.{i}.mlp"
+        attn.qkv_proj = QKVParallelLinear(hidden, head_dim, heads, kv, prefix=f"{at}.qkv_proj", **q)
+        attn.o_proj = RowParallelLinear(heads * head_dim, hidden, prefix=f"{at}.o_proj", **q)
+        mlp.gate_up_proj = MergedColumnParallelLinear(hidden, [inter, inter], prefix=f"{ml}.gate_up_proj", **q)
+        mlp.down_proj = RowParallelLinear(inter, hidden, prefix=f"{ml}.down_proj", **q)
         block.self_attn, block.mlp = attn, mlp
         block.input_layernorm = RMSNorm(hidden).to(dtype)
         block.post_attention_layernorm = RMSNorm(hidden).to(dtype)
@@ -58,8 +61,9 @@ def build_llama(path: str, stage: int = 0, stages: int = 1) -> torch.nn.Module:
             tied = c.get("tie_word_embeddings")
             self.embed_tokens = VocabParallelEmbedding(c["vocab_size"], hidden, params_dtype=dtype) \
                 if first or (tied and last) else PPMissingLayer()
-            self.layers = nn.ModuleList(layer() if i in held else PPMissingLayer() for i in range(layers))
+            self.layers = nn.ModuleList(layer(i) if i in held else PPMissingLayer() for i in range(layers))
             self.norm = RMSNorm(hidden).to(dtype) if last else PPMissingLayer()
+            self.quant_config = quant_config  # AutoWeightsLoader maps quantized names by it
 
         def load_weights(self, weights):
             return AutoWeightsLoader(self).load_weights(weights, mapper=LlamaModel.hf_to_vllm_mapper)
@@ -81,25 +85,68 @@ def build_llama(path: str, stage: int = 0, stages: int = 1) -> torch.nn.Module:
 
     from vllm.config import set_current_vllm_config
 
-    with set_current_vllm_config(vllm_config()):  # what vLLM's own layer tests build them under
+    with set_current_vllm_config(vllm_config(dtype if quant_config else None)):
         return CausalLM()
 
 
-def vllm_config():
+def vllm_config(dtype=None):
+    """The config vLLM's layers are built under: the cpu device (no GPU here); `dtype`: the
+    model's, which quantized linear methods ask of the model config (a stand-in holding only it:
+    a real ModelConfig needs a model vLLM can build)."""
     from vllm.config import DeviceConfig, VllmConfig
 
-    return VllmConfig(device_config=DeviceConfig(device="cpu"))  # no GPU here: the cpu device
+    config = VllmConfig(device_config=DeviceConfig(device="cpu"))
+    if dtype is not None:
+        object.__setattr__(config, "model_config", types.SimpleNamespace(dtype=dtype))
+    return config
 
 
-def load(loader, path: str, stage: int = 0, stages: int = 1) -> torch.nn.Module:
+def loaders(extra=None):
+    """(--load-format qload with `extra` as its extra config, vLLM's default loader)."""
+    import qload.vllm
+    from vllm.config.load import LoadConfig
+    from vllm.model_executor.model_loader import get_model_loader
+    from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
+
+    qload.vllm.register()
+    ours = get_model_loader(LoadConfig(load_format="qload", model_loader_extra_config=extra or {}))
+    return ours, DefaultModelLoader(LoadConfig(load_format="safetensors"))
+
+
+def load(loader, path: str, stage: int = 0, stages: int = 1, quant_config=None) -> torch.nn.Module:
     """The model loaded by `loader.load_weights`, as vLLM's load_model calls it (with its check
     that every parameter was loaded)."""
     from vllm.config import set_current_vllm_config
 
-    model = build_llama(path, stage, stages)
+    model = build_llama(path, stage, stages, quant_config)
     config = types.SimpleNamespace(model=path, revision=None, quantization=None, is_moe=False,
                                    multimodal_config=None)
     loader.counter_before_loading_weights = 0.0
     with torch.no_grad(), set_current_vllm_config(vllm_config()):
         loader.load_weights(model, config)
     return model
+
+
+def assert_reads_only(regions: dict, stored: dict, read: int) -> None:
+    """`read` is what the regions take: whole rows; for columns at least the columns of every
+    row, at most the span from the first row's first column to the last row's last (bytes between
+    rows under max_gap_bytes are read through); nothing of a tensor not used. A read may start
+    and end up to 4 KiB out, aligned for O_DIRECT."""
+    least = most = 0
+    for name, t in stored.items():
+        whole = t["nbytes"]
+        low = high = whole
+        if name in regions:
+            if regions[name] is None:
+                continue
+            (dim, begin, end), shape = regions[name], t["shape"]
+            row = whole // shape[0]
+            if end <= begin:
+                low = high = 0
+            elif dim == 0:
+                low = high = row * (end - begin)
+            else:
+                low = shape[0] * (row // shape[1]) * (end - begin)
+                high = whole - row + row // shape[1] * (end - begin)
+        least, most = least + low, most + high
+    assert least <= read <= most + 8192 * len(stored), (read, least, most)

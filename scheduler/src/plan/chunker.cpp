@@ -12,10 +12,15 @@ class ChunkBuilder {
   ChunkBuilder(const formats::Catalog& catalog, const PlanOptions& options, std::vector<ReadChunk>& out)
       : catalog_(catalog), options_(options), out_(out) {}
 
-  // Whether [offset, offset + bytes) of `file` can join the open chunk.
+  // Whether [offset, offset + bytes) of `file` can join the open chunk: when the gap to it is
+  // at most max_gap_bytes, or when it costs no bytes: reads are rounded out to read_alignment,
+  // so a chunk of its own would start at or before where this one's read ends (rows of a
+  // column shard a few KiB apart would each read their whole neighbourhood).
   bool can_extend(std::uint32_t file, std::uint64_t offset, std::uint64_t bytes) const {
     if (!open_ || chunk_.file != file || offset < chunk_.file_offset) return false;
-    if (offset > data_end_ && offset - data_end_ > options_.max_gap_bytes) return false;
+    const std::uint64_t align = options_.read_alignment;
+    const bool free_gap = align > 1 && offset / align <= (data_end_ + align - 1) / align;
+    if (offset > data_end_ && offset - data_end_ > options_.max_gap_bytes && !free_gap) return false;
     return offset + bytes - chunk_.file_offset <= options_.chunk_bytes;
   }
 
