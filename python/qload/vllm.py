@@ -11,8 +11,9 @@ model's own `load_weights` on meta tensors shows which part of each tensor its w
 narrow to (_vllm_regions.py), qload reads those regions alone, and each reaches the weight
 loader as a stand-in of the stored shape whose one narrow returns the region.
 
-Settings pass through `--model-loader-extra-config '{"qload": {"io_engine": "pread"}}'`;
-`{"qload_regions": false}` reads whole tensors on every rank.
+Settings pass through `--model-loader-extra-config '{"qload": {"io_engine": "pread"}}'`
+(`load_mode` is `auto` unless given: mapped when the page cache holds the files, read
+otherwise); `{"qload_regions": false}` reads whole tensors on every rank.
 """
 from __future__ import annotations
 
@@ -51,7 +52,9 @@ def _loader_class():
         def __init__(self, load_config):
             # qload's keys are taken out: vLLM's default loader refuses keys it does not know.
             extra = dict(load_config.model_loader_extra_config or {})
-            self.qload_settings = extra.pop("qload", {})
+            # load_mode auto: the files mapped when the page cache holds them (vLLM copies each
+            # part once, as from its own loader's mappings), read with io_uring when it does not.
+            self.qload_settings = {"load_mode": "auto", **extra.pop("qload", {})}
             self.qload_read_regions = extra.pop("qload_regions", True)
             load_config = copy.copy(load_config)
             load_config.model_loader_extra_config = extra

@@ -161,6 +161,9 @@ Result<LoadRequest> build_request(const LoadSpec& spec, const Logger& log) {
   req.options.log = log;
   QLOAD_ASSIGN_OR_RETURN(req.settings, resolve_settings(req.recipe ? &*req.recipe : nullptr, spec.settings, log));
   QLOAD_TRY(req.options.apply(req.settings.values()));
+  // A lock pins the plan, mode included: auto would make it depend on the page cache.
+  if (!req.lock.empty() && req.options.plan.mode == scheduler::LoadMode::kAuto)
+    req.options.plan.mode = scheduler::LoadMode::kRead;
   return req;
 }
 

@@ -3,12 +3,19 @@
 // and scalars; the staging budget is never exceeded; the report and trace say what happened.
 #include <catch2/catch.hpp>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cstring>
+#include <filesystem>
+#include <optional>
 
 #include "io/io_test_support.hpp"
 #include "qload/formats/driver.hpp"
 #include "qload/formats/safetensors_writer.hpp"
 #include "qload/io/digest.hpp"
+#include "qload/io/page_cache.hpp"
+#include "qload/runtime/unique_fd.hpp"
 #include "qload/scheduler/load.hpp"
 #include "scheduler/scheduler_test_support.hpp"
 
@@ -180,6 +187,39 @@ TEST_CASE("load: with digests off nothing is hashed and nothing is reported", "[
     for (std::size_t i = 0; i < ckpt.catalog.tensors.size(); ++i)
       if (ckpt.catalog.tensors[i].nbytes > 0)
         CHECK(std::memcmp(model->tensors()[i].data, ckpt.tensor_bytes(i).data(), ckpt.catalog.tensors[i].nbytes) == 0);
+  }
+}
+
+TEST_CASE("load: auto mode maps a checkpoint the page cache holds and reads one it does not",
+          "[scheduler][load][mmap]") {
+  ScratchDir dir;
+  const std::vector<std::byte> big = random_bytes(4 << 20, 91);
+  const std::vector<formats::WriterTensor> tensors{
+      {.name = "big", .dtype = DType::kF32, .shape = Shape{big.size() / 4}, .bytes = big}};
+  const std::string path = dir.file("model.safetensors");
+  REQUIRE(formats::write_safetensors(path, tensors));
+  const auto load_auto = [&](std::optional<DType> dtype) {
+    LoadOptions options;
+    options.plan.mode = LoadMode::kAuto;
+    options.plan.dtype = dtype;
+    auto model = load_source(path, options);
+    REQUIRE(model);
+    if (!dtype) CHECK(std::memcmp(model->find("big")->data, big.data(), big.size()) == 0);
+    return model->report().engine == "mmap" ? LoadMode::kMmap : LoadMode::kRead;
+  };
+  // Just written: the page cache holds it.
+  CHECK(load_auto(std::nullopt) == LoadMode::kMmap);
+  // A conversion mmap mode cannot do: read, warm or not.
+  CHECK(load_auto(DType::kF16) == LoadMode::kRead);
+  // Written back and dropped from the page cache: read (with O_DIRECT where it can).
+  const UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  REQUIRE(fd);
+  ::fdatasync(fd.get());
+  ::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_DONTNEED);
+  if (io::page_cache_resident_fraction(fd.get(), std::filesystem::file_size(path)).value() > 0.1) {
+    WARN("this file system keeps the pages after POSIX_FADV_DONTNEED; the cold case is not exercised");
+  } else {
+    CHECK(load_auto(std::nullopt) == LoadMode::kRead);
   }
 }
 

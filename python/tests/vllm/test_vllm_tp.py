@@ -31,7 +31,7 @@ def test_each_rank_reads_its_part_and_gets_the_default_loaders_parameters(tiny_m
         # max_gap_bytes 1 KiB: the parts of a tensor that other ranks keep (32 KiB and more here)
         # are not read through as gaps between reads (by default, gaps under 64 KiB are, which
         # in this tiny model would be most), so that the bytes read can be counted.
-        ours, theirs = loaders({"qload": {"max_gap_bytes": 1024}})
+        ours, theirs = loaders({"qload": {"max_gap_bytes": 1024, "load_mode": "read"}})
         got, want = load(ours, tiny_model), load(theirs, tiny_model)
         params = dict(want.named_parameters())
         assert set(dict(got.named_parameters())) == set(params)
@@ -70,7 +70,7 @@ def test_uneven_and_empty_parts_of_a_padded_vocabulary(tmp_path, tp_rank):
     parts = []
     for rank in range(4):
         tp_rank(rank, 4)
-        ours, theirs = loaders({"qload": {"max_gap_bytes": 1024}})
+        ours, theirs = loaders({"qload": {"max_gap_bytes": 1024, "load_mode": "read"}})
         got, want = load(ours, path), load(theirs, path)
         for (name, p), (_, q) in zip(got.named_parameters(), want.named_parameters()):
             assert torch.equal(p, q), f"rank {rank}: {name}"
@@ -86,7 +86,7 @@ def test_each_pipeline_stage_reads_only_its_layers(tiny_model, tp_rank, tp):
     for stage in range(2):
         for rank in range(tp):
             tp_rank(rank, tp)
-            ours, theirs = loaders({"qload": {"max_gap_bytes": 1024}})
+            ours, theirs = loaders({"qload": {"max_gap_bytes": 1024, "load_mode": "read"}})
             got, want = load(ours, tiny_model, stage, 2), load(theirs, tiny_model, stage, 2)
             params = dict(want.named_parameters())
             assert set(dict(got.named_parameters())) == set(params)
@@ -101,7 +101,7 @@ def test_each_pipeline_stage_reads_only_its_layers(tiny_model, tp_rank, tp):
 
 def test_regions_off_reads_everything_and_gives_the_same_parameters(tiny_model, tp_rank):
     tp_rank(1, 2)
-    ours, theirs = loaders({"qload_regions": False, "qload": {"max_gap_bytes": 1024}})
+    ours, theirs = loaders({"qload_regions": False, "qload": {"max_gap_bytes": 1024, "load_mode": "read"}})
     got, want = load(ours, tiny_model), load(theirs, tiny_model)
     assert ours.qload_regions == {}
     assert ours.qload_report["read_bytes"] >= sum(t["nbytes"] for t in qload.inspect(tiny_model)["tensors"])
@@ -121,3 +121,17 @@ def test_the_dry_run_leaves_the_model_untouched(tiny_model, tp_rank):
     assert regions["model.layers.0.self_attn.q_proj.weight"] == (0, 0, 128)
     assert regions["model.layers.0.self_attn.o_proj.weight"][0] == 1
     assert all(bool((p == 3).all()) for p in model.parameters())
+
+
+def test_by_default_a_warm_checkpoint_is_mapped(tiny_model, tp_rank):
+    """load_mode auto (the plugin's default): files the page cache holds (just written here) are
+    mapped, as vLLM's own loader maps them; the same parameters either way."""
+    tp_rank(1, 2)
+    ours, theirs = loaders()
+    got, want = load(ours, tiny_model), load(theirs, tiny_model)
+    assert ours.qload_settings["load_mode"] == "auto" and ours.qload_report["engine"] == "mmap"
+    for (name, p), (_, q) in zip(got.named_parameters(), want.named_parameters()):
+        assert torch.equal(p, q), name
+    ours, _ = loaders({"qload": {"load_mode": "read"}})
+    load(ours, tiny_model)
+    assert ours.qload_report["engine"] != "mmap"

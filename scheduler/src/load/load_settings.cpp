@@ -16,9 +16,14 @@ Status LoadOptions::apply(const Settings& s) {
     io.direct = io::DirectMode::kOff;
   else
     return fail(Errc::kInvalidArgument, fmt::format("direct_io '{}' is not auto, on or off", s.direct_io));
-  if (s.load_mode != "read" && s.load_mode != "mmap")
-    return fail(Errc::kInvalidArgument, fmt::format("load_mode '{}' is not read or mmap", s.load_mode));
-  plan.mode = s.load_mode == "mmap" ? LoadMode::kMmap : LoadMode::kRead;
+  if (s.load_mode == "read")
+    plan.mode = LoadMode::kRead;
+  else if (s.load_mode == "mmap")
+    plan.mode = LoadMode::kMmap;
+  else if (s.load_mode == "auto")
+    plan.mode = LoadMode::kAuto;
+  else
+    return fail(Errc::kInvalidArgument, fmt::format("load_mode '{}' is not read, mmap or auto", s.load_mode));
   io.queue_depth = s.io_depth;
   staging.total_bytes = s.staging_bytes;
   // A read fills at most one slot, so the two move together: a smaller slot alone would leave

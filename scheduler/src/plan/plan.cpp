@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "plan/arena_layout.hpp"
+#include "plan/auto_mode.hpp"
 #include "plan/chunker.hpp"
 #include "plan/decode_plan.hpp"
 #include "plan/plan_arith.hpp"
@@ -163,6 +164,11 @@ Status map_regions(const formats::Catalog& catalog, const PlanOptions& options, 
 
 Result<Plan> make_plan(const formats::Catalog& catalog, const PlanOptions& options) {
   QLOAD_TRY(options.validate());
+  if (options.mode == LoadMode::kAuto) {
+    PlanOptions decided = options;
+    decided.mode = detail::choose_load_mode(catalog, options);
+    return make_plan(catalog, decided);
+  }
   if (catalog.tensors.size() >= kNoRegion)
     return fail(Errc::kUnsupported, fmt::format("{} tensors is too many", catalog.tensors.size()));
   Plan plan;

@@ -16,6 +16,7 @@ std::string_view load_mode_name(LoadMode mode) noexcept {
   switch (mode) {
     case LoadMode::kRead: return "read";
     case LoadMode::kMmap: return "mmap";
+    case LoadMode::kAuto: return "auto";
   }
   return "?";
 }

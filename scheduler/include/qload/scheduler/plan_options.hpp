@@ -21,6 +21,8 @@ namespace qload::scheduler {
 enum class LoadMode : std::uint8_t {
   kRead,  // read (io_uring / pread) through the staging pool into owned host arenas
   kMmap,  // zero-copy: tensors point into private mappings of the files (cpu only)
+  kAuto,  // mmap when it can serve the load and the page cache holds the files, else read;
+          // make_plan decides, and the plan says which (Plan::mode)
 };
 std::string_view load_mode_name(LoadMode mode) noexcept;
 
