@@ -59,18 +59,20 @@ def main() -> None:
     qload.vllm.register()
     loaders = {
         "vllm safetensors": lambda: DefaultModelLoader(LoadConfig(load_format="safetensors")),
-        "qload, rank's parts": lambda: get_model_loader(LoadConfig(load_format="qload")),
-        "qload, whole tensors": lambda: get_model_loader(
-            LoadConfig(load_format="qload", model_loader_extra_config={"qload_regions": False})),
+        "qload (default: auto)": lambda: get_model_loader(LoadConfig(load_format="qload")),
+        "qload read, rank's parts": lambda: get_model_loader(
+            LoadConfig(load_format="qload", model_loader_extra_config={"qload": {"load_mode": "read"}})),
+        "qload read, whole tensors": lambda: get_model_loader(LoadConfig(
+            load_format="qload", model_loader_extra_config={"qload_regions": False, "qload": {"load_mode": "read"}})),
         "qload mmap, rank's parts": lambda: get_model_loader(
             LoadConfig(load_format="qload", model_loader_extra_config={"qload": {"load_mode": "mmap"}})),
     }
     cache = "cold (page cache dropped before each load)" if args.cold else "warm"
     print(f"checkpoint {path}: {stored / 1e9:.3f} GB stored; tp {args.tp}; {cache}; best of {args.rounds}")
-    print(f"{'rank':>4}  {'loader':<25} {'seconds':>8} {'vs vllm':>8} {'read GB':>8} {'read / stored':>13}")
+    print(f"{'rank':>4}  {'loader':<26} {'seconds':>8} {'vs vllm':>8} {'read GB':>8} {'read / stored':>13}  mode")
     for rank in range(args.tp):
         vllm_llama.set_tp_rank(rank, args.tp)
-        best, read = {}, {}
+        best, read, modes = {}, {}, {}
         for _ in range(args.rounds):
             for label, make in loaders.items():
                 loader = make()
@@ -81,12 +83,15 @@ def main() -> None:
                 seconds = time.perf_counter() - start
                 best[label] = min(best.get(label, seconds), seconds)
                 report = getattr(loader, "qload_report", None)
+                if report:
+                    modes[label] = "mmap" if report["engine"] == "mmap" else "read"
                 if report and report["engine"] != "mmap":  # mapped: the pages touched are not counted
                     read[label] = report["read_bytes"]
                 del model
         for label in loaders:
             share = f"{read[label] / 1e9:8.3f} {read[label] / stored:13.3f}" if label in read else f"{'':8} {'':13}"
-            print(f"{rank:>4}  {label:<25} {best[label]:8.3f} {best[label] / best['vllm safetensors']:8.2f} {share}")
+            print(f"{rank:>4}  {label:<26} {best[label]:8.3f} {best[label] / best['vllm safetensors']:8.2f} {share}  "
+                  f"{modes.get(label, '')}")
 
 
 if __name__ == "__main__":
