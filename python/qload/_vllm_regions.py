@@ -5,7 +5,9 @@ their rank's rows or columns (vocabulary padding, kv-head replication, fused q/k
 gate/up, quantized packing included). Rather than restate those rules, `predict` runs the
 model's own `load_weights` once on meta stand-ins that record what is done to them: a tensor
 whose only operation is one `narrow` (or a plain slice) is read in part, every other tensor
-whole. Nothing is written to the model in that dry run: copies into parameters are skipped.
+whole. Views that are the whole tensor under another shape (`unsqueeze(0)`, then `unbind()`, as
+vLLM's expert loader does with each expert's weight) are seen through. Nothing is written to the
+model in that dry run: copies into parameters are skipped.
 
 In the real load, `stand_in` hands the model a meta tensor of the stored shape holding the
 region qload read; its one `narrow` returns those bytes, and any operation the dry run did not
@@ -34,6 +36,19 @@ def _flat(values) -> Iterable:
             yield from _flat(v)
         else:
             yield v
+
+
+def _whole_view(o, source: torch.Tensor, shape) -> bool:
+    """Whether `o` (a meta tensor an operation on `source` returned) is a view of the whole
+    stored tensor (of `shape`) as it is, with unit dims added or dropped: the same storage, the
+    same elements in the same order."""
+    return (isinstance(o, torch.Tensor) and o.dtype == source.dtype and o.storage_offset() == 0
+            and o.untyped_storage()._cdata == source.untyped_storage()._cdata and o.is_contiguous()
+            and [d for d in o.shape if d != 1] == [d for d in shape if d != 1])
+
+
+def _outputs(out) -> list:
+    return [o for o in _flat([out]) if isinstance(o, torch.Tensor)]
 
 
 def _region_of(func, args, kwargs, shape) -> Optional[tuple]:
@@ -71,7 +86,8 @@ class _Probe(torch.Tensor):
     @staticmethod
     def make(name: str, shape, dtype: torch.dtype, record: dict, root: bool = True) -> "_Probe":
         t = torch.empty(shape, dtype=dtype, device="meta").as_subclass(_Probe)
-        t._qload_name, t._qload_record, t._qload_root, t._qload_shape = name, record, root, tuple(shape)
+        t._qload_name, t._qload_record, t._qload_root = name, record, root
+        t._qload_shape = t._qload_stored = tuple(shape)
         return t
 
     @classmethod
@@ -87,19 +103,24 @@ class _Probe(torch.Tensor):
             return None if fname in ("__setitem__", "__set__") else target  # a parameter: left as it is
         with torch._C.DisableTorchFunctionSubclass():
             out = func(*args, **kwargs)
-        tensors = [o for o in _flat([out]) if isinstance(o, torch.Tensor)]
-        if not tensors:
-            return out  # shape, dtype, dim(), ...: what the real load will see too
-        for p in roots:
-            ops = p._qload_record.setdefault(p._qload_name, [])
-            ops.append(_region_of(func, args, kwargs, p._qload_shape) if target is p else None)
-        first = probes[0]
+            tensors = _outputs(out)
+            if not tensors:
+                return out  # shape, dtype, dim(), ...: what the real load will see too
+            # The whole stored tensor under another shape: the same tensor, nothing recorded.
+            whole = isinstance(target, _Probe) and target._qload_root and \
+                all(_whole_view(o, target, target._qload_stored) for o in tensors)
+        first = target if whole else probes[0]
+        if not whole:
+            for p in roots:
+                ops = p._qload_record.setdefault(p._qload_name, [])
+                as_stored = target is p and p._qload_shape == p._qload_stored
+                ops.append(_region_of(func, args, kwargs, p._qload_shape) if as_stored else None)
 
         def wrap(o):
             if isinstance(o, torch.Tensor) and not isinstance(o, _Probe) and o.device.type == "meta":
                 w = o.as_subclass(_Probe)
-                w._qload_name, w._qload_record, w._qload_root = first._qload_name, first._qload_record, False
-                w._qload_shape = tuple(o.shape)
+                w._qload_name, w._qload_record, w._qload_root = first._qload_name, first._qload_record, whole
+                w._qload_shape, w._qload_stored = tuple(o.shape), first._qload_stored
                 return w
             return o
 
@@ -171,15 +192,28 @@ class _Region(torch.Tensor):
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         this = args[0] if args and isinstance(args[0], _Region) else None
-        if this is not None and this._qload_region is not None and \
+        if this is not None and this._qload_region is not None and this._qload_shape == this._qload_stored and \
                 _region_of(func, args, kwargs, this._qload_shape) == this._qload_region:
             return this._qload_data
         fname = getattr(func, "__name__", "")
         if not _writes(fname):
             with torch._C.DisableTorchFunctionSubclass():
                 out = func(*args, **kwargs)
-            if not any(isinstance(o, torch.Tensor) for o in _flat([out])):
+                tensors = _outputs(out)
+                whole = this is not None and bool(tensors) and \
+                    all(_whole_view(o, this, this._qload_stored) for o in tensors)
+            if not tensors:
                 return out
+            if whole:  # the same stored tensor under another shape, as the dry run saw it
+                def alias(o):
+                    if not isinstance(o, torch.Tensor):
+                        return o
+                    a = o.as_subclass(_Region)
+                    a._qload_name, a._qload_data, a._qload_region = this._qload_name, this._qload_data, this._qload_region
+                    a._qload_shape, a._qload_stored = tuple(o.shape), this._qload_stored
+                    return a
+
+                return tuple(alias(o) for o in out) if isinstance(out, tuple) else alias(out)
         region = next(a for a in _flat(list(args) + list(kwargs.values())) if isinstance(a, _Region))
         predicted = "did not use it" if region._qload_region is None else \
             f"cut {region._qload_region} (dim, begin, end), the only part read"
@@ -193,7 +227,8 @@ def stand_in(name: str, data: Optional[torch.Tensor], shape, dtype: torch.dtype,
     """`data` (the region qload read) as a tensor of the stored `shape`, for the weight loader;
     region None: a tensor the dry run did not use, of which nothing was read."""
     t = torch.empty(shape, dtype=dtype, device="meta").as_subclass(_Region)
-    t._qload_name, t._qload_data, t._qload_region, t._qload_shape = name, data, region, tuple(shape)
+    t._qload_name, t._qload_data, t._qload_region = name, data, region
+    t._qload_shape = t._qload_stored = tuple(shape)
     return t
 
 

@@ -94,6 +94,29 @@ def test_a_tensor_never_touched_is_not_read_and_an_empty_cut_reads_nothing():
     assert regions.qload_regions(got) == {"a": (0, 0, 0), "b": (1, 2, 4), "c": (0, 6, 6)}
 
 
+def test_views_of_the_whole_tensor_are_seen_through():
+    """vLLM's expert loader stacks each expert's weight as one (`unsqueeze(0).unbind()`), then
+    cuts it or, for another rank's expert, returns: a region, or not read at all."""
+    def stacked(model, name, w):
+        (w,) = w.unsqueeze(0).unbind()
+        if name == "a":
+            model.a.data.copy_(w.narrow(0, 4, 4))
+        elif name == "b":
+            return  # another rank's expert
+        else:
+            narrowing(model, name, w)
+
+    assert regions.predict(Model(stacked), SHAPES) == {"a": (0, 4, 8), "b": None, "c": (0, 3, 6)}
+
+    def cut_while_stacked(model, name, w):  # a cut of the stack, not of the stored tensor
+        if name == "a":
+            model.a.data.copy_(w.unsqueeze(0).narrow(1, 4, 4)[0])
+        else:
+            narrowing(model, name, w)
+
+    assert regions.predict(Model(cut_while_stacked), SHAPES) == {"b": (1, 2, 4), "c": (0, 3, 6)}
+
+
 def test_a_dry_run_that_fails_or_replaces_parameters_reads_everything_whole():
     def reads_a_value(model, name, w):
         if float(w.sum()) > 0:  # meta tensors have no values
@@ -119,6 +142,10 @@ def test_a_stand_in_gives_its_region_to_the_predicted_cut_and_refuses_anything_e
     for other in (lambda: t.narrow(0, 0, 4), lambda: t.t(), lambda: t + 1, lambda: torch.zeros(8, 4).copy_(t)):
         with pytest.raises(RuntimeError, match="a: the model's weight loader did .* the only part read"):
             other()
+    (stacked,) = t.unsqueeze(0).unbind()  # views of the whole tensor stay stand-ins
+    assert stacked.narrow(0, 4, 4) is data
+    with pytest.raises(RuntimeError, match="a: the model's weight loader did narrow where"):
+        t.unsqueeze(0).narrow(1, 4, 4)
     unused = regions.stand_in("u", None, (8, 4), torch.bfloat16, None)
     assert unused.shape == (8, 4) and unused.dtype == torch.bfloat16
     with pytest.raises(RuntimeError, match="u: the model's weight loader did narrow where a dry run of it did not"):

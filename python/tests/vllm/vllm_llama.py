@@ -1,6 +1,7 @@
-"""vLLM's llama layout built from vLLM's own layers in one process, at an emulated
-tensor-parallel rank and pipeline stage, and loaded as vLLM's load_model loads it: shared by
-the plugin's tensor-parallel tests and bench/vllm_tp_bench.py."""
+"""vLLM's llama layout (and Mixtral's, its MLPs mixtures of experts) built from vLLM's own
+layers in one process, at an emulated tensor-parallel rank and pipeline stage, and loaded as
+vLLM's load_model loads it: shared by the plugin's tensor-parallel tests and
+bench/vllm_tp_bench.py."""
 import types
 
 import torch
@@ -13,18 +14,22 @@ def set_tp_rank(rank: int, size: int, setattr_=setattr) -> None:
     import vllm.distributed.parallel_state as ps
     from vllm.model_executor import parameter
     from vllm.model_executor.layers import linear, vocab_parallel_embedding
+    from vllm.model_executor.layers.fused_moe import config as moe_config, layer as moe_layer
 
-    for module in (dist, ps, parameter, linear, vocab_parallel_embedding):
+    for module in (dist, ps, parameter, linear, vocab_parallel_embedding, moe_config, moe_layer):
         if hasattr(module, "get_tensor_model_parallel_rank"):
             setattr_(module, "get_tensor_model_parallel_rank", lambda: rank)
         if hasattr(module, "get_tensor_model_parallel_world_size"):
             setattr_(module, "get_tensor_model_parallel_world_size", lambda: size)
 
 
-def build_llama(path: str, stage: int = 0, stages: int = 1, quant_config=None) -> torch.nn.Module:
+def build_llama(path: str, stage: int = 0, stages: int = 1, quant_config=None,
+                expert_parallel: bool = False) -> torch.nn.Module:
     """vLLM's llama layout from vLLM's own layers, at the current tensor-parallel rank, holding
     pipeline stage `stage` of `stages` (the rest PPMissingLayer, as vLLM's make_layers does);
-    `quant_config`: vLLM's quantization config for the projections (None: unquantized)."""
+    `quant_config`: vLLM's quantization config for the projections (None: unquantized). A
+    Mixtral checkpoint (num_local_experts in its config) gets vLLM's MixtralMoE for each MLP,
+    its experts cut across the ranks (`expert_parallel`: whole experts spread over them)."""
     import json
 
     from vllm.model_executor.layers.layernorm import RMSNorm
@@ -40,15 +45,30 @@ def build_llama(path: str, stage: int = 0, stages: int = 1, quant_config=None) -
     dtype = {"float16": torch.float16, "float32": torch.float32}.get(c.get("torch_dtype") or c.get("dtype"), torch.bfloat16)
     nn = torch.nn
 
+    experts = c.get("num_local_experts")
+    if experts:
+        from vllm.model_executor.models.mixtral import MixtralModel, MixtralMoE
+
+        _world_of_one()
+        config = vllm_config(dtype, moe=True)
+        config.parallel_config.enable_expert_parallel = expert_parallel
+    else:
+        config = vllm_config(dtype if quant_config else None)
+
     def layer(i):
         attn, mlp, block = nn.Module(), nn.Module(), nn.Module()
         q = dict(bias=False, params_dtype=dtype, quant_config=quant_config)
         at, ml = f"model.layers.{i}.self_attn", f"model.layers.{i}.mlp"
         attn.qkv_proj = QKVParallelLinear(hidden, head_dim, heads, kv, prefix=f"{at}.qkv_proj", **q)
         attn.o_proj = RowParallelLinear(heads * head_dim, hidden, prefix=f"{at}.o_proj", **q)
-        mlp.gate_up_proj = MergedColumnParallelLinear(hidden, [inter, inter], prefix=f"{ml}.gate_up_proj", **q)
-        mlp.down_proj = RowParallelLinear(inter, hidden, prefix=f"{ml}.down_proj", **q)
-        block.self_attn, block.mlp = attn, mlp
+        block.self_attn = attn
+        if experts:
+            block.block_sparse_moe = MixtralMoE(experts, c["num_experts_per_tok"], hidden, inter, params_dtype=dtype,
+                                                quant_config=quant_config, prefix=f"model.layers.{i}.block_sparse_moe")
+        else:
+            mlp.gate_up_proj = MergedColumnParallelLinear(hidden, [inter, inter], prefix=f"{ml}.gate_up_proj", **q)
+            mlp.down_proj = RowParallelLinear(inter, hidden, prefix=f"{ml}.down_proj", **q)
+            block.mlp = mlp
         block.input_layernorm = RMSNorm(hidden).to(dtype)
         block.post_attention_layernorm = RMSNorm(hidden).to(dtype)
         return block
@@ -66,7 +86,8 @@ def build_llama(path: str, stage: int = 0, stages: int = 1, quant_config=None) -
             self.quant_config = quant_config  # AutoWeightsLoader maps quantized names by it
 
         def load_weights(self, weights):
-            return AutoWeightsLoader(self).load_weights(weights, mapper=LlamaModel.hf_to_vllm_mapper)
+            mapper = (MixtralModel if experts else LlamaModel).hf_to_vllm_mapper
+            return AutoWeightsLoader(self).load_weights(weights, mapper=mapper)
 
     class CausalLM(nn.Module):  # LlamaForCausalLM's
         def __init__(self):
@@ -85,20 +106,42 @@ def build_llama(path: str, stage: int = 0, stages: int = 1, quant_config=None) -
 
     from vllm.config import set_current_vllm_config
 
-    with set_current_vllm_config(vllm_config(dtype if quant_config else None)):
+    with set_current_vllm_config(config):
         return CausalLM()
 
 
-def vllm_config(dtype=None):
+def vllm_config(dtype=None, moe: bool = False):
     """The config vLLM's layers are built under: the cpu device (no GPU here); `dtype`: the
-    model's, which quantized linear methods ask of the model config (a stand-in holding only it:
-    a real ModelConfig needs a model vLLM can build)."""
+    model's, which quantized linear methods ask of the model config (a stand-in holding only it
+    and whether the model is a mixture of experts: a real ModelConfig needs a model vLLM can
+    build)."""
     from vllm.config import DeviceConfig, VllmConfig
 
     config = VllmConfig(device_config=DeviceConfig(device="cpu"))
     if dtype is not None:
-        object.__setattr__(config, "model_config", types.SimpleNamespace(dtype=dtype))
+        object.__setattr__(config, "model_config", types.SimpleNamespace(dtype=dtype, is_moe=moe))
     return config
+
+
+def _world_of_one() -> None:
+    """vLLM's MoE layers ask for its process groups: a world of this one process (gloo), made
+    once; the tensor-parallel rank and size they see are still set_tp_rank's. Their kernel
+    backend, which vLLM chooses by platform (none without a GPU), is answered "CPU": the
+    weights are loaded, no forward pass runs."""
+    import tempfile
+
+    from vllm.config import set_current_vllm_config
+    from vllm.distributed import parallel_state as ps
+    from vllm.model_executor.layers.fused_moe import unquantized_fused_moe_method as method
+    from vllm.model_executor.layers.fused_moe.oracle.unquantized import UnquantizedMoeBackend
+
+    method.select_unquantized_moe_backend = lambda moe_config: (UnquantizedMoeBackend.CPU, None)
+    if ps.model_parallel_is_initialized():
+        return
+    with set_current_vllm_config(vllm_config(torch.bfloat16, moe=True)):
+        ps.init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
+                                        distributed_init_method=f"file://{tempfile.mktemp()}")
+        ps.initialize_model_parallel(1, 1)
 
 
 def loaders(extra=None):
@@ -113,12 +156,13 @@ def loaders(extra=None):
     return ours, DefaultModelLoader(LoadConfig(load_format="safetensors"))
 
 
-def load(loader, path: str, stage: int = 0, stages: int = 1, quant_config=None) -> torch.nn.Module:
+def load(loader, path: str, stage: int = 0, stages: int = 1, quant_config=None,
+         expert_parallel: bool = False) -> torch.nn.Module:
     """The model loaded by `loader.load_weights`, as vLLM's load_model calls it (with its check
     that every parameter was loaded)."""
     from vllm.config import set_current_vllm_config
 
-    model = build_llama(path, stage, stages, quant_config)
+    model = build_llama(path, stage, stages, quant_config, expert_parallel)
     config = types.SimpleNamespace(model=path, revision=None, quantization=None, is_moe=False,
                                    multimodal_config=None)
     loader.counter_before_loading_weights = 0.0
