@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <new>
 #include <optional>
@@ -84,6 +85,7 @@ bool caller_knows(const qload_options* o, std::size_t offset, std::size_t size) 
 
 struct OptionSettings {
   std::vector<session::SettingFlag> settings;
+  std::map<std::string, scheduler::TensorRegion> regions;  // qload_options_set_region's
 };
 
 std::string text(const char* s) {
@@ -119,7 +121,10 @@ Result<session::LoadSpec> spec_of(const char* source, const qload_options* o) {
   spec.tensor_parallel = o->tensor_parallel;
   spec.pipeline_parallel = o->pipeline_parallel;
   spec.data_parallel = o->data_parallel;
-  if (o->internal != nullptr) spec.settings = static_cast<const OptionSettings*>(o->internal)->settings;
+  if (o->internal != nullptr) {
+    spec.settings = static_cast<const OptionSettings*>(o->internal)->settings;
+    spec.regions = static_cast<const OptionSettings*>(o->internal)->regions;
+  }
   if (caller_knows(o, offsetof(qload_options, world_token), sizeof o->world_token) && o->world_size > 0) {
     World w{.rank = o->rank,
             .size = o->world_size,
@@ -328,6 +333,20 @@ qload_status qload_options_set(qload_options* options, const char* name, const c
     if (options->internal == nullptr) options->internal = new OptionSettings;
     static_cast<OptionSettings*>(options->internal)
         ->settings.push_back({name, value, fmt::format("qload_options_set {}", name)});
+    return QLOAD_OK;
+  });
+}
+
+qload_status qload_options_set_region(qload_options* options, const char* tensor, uint32_t dim, uint64_t begin,
+                                      uint64_t end) {
+  return guarded([&] {
+    if (options == nullptr || tensor == nullptr)
+      return failed(QLOAD_ERR_INVALID_ARGUMENT, "qload_options_set_region: options and tensor must not be NULL");
+    if (begin > end)
+      return failed(QLOAD_ERR_INVALID_ARGUMENT,
+                    fmt::format("qload_options_set_region {}: begin {} is after end {}", tensor, begin, end));
+    if (options->internal == nullptr) options->internal = new OptionSettings;
+    static_cast<OptionSettings*>(options->internal)->regions[tensor] = {.dim = dim, .begin = begin, .end = end};
     return QLOAD_OK;
   });
 }

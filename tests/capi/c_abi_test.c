@@ -295,6 +295,94 @@ static void quantized(const char* checkpoint) {
   qload_session_free(session);
 }
 
+/* Index of tensor `name` in `model` (a failed check when it has none), its info in `info`. */
+static size_t find_tensor(const qload_model* model, const char* name, qload_tensor_info* info) {
+  size_t count = 0, i = 0;
+  CHECK(qload_model_tensor_count(model, &count) == QLOAD_OK);
+  for (i = 0; i < count; ++i) {
+    CHECK(qload_model_tensor_info(model, i, info) == QLOAD_OK);
+    if (strcmp(info->name, name) == 0) return i;
+  }
+  fprintf(stderr, "FAIL: no tensor %s\n", name);
+  exit(1);
+}
+
+static qload_model* load_with_regions(const char* checkpoint, int regions) {
+  qload_options* options = NULL;
+  qload_session* session = NULL;
+  qload_model* model = NULL;
+  CHECK(qload_options_create(&options) == QLOAD_OK);
+  CHECK(qload_options_set(options, "io_engine", "pread") == QLOAD_OK);
+  if (regions) {
+    CHECK(qload_options_set_region(options, "model.layers.0.self_attn.q_proj.weight", 0, 99, 12) ==
+          QLOAD_ERR_INVALID_ARGUMENT);
+    CHECK(error_says("begin 99 is after end 12"));
+    CHECK(qload_options_set_region(options, "model.layers.0.self_attn.q_proj.weight", 0, 0, 8) == QLOAD_OK);
+    /* set again: replaces */
+    CHECK(qload_options_set_region(options, "model.layers.0.self_attn.q_proj.weight", 0, 32, 96) == QLOAD_OK);
+    CHECK(qload_options_set_region(options, "model.layers.0.self_attn.o_proj.weight", 1, 16, 48) == QLOAD_OK);
+    CHECK(qload_options_set_region(options, "model.layers.1.mlp.down_proj.weight", 1, 7, 7) == QLOAD_OK);
+  }
+  if (qload_open(checkpoint, options, &session) != QLOAD_OK || qload_load(session, &model) != QLOAD_OK) {
+    fprintf(stderr, "FAIL: load %s: %s\n", checkpoint, qload_last_error());
+    exit(1);
+  }
+  qload_options_free(options);
+  qload_session_free(session);
+  return model;
+}
+
+/* Regions: the rows and columns asked for hold the whole load's elements; an empty region is
+ * an empty tensor; a region of a tensor the checkpoint lacks is refused naming it. */
+static void regions(const char* checkpoint) {
+  qload_model* whole = load_with_regions(checkpoint, 0);
+  qload_model* part = load_with_regions(checkpoint, 1);
+  qload_tensor_info w, p;
+  const char* q = "model.layers.0.self_attn.q_proj.weight";
+  const char* o = "model.layers.0.self_attn.o_proj.weight";
+  struct DLManagedTensorVersioned *wt = NULL, *pt = NULL;
+  size_t row = 0, r = 0, elem = 0;
+  find_tensor(whole, q, &w);
+  find_tensor(part, q, &p);
+  CHECK(p.ndim == 2 && p.shape[0] == 64 && p.shape[1] == w.shape[1]);
+  CHECK(qload_model_tensor_dlpack(whole, find_tensor(whole, q, &w), &wt) == QLOAD_OK);
+  CHECK(qload_model_tensor_dlpack(part, find_tensor(part, q, &p), &pt) == QLOAD_OK);
+  elem = wt->dl_tensor.dtype.bits / 8u;
+  row = (size_t)w.shape[1] * elem;
+  CHECK(memcmp((const char*)pt->dl_tensor.data + pt->dl_tensor.byte_offset,
+               (const char*)wt->dl_tensor.data + wt->dl_tensor.byte_offset + 32 * row, 64 * row) == 0);
+  wt->deleter(wt);
+  pt->deleter(pt);
+  CHECK(qload_model_tensor_dlpack(whole, find_tensor(whole, o, &w), &wt) == QLOAD_OK);
+  CHECK(qload_model_tensor_dlpack(part, find_tensor(part, o, &p), &pt) == QLOAD_OK);
+  CHECK(p.shape[0] == w.shape[0] && p.shape[1] == 32);
+  row = (size_t)w.shape[1] * elem;
+  for (r = 0; r < (size_t)w.shape[0]; ++r)
+    CHECK(memcmp((const char*)pt->dl_tensor.data + pt->dl_tensor.byte_offset + r * 32 * elem,
+                 (const char*)wt->dl_tensor.data + wt->dl_tensor.byte_offset + r * row + 16 * elem, 32 * elem) == 0);
+  wt->deleter(wt);
+  pt->deleter(pt);
+  find_tensor(part, "model.layers.1.mlp.down_proj.weight", &p);
+  CHECK(p.ndim == 2 && p.shape[1] == 0 && p.nbytes == 0);
+  qload_model_free(whole);
+  qload_model_free(part);
+  {
+    qload_options* options = NULL;
+    qload_session* session = NULL;
+    qload_model* model = NULL;
+    CHECK(qload_options_create(&options) == QLOAD_OK);
+    CHECK(qload_options_set_region(NULL, q, 0, 0, 1) == QLOAD_ERR_INVALID_ARGUMENT);
+    CHECK(qload_options_set_region(options, NULL, 0, 0, 1) == QLOAD_ERR_INVALID_ARGUMENT);
+    CHECK(qload_options_set_region(options, "model.no_such.weight", 0, 0, 1) == QLOAD_OK);
+    CHECK(qload_open(checkpoint, options, &session) == QLOAD_OK);
+    CHECK(qload_load(session, &model) == QLOAD_ERR_NOT_FOUND);
+    CHECK(error_says("model.no_such.weight"));
+    CHECK(model == NULL);
+    qload_session_free(session);
+    qload_options_free(options);
+  }
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: c_abi_test PLAIN_CHECKPOINT [QUANTIZED_CHECKPOINT]\n");
@@ -306,6 +394,7 @@ int main(int argc, char** argv) {
   options_size(argv[1]);
   load_and_export(argv[1]);
   stream(argv[1]);
+  regions(argv[1]);
   if (argc > 2) quantized(argv[2]);
   if (failures > 0) fprintf(stderr, "%d check(s) failed\n", failures);
   return failures == 0 ? 0 : 1;

@@ -129,6 +129,15 @@ QLOAD_API qload_status qload_options_create(qload_options** out);
 /* Any setting of the table by name ("staging_bytes", "512MB"), at the highest precedence
  * (above recipes and QLOAD_* variables). An unknown name or a bad value is refused here. */
 QLOAD_API qload_status qload_options_set(qload_options* options, const char* name, const char* value);
+/* Loads only part of tensor `tensor`: elements [begin, end) of dimension `dim` (0, or 1 of a 2-D
+ * tensor: the rows or columns a server's own tensor-parallel code keeps), and reads only their
+ * bytes; begin == end gives an empty tensor and reads nothing. Setting it again for a tensor
+ * replaces the region. Checked when loading: a tensor the checkpoint does not have is
+ * QLOAD_ERR_NOT_FOUND, a region out of bounds or of another dimension QLOAD_ERR_INVALID_ARGUMENT;
+ * with several devices, a layout, or anything decoded or quantized, QLOAD_ERR_UNSUPPORTED. A
+ * tensor read in part has no digest (with a lock, it is read whole and checked, then cut). */
+QLOAD_API qload_status qload_options_set_region(qload_options* options, const char* tensor, uint32_t dim,
+                                                uint64_t begin, uint64_t end);
 QLOAD_API void qload_options_free(qload_options* options);
 
 /* Opens `source` (a checkpoint directory, .safetensors file, index json, or a .lua recipe):
