@@ -56,11 +56,14 @@ PY
 done
 
 "$qload" synth "$dir/bf16" "${shape[@]}" > /dev/null
+# Odd sizes too: K 130 and 350, not multiples of the 4 int8 values a packed word holds.
+"$qload" synth "$dir/bf16-odd" --layers 1 --hidden 130 --intermediate 350 --vocab 64 --heads 2 --kv-heads 1 > /dev/null
+for source in bf16 bf16-odd; do
 for target in fp8 fp8:per-channel fp8:block int8; do
-  out="$dir/q-${target/:/-}"
-  "$qload" convert "$dir/bf16" "$out" --quantize "$target" > /dev/null
+  out="$dir/q-$source-${target/:/-}"
+  "$qload" convert "$dir/$source" "$out" --quantize "$target" > /dev/null
   "$qload" load "$out" --dequantize f32 --dump "$out.dq" > /dev/null
-  python3 - "$dir/bf16" "$out.dq/cpu.safetensors" "$target" <<'PY'
+  python3 - "$dir/$source" "$out.dq/cpu.safetensors" "$target" <<'PY'
 import glob, json, struct, sys
 
 def read(path):
@@ -101,5 +104,6 @@ for name, values in loaded.items():
 assert checked == 7, checked
 print(target, "round trip ok")
 PY
+done
 done
 echo "quant ok"

@@ -4,7 +4,9 @@
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "formats_test_support.hpp"
@@ -53,6 +55,36 @@ TEST_CASE("compressed-tensors pack-quantized: K from the packed width and the gr
       odd, ct_config(R"({"num_bits":3,"type":"int","strategy":"group","group_size":50})", "pack-quantized")));
   REQUIRE(narrowed);
   CHECK(only_logical(*narrowed).cols == 100);
+}
+
+TEST_CASE("compressed-tensors pack-quantized: K from weight_shape's bytes when the catalog read them",
+          "[quant][detect]") {
+  // 8-bit per channel, K 350: 88 words hold up to 352 values, and no group count narrows it.
+  std::vector<T> ts;
+  ct_packed(ts, "l", 350, 130, 8, 350);
+  ts[1] = T{"l.weight_scale", DType::kF32, Shape{130, 1}};
+  const std::string cfg =
+      ct_config(R"({"num_bits":8,"type":"int","symmetric":true,"strategy":"channel"})", "pack-quantized");
+  const auto stating = [&](std::int64_t n, std::int64_t k) {
+    Catalog c = make_catalog(ts, cfg);
+    std::string bytes(16, '\0');
+    std::memcpy(bytes.data(), &n, 8);
+    std::memcpy(bytes.data() + 8, &k, 8);
+    c.embedded.emplace("l.weight_shape", bytes);
+    return c;
+  };
+  const auto inferred = detect_quantization(make_catalog(ts, cfg));  // bytes not read: inferred
+  REQUIRE(inferred);
+  CHECK(only_logical(*inferred).cols == 352);
+  const auto stated = detect_quantization(stating(130, 350));
+  REQUIRE(stated);
+  CHECK(only_logical(*stated).cols == 350);
+  CHECK(only_logical(*stated).rows == 130);
+  for (const auto& [n, k] : {std::pair<std::int64_t, std::int64_t>{130, 348}, {130, 353}, {131, 350}, {130, -1}})
+    check_error(detect_quantization(stating(n, k)),
+                {.code = Errc::kCorrupt,
+                 .message_has = "which weight_packed [130, 88] of 8-bit values cannot hold",
+                 .tensor = "l.weight_shape"});
 }
 
 TEST_CASE("compressed-tensors pack-quantized asymmetric zero points, channel strategy and actorder",

@@ -4,6 +4,7 @@
 // and the found dtype and shape.
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <map>
 #include <optional>
 #include <span>
@@ -288,14 +289,49 @@ QuantParams ct_params(const Builder& b, QuantScheme scheme, ScaleLayout layout, 
                      .dense_bitstream = true};
 }
 
-// weight_packed [N, ceil(K*b/32)] fixes K only to within 32/b values; the group count narrows
-// it; the exact K is weight_shape's value, which the decoder checks (docs/formats.md).
+// K as weight_shape states it, when the catalog read its bytes (Catalog::embedded): nullopt
+// when it did not (then K is inferred); kCorrupt naming it when it contradicts weight_packed.
+Result<std::optional<std::uint64_t>> stated_k(Builder& b, std::uint64_t n, std::uint64_t words, std::uint32_t bits) {
+  const std::optional<std::uint32_t> index = b.module.find("weight_shape");
+  if (!index || b.experts > 0) return std::nullopt;
+  const TensorEntry& shape = b.tensor(*index);
+  const auto it = b.catalog.embedded.find(shape.name);
+  if (it == b.catalog.embedded.end()) return std::nullopt;
+  const std::string& bytes = it->second;
+  std::int64_t dims[2] = {-1, -1};
+  for (int i = 0; i < 2; ++i) {
+    if (bytes.size() == 16) {
+      std::memcpy(&dims[i], bytes.data() + i * 8, 8);
+    } else if (bytes.size() == 8) {
+      std::int32_t d;
+      std::memcpy(&d, bytes.data() + i * 4, 4);
+      dims[i] = d;
+    }
+  }
+  const auto k = static_cast<std::uint64_t>(dims[1]);
+  const auto k_bits = dims[1] > 0 ? checked_mul(k, bits) : Result<std::uint64_t>(fail(Errc::kOverflow, "K"));
+  // The dense bitstream qload decodes (docs/formats.md): an older writer's padded 3-, 5-, 6- or
+  // 7-bit words do not fit, and are refused here rather than decoded as a stream.
+  const bool fits = k_bits && ceil_div(*k_bits, 32) == words;
+  if (dims[0] < 0 || static_cast<std::uint64_t>(dims[0]) != n || !fits)
+    return fail(Error(Errc::kCorrupt,
+                      fmt::format("{} part weight_shape says ({}, {}), which weight_packed [{}, {}] of {}-bit values "
+                                  "cannot hold",
+                                  b.rule.label, dims[0], dims[1], n, words, bits))
+                    .with_tensor(shape.name));
+  return k;
+}
+
+// weight_packed [N, ceil(K*b/32)] fixes K only to within 32/b values: weight_shape's K, read
+// with the catalog, settles it; without it the group count narrows it, and the decoder checks
+// weight_shape (docs/formats.md).
 Result<std::uint64_t> ct_packed_k(Builder& b, const TensorEntry& packed, std::uint64_t& groups) {
   const std::uint32_t bits = b.rule.bits;
   const std::uint64_t n = packed.shape[0];
   const std::uint64_t words = packed.shape[1];
   QLOAD_ASSIGN_OR_RETURN(const std::uint64_t max_bits, checked_mul(words, 32));
-  const std::uint64_t k_max = max_bits / bits;
+  QLOAD_ASSIGN_OR_RETURN(const std::optional<std::uint64_t> stated, stated_k(b, n, words, bits));
+  const std::uint64_t k_max = stated.value_or(max_bits / bits);
   std::uint64_t k = k_max;
   groups = 1;
   if (b.rule.layouts.front() != ScaleLayout::kGroup) return k;

@@ -56,7 +56,9 @@ struct Catalog {
   std::string quantization_config;  // its "quantization_config" object as JSON text, if any
   // Small tensors whose bytes describe other tensors, read when the catalog is built (name ->
   // bytes): bitsandbytes' `*.quant_state.bitsandbytes__nf4` / `__fp4` JSON, which alone says a
-  // 4-bit weight's shape and block size (kEmbeddedMaxBytes each).
+  // 4-bit weight's shape and block size (kEmbeddedMaxBytes each), and compressed-tensors'
+  // `*.weight_shape` (I64 or I32 [2]), the only exact K of a pack-quantized weight whose K is not
+  // a multiple of the values a word holds.
   std::map<std::string, std::string, std::less<>> embedded;
 
   // The tensor with this name, or nullptr. O(log n).
