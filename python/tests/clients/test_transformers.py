@@ -84,3 +84,22 @@ def test_convert_output_loads_in_transformers_as_qload_dequantizes_it(tiny_model
     q = "model.layers.0.self_attn.q_proj.weight"
     assert not torch.equal(ours[q], original[q])
     assert torch.allclose(ours[q].float(), original[q].float(), atol=0.05, rtol=0.15)
+
+
+def test_int8_convert_output_with_odd_sizes_loads_in_transformers_as_qload_dequantizes_it(qload_cli, tmp_path):
+    """K 130 and 350: not multiples of the four int8 values a packed word holds, so
+    compressed-tensors pads each row's last word and weight_shape alone gives K."""
+    import transformers
+
+    torch.manual_seed(5)
+    config = transformers.LlamaConfig(hidden_size=130, intermediate_size=350, num_hidden_layers=1,
+                                      num_attention_heads=1, num_key_value_heads=1, vocab_size=64)
+    transformers.LlamaForCausalLM(config).to(torch.bfloat16).save_pretrained(str(tmp_path / "odd"))
+    out = convert(qload_cli, str(tmp_path / "odd"), tmp_path / "converted", "int8")
+    packed = safetensors.torch.load_file(os.path.join(out, "model.safetensors"))
+    assert packed["model.layers.0.mlp.down_proj.weight_packed"].shape == (130, 88)
+    ours = qload.load(out, dequantize="bf16", framework="pt")
+    theirs = transformers_weights(out, "int8")
+    for name in reference(str(tmp_path / "odd")):
+        assert torch.equal(ours[name], theirs[name]), name
+    assert ours["model.layers.0.mlp.down_proj.weight"].shape == (130, 350)
