@@ -87,6 +87,11 @@ TEST_CASE("decode: quantize on load makes weight + scale for linear weights only
   add_bf16(c, "model.layers.0.mlp.up_proj.weight", 300, 520, rng);  // 312 KB: several chunks
   add_bf16(c, "model.layers.1.self_attn.q_proj.weight", 130, 200, rng);
   add_bf16(c, "model.norm.weight", 1, 96, rng);
+  // Mixtures of experts' routers stay as they are; their experts are linear weights.
+  add_bf16(c, "model.layers.1.block_sparse_moe.gate.weight", 4, 96, rng);
+  add_bf16(c, "model.layers.1.mlp.router.weight", 4, 96, rng);
+  add_bf16(c, "model.layers.1.mlp.shared_expert_gate.weight", 1, 96, rng);
+  add_bf16(c, "model.layers.1.block_sparse_moe.experts.0.w1.weight", 64, 96, rng);
   write(c, R"({"model_type": "llama"})");
   for (const auto target : {formats::QuantizeTarget::kFp8Tensor, formats::QuantizeTarget::kFp8Row,
                             formats::QuantizeTarget::kFp8Block, formats::QuantizeTarget::kInt8Row}) {
@@ -95,14 +100,17 @@ TEST_CASE("decode: quantize on load makes weight + scale for linear weights only
       options.plan.quantize = target;
       auto model = load_source(c.dir.path().string(), options);
       REQUIRE(model);
-      CHECK(model->report().decoded_tensors == 2);
-      for (const std::string name : {"model.embed_tokens.weight", "model.norm.weight"}) {
+      CHECK(model->report().decoded_tensors == 3);
+      for (const std::string name :
+           {"model.embed_tokens.weight", "model.norm.weight", "model.layers.1.block_sparse_moe.gate.weight",
+            "model.layers.1.mlp.router.weight", "model.layers.1.mlp.shared_expert_gate.weight"}) {
         const DeviceTensor* t = model->find(name);
         REQUIRE(t != nullptr);
         CHECK(t->dtype == DType::kBF16);
         CHECK(std::memcmp(t->data, c.bf16[name].data(), t->nbytes) == 0);
       }
-      for (const std::string name : {"model.layers.0.mlp.up_proj.weight", "model.layers.1.self_attn.q_proj.weight"}) {
+      for (const std::string name : {"model.layers.0.mlp.up_proj.weight", "model.layers.1.self_attn.q_proj.weight",
+                                     "model.layers.1.block_sparse_moe.experts.0.w1.weight"}) {
         const DeviceTensor* w = model->find(name);
         REQUIRE(w != nullptr);
         const std::uint64_t rows = c.shapes[name][0], cols = c.shapes[name][1];

@@ -26,3 +26,38 @@ def tp_rank(monkeypatch):
 @pytest.fixture
 def qload_cli():
     return os.environ["QLOAD_CLI"]
+
+
+class _NoKernel:
+    """Stands in for the GPU kernel vLLM would pick: built, never run."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+
+@pytest.fixture
+def no_kernels(monkeypatch):
+    """Answers vLLM's choice of GPU kernel for quantized layers (there is none without a GPU, and
+    vLLM then refuses to build them) with one that does nothing: kernels run only in the forward
+    pass and in process_weights_after_loading, after the load these tests check. The layers'
+    parameters and weight loaders stay vLLM's own."""
+    import importlib
+
+    from vllm.model_executor.layers.fused_moe.oracle.fp8 import Fp8MoeBackend
+
+    base = "vllm.model_executor.layers.quantization."
+    for module, names in {
+        "auto_gptq": ("verify_marlin_supported", "choose_mp_linear_kernel"),
+        "compressed_tensors.schemes.compressed_tensors_wNa16": ("choose_mp_linear_kernel",),
+        "compressed_tensors.schemes.compressed_tensors_w8a16_fp8": ("init_wfp8_a16_linear_kernel",),
+        "fp8": ("init_fp8_linear_kernel",),
+        "fbgemm_fp8": ("init_fp8_linear_kernel",),
+    }.items():
+        m = importlib.import_module(base + module)
+        for name in names:
+            stub = (lambda *a, **k: None) if name.startswith("verify") else \
+                (lambda *a, **k: _NoKernel) if name.startswith("choose") else (lambda *a, **k: _NoKernel())
+            monkeypatch.setattr(m, name, stub)
+    # FP8 experts: the MoE backend, chosen by platform the same way.
+    monkeypatch.setattr(importlib.import_module(base + "fp8"), "select_fp8_moe_backend",
+                        lambda *a, **k: (Fp8MoeBackend.TRITON, None))

@@ -31,32 +31,6 @@ from tiny_models import save_tiny  # noqa: E402
 from vllm_llama import assert_reads_only, load, loaders  # noqa: E402
 
 
-class _NoKernel:
-    """Stands in for the GPU kernel vLLM would pick: built, never run."""
-
-    def __init__(self, *args, **kwargs):
-        pass
-
-
-@pytest.fixture
-def no_kernels(monkeypatch):
-    import importlib
-
-    base = "vllm.model_executor.layers.quantization."
-    for module, names in {
-        "auto_gptq": ("verify_marlin_supported", "choose_mp_linear_kernel"),
-        "compressed_tensors.schemes.compressed_tensors_wNa16": ("choose_mp_linear_kernel",),
-        "compressed_tensors.schemes.compressed_tensors_w8a16_fp8": ("init_wfp8_a16_linear_kernel",),
-        "fp8": ("init_fp8_linear_kernel",),
-        "fbgemm_fp8": ("init_fp8_linear_kernel",),
-    }.items():
-        m = importlib.import_module(base + module)
-        for name in names:
-            stub = (lambda *a, **k: None) if name.startswith("verify") else \
-                (lambda *a, **k: _NoKernel) if name.startswith("choose") else (lambda *a, **k: _NoKernel())
-            monkeypatch.setattr(m, name, stub)
-
-
 @pytest.fixture(scope="module")
 def base_model(tmp_path_factory):
     """hidden 512, head size 128: FP8's 128x128 blocks divide every projection's part at tp 2."""

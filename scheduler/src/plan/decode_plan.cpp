@@ -85,10 +85,20 @@ Result<std::vector<DecodeOutput>> repack_outputs(const formats::LogicalTensor& l
   return outputs;
 }
 
+// A mixture of experts' router: Mixtral's block_sparse_moe.gate, Qwen-MoE's and DeepSeek's
+// mlp.gate, gpt-oss's mlp.router, Qwen2-MoE's shared_expert_gate, GGUF's ffn_gate_inp. Its
+// logits pick the experts; every quantizer leaves it as it is, and vLLM builds it unquantized
+// (a quantized one is a checkpoint vLLM refuses).
+bool is_router_name(std::string_view n) {
+  return n.ends_with(".gate.weight") || n.ends_with(".router.weight") || n.ends_with("shared_expert_gate.weight") ||
+         n.ends_with("ffn_gate_inp.weight");
+}
+
 bool is_quantizable_name(std::string_view n) {
   // "embd", "output.weight": GGUF's token_embd and output head.
   return n.ends_with(".weight") && n.find("embed") == std::string::npos && n.find("embd") == std::string::npos &&
-         n.find("norm") == std::string::npos && n.find("lm_head") == std::string::npos && n != "output.weight";
+         n.find("norm") == std::string::npos && n.find("lm_head") == std::string::npos && n != "output.weight" &&
+         !is_router_name(n);
 }
 
 bool is_quantizable_weight(const formats::TensorEntry& t) {
