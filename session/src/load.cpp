@@ -65,6 +65,7 @@ Result<LoadOutcome> load_in(const std::optional<World>& world, Result<LoadReques
   Result<PlannedLoad> planned = request ? prepare(std::move(*request)) : fail(std::move(request.error()));
   if (rendezvous) QLOAD_TRY(agree_on_load(*rendezvous, planned));
   if (!planned) return fail(std::move(planned.error()));
+  if (rendezvous) QLOAD_TRY(unshare_cached_reads(*rendezvous, *planned, planned->request.options.log));
   LoadRequest& req = planned->request;
   TraceRecorder trace;
   if (!req.trace.empty()) req.options.trace = &trace;

@@ -1,9 +1,13 @@
 #include "qload/session/world_load.hpp"
 
+#include <algorithm>
+#include <cstdlib>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "qload/io/digest.hpp"
+#include "qload/scheduler/page_cache.hpp"
 #include "qload/scripts/lockfile.hpp"
 #include "qload/session/plan_report.hpp"
 
@@ -86,6 +90,26 @@ Status agree_on_load(Rendezvous& rendezvous, const Result<PlannedLoad>& load) {
         Error(Errc::kInvalidArgument, fmt::format("rank {} planned a different load from rank 0 (its {} differ{}){}", r,
                                                   fmt::join(differ, " and "), differ.size() == 1 ? "s" : "", detail)));
   }
+  return {};
+}
+
+Status unshare_cached_reads(Rendezvous& rendezvous, PlannedLoad& load, const Logger& log) {
+  if (!load.request.options.plan.parallel.share_reads) return {};
+  const bool asks = load.request.settings.values().share_cached == "auto" && load.request.lock.empty();
+  const double mine = asks ? scheduler::page_cache_fraction(load.catalog) : -1.0;  // -1: shares anyway
+  Result<std::vector<std::string>> exchanged = rendezvous.allgather(fmt::format("{:.6f}", mine));
+  if (!exchanged)
+    return fail(std::move(exchanged.error()).with_note("stage: telling the page cache's share, before reading"));
+  double least = 1.0;
+  for (const std::string& s : *exchanged) least = std::min(least, std::strtod(s.c_str(), nullptr));
+  if (least < scheduler::kCachedEnough) return {};
+  log.info(
+      fmt::format("reads not shared: the page cache holds at least {:.0f}% of the checkpoint on every rank, so "
+                  "each process reads its own part from it (share_cached always shares anyway)",
+                  100 * least));
+  LoadRequest request = std::move(load.request);
+  request.options.plan.parallel.share_reads = false;
+  QLOAD_ASSIGN_OR_RETURN(load, prepare(std::move(request)));
   return {};
 }
 

@@ -198,6 +198,41 @@ for r in range(2):
 assert total == single["bytes"], (total, single["bytes"])
 print(f"shared reads: 2 replicas whole, {total} tensor bytes read between them")
 PY
+# 4b. share_cached auto (the default; these tests set always): a checkpoint the page cache holds
+# on every rank is read by each replica itself, nothing sent; once dropped from the page cache,
+# the same load shares its reads again.
+auto_rank() { QLOAD_SHARE_CACHED=auto "$qload" load "$dir/m" --dp 2 --share-reads --json; }
+cat "$dir"/m/*.safetensors >/dev/null
+run_world 2 auto_warm auto_rank
+for r in 0 1; do expect_rc auto_warm $r 0; done
+python3 - "$dir/m" <<'PY'
+import glob, os, sys
+for path in glob.glob(sys.argv[1] + "/*.safetensors"):  # written back, then dropped
+    fd = os.open(path, os.O_RDONLY)
+    os.fsync(fd)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+PY
+# Whether the page cache let go of them (tmpfs, for one, keeps its pages): bytes still held.
+held=$(fincore --bytes --noheadings --output RES "$dir"/m/*.safetensors 2>/dev/null | awk '{s += $1} END {print s + 0}')
+run_world 2 auto_cold auto_rank
+for r in 0 1; do expect_rc auto_cold $r 0; done
+python3 - "$dir" "${held:-1}" <<'PY'
+import json, sys
+d = sys.argv[1]
+single = json.load(open(f"{d}/single.json"))
+for r in range(2):
+    warm = json.load(open(f"{d}/auto_warm.{r}.out"))
+    assert warm["shared_received_bytes"] == 0 and warm["bytes"] == single["bytes"], (r, warm)
+cold = [json.load(open(f"{d}/auto_cold.{r}.out")) for r in range(2)]
+received = sum(c["shared_received_bytes"] for c in cold)
+if int(sys.argv[2]) == 0:  # dropped: shared again
+    assert all(c["shared_received_bytes"] > 0 for c in cold), cold
+    print(f"share_cached auto: warm, each replica read it all itself; cold, {received} bytes sent between them")
+else:
+    print(f"share_cached auto: warm, each replica read it all itself; cold not exercised ({sys.argv[2]} bytes "
+          "kept in the page cache after POSIX_FADV_DONTNEED)")
+PY
 # The same from a recipe: its devices are each rank's share of the layout.
 cat >"$dir/shared.lua" <<'LUA'
 return qload.recipe { source = "m", devices = { "cpu" }, parallel = { data = 2, share_reads = true } }

@@ -9,5 +9,8 @@ cleanup() {
 }
 trap cleanup EXIT
 export MASTER_ADDR=127.0.0.1 QLOAD_RENDEZVOUS_TIMEOUT=60
+# The checkpoints these tests write are in the page cache, where shared reads would by default
+# (share_cached auto) be left to each process: these tests are of the shared paths.
+export QLOAD_SHARE_CACHED=always
 unset QLOAD_STRAGGLER_TIMEOUT QLOAD_WORLD_TOKEN QLOAD_WORLD_TOKEN_FILE
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }

@@ -6,8 +6,22 @@
 
 #include "qload/io/page_cache.hpp"
 #include "qload/runtime/unique_fd.hpp"
+#include "qload/scheduler/page_cache.hpp"
 
-namespace qload::scheduler::detail {
+namespace qload::scheduler {
+
+double page_cache_fraction(const formats::Catalog& catalog) {
+  double total = 0, resident = 0;
+  for (const formats::CatalogFile& file : catalog.files) {
+    total += static_cast<double>(file.size);
+    const UniqueFd fd(::open(file.path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (fd)
+      resident += io::page_cache_resident_fraction(fd.get(), file.size).value_or(0.0) * static_cast<double>(file.size);
+  }
+  return total == 0 ? 1.0 : resident / total;
+}
+
+namespace detail {
 namespace {
 
 bool mmap_can_serve(const formats::Catalog& catalog, const PlanOptions& o) {
@@ -16,23 +30,12 @@ bool mmap_can_serve(const formats::Catalog& catalog, const PlanOptions& o) {
   return std::ranges::none_of(catalog.tensors, [](const formats::TensorEntry& t) { return !t.strides.empty(); });
 }
 
-// Bytes of `file` the page cache holds (0 when it cannot be asked).
-double resident_bytes(const formats::CatalogFile& file) {
-  const UniqueFd fd(::open(file.path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) return 0;
-  return io::page_cache_resident_fraction(fd.get(), file.size).value_or(0.0) * static_cast<double>(file.size);
-}
-
 }  // namespace
 
 LoadMode choose_load_mode(const formats::Catalog& catalog, const PlanOptions& options) {
   if (!mmap_can_serve(catalog, options)) return LoadMode::kRead;
-  double total = 0, resident = 0;
-  for (const formats::CatalogFile& file : catalog.files) {
-    total += static_cast<double>(file.size);
-    resident += resident_bytes(file);
-  }
-  return resident >= kMappedWhenResident * total ? LoadMode::kMmap : LoadMode::kRead;
+  return page_cache_fraction(catalog) >= kCachedEnough ? LoadMode::kMmap : LoadMode::kRead;
 }
 
-}  // namespace qload::scheduler::detail
+}  // namespace detail
+}  // namespace qload::scheduler

@@ -37,6 +37,7 @@ struct Settings {
   std::chrono::milliseconds rendezvous_timeout{300'000};
   std::chrono::milliseconds nccl_timeout{300'000};
   std::chrono::milliseconds straggler_timeout{1'800'000};  // zero: no limit
+  std::string share_cached = "auto";
   std::string gptq_v1_zeros = "auto";
 };
 
@@ -63,7 +64,7 @@ struct SettingSpec {
   std::string_view doc;
 };
 
-inline constexpr std::size_t kSettingCount = 16;  // setting_table().size(), checked where it is defined
+inline constexpr std::size_t kSettingCount = 17;  // setting_table().size(), checked where it is defined
 
 // Every setting, in the order `qload config` and docs/settings.md list them.
 std::span<const SettingSpec> setting_table() noexcept;

@@ -29,6 +29,14 @@ LoadFingerprint load_fingerprint(const PlannedLoad& load);
 // caller reports its own error).
 Status agree_on_load(Rendezvous& rendezvous, const Result<PlannedLoad>& load);
 
+// Shared reads of a checkpoint every rank's page cache already holds (scheduler::kCachedEnough)
+// save no storage read and cost the transfers: with share_cached auto, each process then reads
+// its own part from the page cache instead. Every rank tells the others its fraction (or that
+// it shares anyway: share_cached always, a lock) and all decide alike from the same numbers;
+// when they unshare, `load` is planned again without shared reads. Called by every rank of a
+// shared-read load, after agree_on_load.
+Status unshare_cached_reads(Rendezvous& rendezvous, PlannedLoad& load, const Logger& log);
+
 // One rank's outcome as the others learn it.
 struct RankOutcome {
   bool ok = false;
