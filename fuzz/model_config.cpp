@@ -1,7 +1,9 @@
 // libFuzzer target: config.json text, read as qload reads it (its quantization_config
 // included), then the model geometry and the quantization scheme detected against one of four
 // typical tensor sets (chosen by the first byte): GPTQ, AWQ, FP8 with scales, and
-// compressed-tensors packed int4. Detection cross-checks the config with these tensors.
+// compressed-tensors packed int4. Detection cross-checks the config with these tensors. With
+// the compressed-tensors set and bit 2 of the first byte, the next 16 bytes are weight_shape's
+// as the catalog read them from the file (Catalog::embedded), which detection takes K from.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -67,7 +69,14 @@ Catalog tensors_for(std::uint8_t kind) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size == 0) return 0;
   Catalog catalog = tensors_for(data[0]);
-  const std::string text(reinterpret_cast<const char*>(data) + 1, size - 1);
+  std::size_t at = 1;
+  if (data[0] % 4 == 3 && (data[0] & 4) != 0) {
+    if (size < 17) return 0;
+    catalog.embedded.emplace("model.layers.0.mlp.down_proj.weight_shape",
+                             std::string(reinterpret_cast<const char*>(data) + 1, 16));
+    at = 17;
+  }
+  const std::string text(reinterpret_cast<const char*>(data) + at, size - at);
   if (!qload::formats::set_model_config(text, "config.json", catalog)) return 0;
   (void)qload::formats::read_geometry(catalog);
   (void)qload::formats::detect_quantization(catalog);
