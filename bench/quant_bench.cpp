@@ -18,6 +18,10 @@
 // quantize results with the single-threaded one. A mismatch or an error exits 1, so a broken
 // benchmark cannot print numbers. --quick is a smoke run for ctest.
 //
+// --isa avx2 (or portable) decodes GGML blocks through that instruction set's decoder alone
+// (quant/row_decoders.hpp), so that a CPU with AVX-512 also measures what a CPU with only AVX2
+// (or neither) gets; the other schemes, and auto, go through dequantize_rows' own choice.
+//
 // --gpu N times the CUDA decoders instead (quant_cuda.hpp, parts already in device memory),
 // against a device-to-device copy of the output bytes on the same stream, and checks every
 // result against the CPU decoder's bytes (a NaN only has to be a NaN).
@@ -51,6 +55,7 @@
 #include "qload/runtime/dtype.hpp"
 #include "qload/runtime/error.hpp"
 #include "qload/runtime/shape.hpp"
+#include "quant/row_decoders.hpp"  // --isa: one instruction set's GGML decoder
 
 namespace {
 
@@ -62,6 +67,7 @@ using qload::Result;
 using qload::Shape;
 using qload::Status;
 namespace fq = qload::formats;
+namespace fqd = qload::formats::detail;
 using Bytes = std::vector<std::byte>;
 
 constexpr std::uint64_t kGroupSize = 128;  // every grouped scheme, as the common checkpoints use
@@ -381,8 +387,9 @@ struct Options {
   std::uint64_t cols = 4096;
   int repeat = 3;
   unsigned threads = 0;
-  int device = -1;   // a CUDA device: time the GPU decoders instead of the CPU ones
-  std::string only;  // decode only the schemes whose name contains this, and skip quantize
+  int device = -1;           // a CUDA device: time the GPU decoders instead of the CPU ones
+  std::string only;          // decode only the schemes whose name contains this, and skip quantize
+  std::string isa = "auto";  // GGML blocks: auto (dequantize_rows' choice), avx2 or portable
 };
 
 // Throughput of one operation on 1 and on T threads, with memcpy of the same bytes beside it
@@ -435,13 +442,30 @@ struct Buffers {
 
 // Rows [0, N) of `w` decoded to `dtype` into `out`: in one call (bounds empty), else one call
 // per range between consecutive `bounds`, on a thread each when `threaded`.
-Status decode(const Weight& w, std::span<const fq::PartBytes> views, DType dtype,
+// Rows [begin, end) of `w` to `dtype` at `out`: through dequantize_rows, or for GGML blocks with
+// `isa` avx2 or portable through that decoder alone.
+Status decode_range(const Weight& w, std::span<const fq::PartBytes> views, std::string_view isa, std::uint64_t begin,
+                    std::uint64_t end, DType dtype, std::span<std::byte> out) {
+  if (isa == "auto" || w.t.params.scheme != fq::QuantScheme::kGgml)
+    return fq::dequantize_rows(w.t, views, begin, end, dtype, out);
+  const auto* blocks = reinterpret_cast<const std::uint8_t*>(views.front().bytes.data());
+  const std::uint64_t row_bytes = views.front().bytes.size() / w.t.rows;
+  // The detail decoders write rows [begin, end) from `out` on, reading row n at blocks + n * row_bytes.
+  if (isa == "portable")
+    return fqd::decode_block_rows_portable(w.t.params.ggml_type, blocks, row_bytes, w.t.cols, begin, end, dtype,
+                                           out.data());
+  if (!fqd::decode_block_rows_avx2(w.t.params.ggml_type, blocks, row_bytes, w.t.cols, begin, end, dtype, out.data()))
+    return fail(Errc::kUnsupported, fmt::format("{}: this CPU has no AVX2 decoder for it", w.name));
+  return {};
+}
+
+Status decode(const Options& o, const Weight& w, std::span<const fq::PartBytes> views, DType dtype,
               const std::vector<std::uint64_t>& bounds, bool threaded, std::span<std::byte> out) {
   const std::uint64_t row_bytes = w.t.cols * qload::dtype_info(dtype).block_bytes;
   std::vector<Status> results(bounds.size() - 1);
   const auto run = [&](std::size_t i) {
-    results[i] = fq::dequantize_rows(w.t, views, bounds[i], bounds[i + 1], dtype,
-                                     out.subspan(bounds[i] * row_bytes, (bounds[i + 1] - bounds[i]) * row_bytes));
+    results[i] = decode_range(w, views, o.isa, bounds[i], bounds[i + 1], dtype,
+                              out.subspan(bounds[i] * row_bytes, (bounds[i + 1] - bounds[i]) * row_bytes));
   };
   if (threaded) {
     std::vector<std::thread> threads;
@@ -480,11 +504,11 @@ Result<Speed> time_decode(const Options& o, const Weight& w, DType dtype, Buffer
   };
   Status status;  // the first failure of a timed run
   const auto timed = [&](const std::vector<std::uint64_t>& bounds, bool threaded) {
-    if (status) status = decode(w, views, dtype, bounds, threaded, out);
+    if (status) status = decode(o, w, views, dtype, bounds, threaded, out);
   };
 
   std::memset(check.data(), 0xA5, bytes);  // a decode that writes nothing cannot match
-  QLOAD_TRY(decode(w, views, dtype, odd_bounds(w.t.rows), false, check));
+  QLOAD_TRY(decode(o, w, views, dtype, odd_bounds(w.t.rows), false, check));
   Speed s;
   s.gbps_1 = gbps(best_seconds(o.repeat, [&] { timed({0, w.t.rows}, false); }));
   QLOAD_TRY(status);
@@ -713,8 +737,10 @@ Status run_quantizes(const Options& o, Buffers& buf, nlohmann::json& report) {
 
 Status run(const Options& o, const std::string& json_path) {
   const std::string loadavg = load_average();
-  fmt::print("[{} x {}] weight, best of {} runs, T = {} threads, load average {} (at start)\n", o.rows, o.cols,
-             o.repeat, o.threads, loadavg);
+  fmt::print(
+      "[{} x {}] weight, best of {} runs, T = {} threads, GGML blocks through the {} decoder, load average {} "
+      "(at start)\n",
+      o.rows, o.cols, o.repeat, o.threads, o.isa == "auto" ? "library's choice of" : o.isa, loadavg);
   QLOAD_ASSIGN_OR_RETURN(std::vector<Weight> weights, make_weights(o.rows, o.cols));
   std::erase_if(weights, [&](const Weight& w) { return w.name.find(o.only) == std::string::npos; });
   Buffers buf{Bytes(o.rows * o.cols * 4), Bytes(o.rows * o.cols * 4)};
@@ -725,6 +751,7 @@ Status run(const Options& o, const std::string& json_path) {
                            {"cols", o.cols},
                            {"repeat", o.repeat},
                            {"threads", o.threads},
+                           {"ggml_isa", o.isa},
                            {"loadavg_start", loadavg}};
   if (o.device >= 0) {
     QLOAD_TRY(run_gpu_decodes(o, weights, o.device, buf, report));
@@ -757,6 +784,8 @@ int main(int argc, char** argv) {
   app.add_option("--json", json_path, "also write the results as JSON to this file");
   app.add_flag("--quick", quick, "a smoke run: [256 x 512], 1 run");
   app.add_option("--only", o.only, "decode only the schemes whose name contains this (\"gguf\"), no quantize");
+  app.add_option("--isa", o.isa, "GGML blocks through one CPU decoder: auto (the library's choice), avx2 or portable")
+      ->check(CLI::IsMember({"auto", "avx2", "portable"}));
   app.add_option("--gpu", o.device, "time the CUDA decoders on this device instead of the CPU ones")
       ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
