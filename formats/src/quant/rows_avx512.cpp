@@ -157,7 +157,6 @@ struct Avx512Outputs {
   using Bf16Fast = Bf16NormalOut;
   using Fp4Bf16 = Bf16Out;
   using Fp4Bf16Fast = Bf16NormalOut;
-  using Bf16Tables = NoBf16Tables;
   static constexpr bool kNvfp4Table = false;
 };
 
