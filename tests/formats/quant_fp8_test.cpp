@@ -20,11 +20,13 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "qload/formats/convert.hpp"
 #include "qload/formats/quant.hpp"
 #include "qload/formats/quant_codec.hpp"
 #include "qload/runtime/dtype.hpp"
@@ -441,6 +443,36 @@ TEST_CASE("dequantize fp8 matches code * scale for every scale layout, weight an
       REQUIRE(dequantize_rows(c.tensor, p.parts, a, b, DType::kF32, std::as_writable_bytes(std::span(part))));
       // memcmp with a null pointer is undefined even for 0 bytes (an empty range has no data()).
       CHECK((part.empty() || std::memcmp(part.data(), got.data() + a * cols, part.size() * sizeof(float)) == 0));
+    }
+  }
+}
+
+// BF16 and F16 outputs (a table of narrowed products per scale where a scale covers enough
+// elements, else the f32 path) give exactly the f32 elements narrowed by convert(), for the
+// whole weight and for row ranges, with NaN, Inf and zero among the scales.
+TEST_CASE("dequantize fp8 to bf16 and f16 gives the f32 elements narrowed, every layout and row range", "[quant]") {
+  std::mt19937 rng(11);
+  for (Fp8Case c : dequantize_cases()) {
+    INFO(c.label);
+    Fp8Parts p = make_parts(c, rng);
+    if (c.scale_dtype == DType::kF32 && p.scale.size() >= 16) {  // special scales: NaN, Inf, 0
+      const float special[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(), 0.0f};
+      std::memcpy(p.scale.data() + 4, special, sizeof special);
+    }
+    const std::vector<float> f32 = dequantize_all(c.tensor, p.parts);
+    const std::uint64_t rows = c.tensor.rows, cols = c.tensor.cols;
+    for (const DType dtype : {DType::kBF16, DType::kF16}) {
+      INFO(dtype_name(dtype));
+      std::vector<std::byte> want(f32.size() * 2);
+      REQUIRE(convert(std::as_bytes(std::span(f32)), DType::kF32, want, dtype));
+      std::uniform_int_distribution<std::uint64_t> row(0, rows);
+      for (int trial = 0; trial < 6; ++trial) {
+        std::uint64_t a = trial == 0 ? 0 : row(rng), b = trial == 0 ? rows : row(rng);
+        if (a > b) std::swap(a, b);
+        std::vector<std::byte> got((b - a) * cols * 2 + 1);  // odd start: unaligned 16-bit output
+        REQUIRE(dequantize_rows(c.tensor, p.parts, a, b, dtype, std::span(got).subspan(1)));
+        CHECK(std::equal(got.begin() + 1, got.end(), want.begin() + static_cast<std::ptrdiff_t>(a * cols * 2)));
+      }
     }
   }
 }

@@ -33,6 +33,12 @@ Status dequantize_ct_int(const LogicalTensor& t, std::span<const PartBytes> part
 // FP8 with any scale layout.
 Status dequantize_fp8(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t row_begin,
                       std::uint64_t row_end, std::span<float> out);
+// The same straight to BF16 or F16 bytes, where each scale covers at least kFp8TableMin
+// elements: one table of the 256 codes' narrowed products per scale, each element a lookup.
+// False, nothing written, for other scale layouts and dtypes (dequantize_rows then takes the f32
+// path, which gives the same bits).
+Result<bool> dequantize_fp8_narrow(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t row_begin,
+                                   std::uint64_t row_end, DType dtype, std::span<std::byte> out);
 
 // GGML blocks (GGUF): the decoder (ggml.cpp); whether a ggml type has one here; the logical
 // weight of catalog tensor `index` (one with a ggml_type).

@@ -6,6 +6,7 @@
 #include <array>
 #include <bit>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 
 #include "decoders.hpp"
 #include "fp8_bits.hpp"
+#include "qload/formats/convert.hpp"
 
 namespace qload::formats {
 
@@ -199,6 +201,52 @@ Status dequantize_fp8(const LogicalTensor& t, std::span<const PartBytes> parts, 
     }
   }
   return {};
+}
+
+// Narrowed products of one scale: the bits dequantize_fp8's f32 element (code's value times the
+// scale, one rounding) gets from convert() to BF16 or F16, narrowed by convert() itself.
+using NarrowTable = std::array<std::uint16_t, 256>;
+Status narrow_products(const Table& table, float scale, DType dtype, NarrowTable& out) {
+  Table products;
+  for (unsigned c = 0; c < 256; ++c) products[c] = table[c] * scale;
+  return convert(std::as_bytes(std::span(products)), DType::kF32, std::as_writable_bytes(std::span(out)), dtype);
+}
+
+// A table costs 256 products and narrowings, so a scale must cover many elements to pay for
+// it: per tensor, per row and 128x128 blocks (16384) do; groups of 128 along a row do not.
+constexpr std::uint64_t kFp8TableMin = 1024;
+
+Result<bool> dequantize_fp8_narrow(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t row_begin,
+                                   std::uint64_t row_end, DType dtype, std::span<std::byte> out) {
+  if ((dtype != DType::kBF16 && dtype != DType::kF16) || t.params.scale_layout == ScaleLayout::kColumn) return false;
+  QLOAD_ASSIGN_OR_RETURN(const Fp8Parts checked, checked_fp8_parts(t, parts));
+  const ScaleGrid& grid = checked.grid;
+  const std::uint64_t cols = t.cols;
+  // The elements each table serves in this call (its rows of the scale's band, at most).
+  if (std::min(row_end - row_begin, grid.rows_per_scale) * grid.cols_per_scale < kFp8TableMin) return false;
+  if (row_begin > row_end || row_end > t.rows || out.size() != (row_end - row_begin) * cols * 2)
+    return fail(Error(Errc::kInvalidArgument,
+                      fmt::format("rows [{}, {}) of {} into {} bytes", row_begin, row_end, t.rows, out.size()))
+                    .with_tensor(t.name));
+  const Table& table = decode_table(checked.weight->dtype);
+  const auto* codes = reinterpret_cast<const std::uint8_t*>(checked.weight->bytes.data());
+  std::vector<NarrowTable> tables(static_cast<std::size_t>(grid.scale_cols));  // one band of scales
+  std::byte* o = out.data();
+  for (std::uint64_t n = row_begin; n < row_end;) {
+    const std::uint64_t scale_row = n / grid.rows_per_scale;
+    const std::uint64_t band_end = std::min(row_end, (scale_row + 1) * grid.rows_per_scale);
+    for (std::uint64_t j = 0; j < grid.scale_cols; ++j)
+      QLOAD_TRY(narrow_products(table, load_scale(*checked.scale, scale_row * grid.scale_cols + j), dtype, tables[j]));
+    for (; n < band_end; ++n) {
+      const std::uint8_t* w = codes + n * cols;
+      for (std::uint64_t k0 = 0, j = 0; k0 < cols; k0 += grid.cols_per_scale, ++j) {
+        const std::uint64_t end = std::min(cols, k0 + grid.cols_per_scale);
+        const std::uint16_t* narrowed = tables[j].data();
+        for (std::uint64_t k = k0; k < end; ++k, o += 2) std::memcpy(o, &narrowed[w[k]], 2);
+      }
+    }
+  }
+  return true;
 }
 
 }  // namespace detail
