@@ -1,7 +1,9 @@
 // libFuzzer target, differential: the x86 row decoders (rows_avx512.cpp, rows_avx2.cpp) against
-// the portable ones on any bytes. The input picks a format (a GGML block type, OCP MXFP4 or
-// NVFP4), a few rows and columns, and for NVFP4 the global scale and its use; the rest are the
-// blocks, codes and scales (any bytes are valid ones). Each instruction set this CPU has must
+// the portable ones on any bytes, and FP8's BF16 / F16 tables (fp8.cpp) against its f32
+// elements narrowed by convert(). The input picks a format (a GGML block type, OCP MXFP4,
+// NVFP4 or FP8), a few rows and columns, for NVFP4 the global scale and its use, for FP8 the
+// code dtype and the scale layout; the rest are the blocks, codes and scales (any bytes are
+// valid ones). Each instruction set this CPU has must
 // write the portable decoder's bytes for F32, BF16 and F16, and nothing past the rows: a
 // difference aborts, naming the format, output and first differing byte. One freedom: where two
 // NaNs meet in one operation (a NaN scale and a NaN minimum), IEEE 754 lets the result be
@@ -22,6 +24,7 @@
 
 #include "gguf/ggml_types.hpp"
 #include "qload/formats/convert.hpp"
+#include "qload/formats/quant_codec.hpp"
 #include "quant/fp4_rows.hpp"
 #include "quant/row_decoders.hpp"
 
@@ -68,7 +71,7 @@ std::size_t first_difference(const std::vector<std::byte>& want, const std::vect
 [[noreturn]] void differ(const char* what, DType dtype, const std::vector<std::byte>& want,
                          const std::vector<std::byte>& got) {
   const std::size_t at = first_difference(want, got, dtype);
-  std::fprintf(stderr, "%s to %s: the SIMD decoder differs from the portable one at byte %zu (%02x, not %02x)\n", what,
+  std::fprintf(stderr, "%s to %s: the fast decoder differs from the reference one at byte %zu (%02x, not %02x)\n", what,
                std::string(dtype_name(dtype)).c_str(), at, static_cast<unsigned>(got[at]),
                static_cast<unsigned>(want[at]));
   std::abort();
@@ -145,15 +148,73 @@ void fp4_case(bool nvfp4, std::uint8_t shape, std::span<const std::uint8_t> rest
   }
 }
 
+// FP8: E4M3 or E5M2 codes (bit 0 of `kind`), a per-tensor, per-row, block or group scale (bits
+// 1-2) of F32 scales from the input, rows 1-8 and 64-2048 columns; block sides and group sizes
+// from bits 3-7, so that some scales cover 1024 elements or more (the tables) and some fewer (the
+// f32 path). dequantize_rows to BF16 and F16 must be its F32 elements narrowed by convert().
+void fp8_case(std::uint8_t kind, std::uint8_t shape, std::span<const std::uint8_t> rest) {
+  using formats::LogicalTensor;
+  using formats::QuantScheme;
+  using formats::ScaleLayout;
+  const std::uint64_t rows = 1 + shape % 8, cols = 64 * (1 + (shape >> 3) % 32);
+  constexpr ScaleLayout kLayouts[] = {ScaleLayout::kTensor, ScaleLayout::kRow, ScaleLayout::kBlock,
+                                      ScaleLayout::kGroup};
+  LogicalTensor t;
+  t.name = "fuzz.weight";
+  t.rows = rows;
+  t.cols = cols;
+  t.params.scheme = QuantScheme::kFp8;
+  t.params.bits = 8;
+  t.params.weight_dtype = (kind & 1) != 0 ? DType::kF8_E5M2 : DType::kF8_E4M3;
+  t.params.scale_dtype = DType::kF32;
+  t.params.scale_layout = kLayouts[(kind >> 1) % 4];
+  const std::uint32_t side = 1u << (kind >> 3) % 8;  // 1-128
+  std::uint64_t scales = 1;
+  Shape scale_shape{1};
+  switch (t.params.scale_layout) {
+    case ScaleLayout::kRow:
+      scales = rows;
+      scale_shape = Shape{rows, 1};
+      break;
+    case ScaleLayout::kBlock:
+      t.params.block_rows = side;
+      t.params.block_cols = side * 8;
+      scales = (rows + side - 1) / side * ((cols + side * 8 - 1) / (side * 8));
+      scale_shape = Shape{(rows + side - 1) / side, (cols + side * 8 - 1) / (side * 8)};
+      break;
+    case ScaleLayout::kGroup:
+      t.params.group_size = side * 16;
+      scales = rows * ((cols + side * 16 - 1) / (side * 16));
+      scale_shape = Shape{rows, (cols + side * 16 - 1) / (side * 16)};
+      break;
+    default: break;
+  }
+  if (rest.size() < rows * cols + scales * 4) return;
+  const std::vector<formats::PartBytes> parts = {
+      {"weight", t.params.weight_dtype, Shape{rows, cols}, std::as_bytes(rest.first(rows * cols))},
+      {"weight_scale", DType::kF32, scale_shape, std::as_bytes(rest.subspan(rows * cols, scales * 4))}};
+  std::vector<float> f32(static_cast<std::size_t>(rows * cols));
+  if (!formats::dequantize_rows(t, parts, 0, rows, DType::kF32, std::as_writable_bytes(std::span(f32)))) std::abort();
+  for (const DType dtype : {DType::kBF16, DType::kF16}) {
+    const std::size_t bytes = out_bytes(rows * cols, dtype);
+    std::vector<std::byte> want(bytes + kSentinel, std::byte{0x5a}), got(bytes + kSentinel, std::byte{0x5a});
+    if (!formats::convert(std::as_bytes(std::span(f32)), DType::kF32, std::span(want).first(bytes), dtype))
+      std::abort();
+    if (!formats::dequantize_rows(t, parts, 0, rows, dtype, std::span(got).first(bytes))) std::abort();
+    if (first_difference(want, got, dtype) != want.size()) differ("FP8 (tables)", dtype, want, got);
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size < 3) return 0;
   const std::span<const std::uint8_t> rest(data + 3, size - 3);
-  switch (data[0] % 3) {
+  switch (data[0] % 4) {
     case 0: ggml_case(data[1], data[2], rest); break;
     case 1: fp4_case(false, data[2], rest); break;
-    default: fp4_case(true, data[2], rest); break;
+    case 2: fp4_case(true, data[2], rest); break;
+    default: fp8_case(data[1], data[2], rest); break;
   }
   return 0;
 }
