@@ -14,6 +14,7 @@ cd "$(dirname "$0")"
 packages=(
   build-essential cmake ninja-build pkg-config   # toolchain
   liburing-dev libxxhash-dev libluajit-5.1-dev   # I/O, checksums, recipes
+  libre2-dev                                     # regular expressions in quantization configs
   nlohmann-json3-dev libcli11-dev libfmt-dev     # JSON, CLI parsing, formatting
   libssl-dev libgloo-dev                         # dist/: HMAC-SHA256 (libcrypto), Gloo for host memory
   catch2 xxhash clang-format python3             # tests: Catch2 v2, xxhsum reference, style, CLI checks

@@ -8,8 +8,9 @@ find_package(CLI11 REQUIRED)
 pkg_check_modules(URING REQUIRED liburing>=2.0)
 pkg_check_modules(LUAJIT REQUIRED luajit>=2.1)
 pkg_check_modules(CRYPTO REQUIRED libcrypto>=3.0)  # OpenSSL's: HMAC-SHA256 for the rendezvous
+pkg_check_modules(RE2 REQUIRED re2)  # regular expressions from checkpoints' configs: linear time, bounded memory
 
-# liburing and LuaJIT: shared by default, the Debian static archives with QLOAD_STATIC.
+# liburing, LuaJIT, libcrypto and RE2: shared by default, the Debian static archives with QLOAD_STATIC.
 function(qload_import_pkg target pkg static_name)
   add_library(${target} INTERFACE IMPORTED GLOBAL)
   target_include_directories(${target} INTERFACE ${${pkg}_INCLUDE_DIRS})
@@ -28,9 +29,11 @@ endfunction()
 qload_import_pkg(qload::uring URING liburing.a)
 qload_import_pkg(qload::luajit LUAJIT libluajit-5.1.a)
 qload_import_pkg(qload::crypto CRYPTO libcrypto.a)
+qload_import_pkg(qload::re2 RE2 libre2.a)
 if(QLOAD_STATIC)
   target_link_libraries(qload::luajit INTERFACE ${CMAKE_DL_LIBS} m)
   target_link_libraries(qload::crypto INTERFACE ${CMAKE_DL_LIBS} Threads::Threads)
+  target_link_libraries(qload::re2 INTERFACE Threads::Threads)
 endif()
 
 # Gloo (libgloo-dev): host memory between the processes of a load (dist/). Debian ships it as a

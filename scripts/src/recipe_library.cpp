@@ -4,7 +4,6 @@
 #include <cstring>
 #include <fstream>
 #include <lua.hpp>
-#include <regex>
 #include <string_view>
 
 #include "qload/runtime/units.hpp"
@@ -97,9 +96,23 @@ int l_size(lua_State* L) {
   return 1;
 }
 
+// Dotted identifiers: [A-Za-z_][A-Za-z0-9_]* joined by single dots, at most 200 bytes.
 bool valid_module_name(std::string_view name) {
-  static const std::regex kName(R"([A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*)");
-  return name.size() <= 200 && std::regex_match(name.begin(), name.end(), kName);
+  const auto letter = [](char c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_'; };
+  const auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  if (name.empty() || name.size() > 200) return false;
+  bool part_start = true;
+  for (const char c : name) {
+    if (c == '.') {
+      if (part_start) return false;  // an empty part: a leading dot or two dots in a row
+      part_start = true;
+    } else if (letter(c) || (!part_start && digit(c))) {
+      part_start = false;
+    } else {
+      return false;
+    }
+  }
+  return !part_start;  // not ending in a dot
 }
 
 // Finds and reads the module `name`: qload's library, or <recipe dir>/<name with dots as

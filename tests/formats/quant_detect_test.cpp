@@ -569,6 +569,25 @@ TEST_CASE("exclusion patterns: globs, regexes qload refuses, back-references", "
   check_error(
       detect_quantization(make_catalog(ts, ct_config(float_tensor, "float-quantized", R"(,"ignore":["re:(m)\\1"])"))),
       {.code = Errc::kUnsupported});
+  // Patterns that made std::regex build an NFA per repeat: refused by RE2 (repeat counts over
+  // 1000, nested ones multiplied), never matched slowly. (A count too long to be a number, which
+  // overflowed std::regex's parser, is a literal for RE2, as for Perl and Python.)
+  for (const char* huge : {R"(re:model{99999999})", R"(re:(a{1000}){1000})", R"(re:((a{10}){10}){11})"}) {
+    INFO(huge);
+    check_error(detect_quantization(make_catalog(
+                    ts, ct_config(float_tensor, "float-quantized", std::string(R"(,"ignore":[")") + huge + "\"]"))),
+                {.code = Errc::kUnsupported, .message_has = "is not a regular expression qload can use"});
+  }
+  // Python's re.match: anchored at the start only; \d and counted repeats work. A match here
+  // excludes the quantized module, which is refused (as the ModelOpt glob above).
+  check_error(
+      detect_quantization(make_catalog(
+          ts, ct_config(float_tensor, "float-quantized", R"(,"ignore":["re:model\\.layers\\.\\d{1,3}\\.mlp\\.gat"])"))),
+      {.code = Errc::kCorrupt, .message_has = "is excluded from quantization by ignore entry 're:model"});
+  const auto unanchored = detect_quantization(
+      make_catalog(ts, ct_config(float_tensor, "float-quantized", R"(,"ignore":["re:layers\\.0"])")));
+  REQUIRE(unanchored);
+  CHECK(unanchored->logical.size() == 1);  // not ignored: re.match does not search
   check_error(
       detect_quantization(make_catalog(ts, ct_config(float_tensor, "float-quantized", R"(,"ignore":"lm_head")"))),
       {.code = Errc::kCorrupt, .message_has = "quantization_config.ignore is string, expected a list of strings"});

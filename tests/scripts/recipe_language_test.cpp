@@ -335,6 +335,12 @@ TEST_CASE("require loads qload's library and modules from the recipe's folder on
     const std::pair<const char*, const char*> cases[] = {
         {"require('/etc/passwd')", "is not a module name"},
         {"require('..passwd')", "is not a module name"},
+        {"require('helpers.')", "is not a module name"},
+        {"require('helpers..llama')", "is not a module name"},
+        {"require('9lives')", "is not a module name"},
+        {"require('helpers.9')", "is not a module name"},
+        {"require('help-ers')", "is not a module name"},
+        {"require('')", "is not a module name"},
         {"require('outside.passwd')", "resolves outside the recipe's folder"},
         {"require('missing')", "no module 'missing'"},
         {"require('qload.nothing')", "qload's library has no module 'qload.nothing'"},

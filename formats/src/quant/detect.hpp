@@ -9,7 +9,6 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <regex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,12 +17,15 @@
 #include "qload/formats/quant.hpp"
 #include "qload/runtime/error.hpp"
 
+namespace re2 {
+class RE2;
+}
+
 namespace qload::formats::detail {
 
 // Side config files are small; anything larger is refused (kUnsupported, naming the file).
 inline constexpr std::uint64_t kMaxQuantConfigBytes = 1u << 20;
-// Bounds on what a config may list, and on names matched against a regular expression
-// (std::regex recurses per character).
+// Bounds on what a config may list, and on the names matched against its regular expressions.
 inline constexpr std::size_t kMaxPatterns = 4096;
 inline constexpr std::size_t kMaxPatternBytes = 1024;
 inline constexpr std::size_t kMaxRegexSubjectBytes = 4096;
@@ -43,18 +45,17 @@ struct ModulePattern {
     kRegex,
   };
   Kind kind = Kind::kSubstringOrGlob;
-  std::string text;                         // as written in the config
-  std::shared_ptr<const std::regex> regex;  // kRegex, and kCtTarget "re:" entries
+  std::string text;                       // as written in the config
+  std::shared_ptr<const re2::RE2> regex;  // kRegex, and kCtTarget "re:" entries
 };
 
 // How specifically a pattern matched (compressed-tensors resolves overlapping targets by this).
 enum class MatchRank : std::uint8_t { kNone, kClass, kRegex, kExact };
 
-// Compiles `text` (kUnsupported naming `path` and `key` for a regex std::regex cannot take).
+// Compiles `text` (kUnsupported naming `path` and `key` for a regex RE2 cannot take).
 Result<ModulePattern> make_pattern(ModulePattern::Kind kind, std::string text, const std::string& path,
                                    std::string_view key);
-// How `pattern` matches `module` (kUnsupported for a regex subject over kMaxRegexSubjectBytes or
-// a regex that exhausts std::regex).
+// How `pattern` matches `module` (kUnsupported for a regex subject over kMaxRegexSubjectBytes).
 Result<MatchRank> match_module(const ModulePattern& pattern, std::string_view module);
 
 // Which stored parts a rule expects.

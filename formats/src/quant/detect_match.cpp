@@ -1,10 +1,15 @@
 // Module-name patterns of quantization configs. Each producer matches differently (detect.hpp
 // ModulePattern::Kind); regular expressions follow Python's re.match (anchored at the start
-// only) through std::regex's ECMAScript grammar, which covers the patterns producers write
-// (".*", "$", character classes, alternation); back-references are refused.
+// only) through RE2, whose syntax covers the patterns producers write (".*", "$", "\d",
+// character classes, alternation, counted repeats) and refuses back-references and lookaround.
+// RE2 because the patterns come with untrusted checkpoints: it matches in linear time without
+// recursion, bounds its memory, and caps repeat counts, where std::regex recursed per character,
+// built a{N} as N copies and overflowed a signed integer parsing a long count (found by
+// fuzz_model_config under UBSan).
 #include <cctype>
 
 #include <fmt/format.h>
+#include <re2/re2.h>
 
 #include "detect.hpp"
 #include "located_error.hpp"
@@ -51,12 +56,8 @@ Result<bool> regex_matches(const ModulePattern& pattern, std::string_view module
     return fail(Error(Errc::kUnsupported, fmt::format("module name of {} bytes is too long to match against {}",
                                                       module.size(), quote_name(pattern.text)))
                     .with_tensor(std::string(module.substr(0, 200))));
-  try {
-    return std::regex_search(module.begin(), module.end(), *pattern.regex, std::regex_constants::match_continuous);
-  } catch (const std::regex_error& ex) {  // error_complexity / error_stack on pathological input
-    return fail(Errc::kUnsupported,
-                fmt::format("matching {} against {}: {}", quote_name(module), quote_name(pattern.text), ex.what()));
-  }
+  return pattern.regex->Match(re2::StringPiece(module.data(), module.size()), 0, module.size(), re2::RE2::ANCHOR_START,
+                              nullptr, 0);
 }
 
 }  // namespace
@@ -72,17 +73,16 @@ Result<ModulePattern> make_pattern(ModulePattern::Kind kind, std::string text, c
   const bool ct_regex = kind == ModulePattern::Kind::kCtTarget && pattern.text.starts_with("re:");
   if (kind == ModulePattern::Kind::kRegex || ct_regex) {
     const std::string_view expr = std::string_view(pattern.text).substr(ct_regex ? 3 : 0);
-    try {
-      // __polynomial (libstdc++): the breadth-first executor, polynomial in time and space
-      // whatever the pattern, since configs come with untrusted checkpoints.
-      pattern.regex = std::make_shared<const std::regex>(expr.begin(), expr.end(),
-                                                         std::regex::ECMAScript | std::regex_constants::__polynomial);
-    } catch (const std::regex_error& ex) {
+    re2::RE2::Options options;
+    options.set_log_errors(false);  // the error goes into the message below, not to stderr
+    options.set_max_mem(std::int64_t{8} << 20);
+    auto regex = std::make_shared<const re2::RE2>(re2::StringPiece(expr.data(), expr.size()), options);
+    if (!regex->ok())
       return fail(located(Errc::kUnsupported,
                           fmt::format("{} entry {} is not a regular expression qload can use: {}", key,
-                                      quote_name(pattern.text), ex.what()),
+                                      quote_name(pattern.text), regex->error()),
                           path));
-    }
+    pattern.regex = std::move(regex);
   }
   return pattern;
 }
