@@ -157,6 +157,141 @@ struct Avx2Groups {
   }
 };
 
+// GGML blocks whose runs of 32 elements share one scale (and minimum) over 16 codes, to BF16
+// through a table of the run's 16 values: each value computed once, in f32 as value() does
+// (the product with the level, then the minimum), narrowed as Bf16Out<false> narrows, and each
+// element two byte lookups; Q2_K and Q3_K, whose runs are 16 elements of 4 or 8 levels, put two
+// runs in one table. Without AVX-512, narrowing is most of a BF16 output's cost, and this does
+// it for 16 values instead of 32 elements. (Q5_K, Q6_K and Q8_0 have as many values as elements
+// or more: no table.)
+struct Avx2Bf16Tables {
+  struct Table {
+    __m256i low, high;  // in each 128-bit lane, byte k: the low (high) byte of code k's value
+  };
+  // The table from the 16 values in f32: `a` holds codes 0-3 and 8-11, `b` codes 4-7 and 12-15,
+  // the order in which the 128-bit lanes of _mm256_packus_epi32 put them back in order.
+  QLOAD_AVX2 static Table narrow(__m256 a, __m256 b) {
+    const __m256i words = _mm256_packus_epi32(bf16_bits<false>(a), bf16_bits<false>(b));  // codes 0-7 | 8-15
+    const __m256i split = _mm256_shuffle_epi8(
+        words, _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2, 4, 6, 8, 10, 12, 14, 1, 3,
+                                5, 7, 9, 11, 13, 15));  // low bytes, high bytes | the same
+    return {_mm256_permute4x64_epi64(split, 0x88), _mm256_permute4x64_epi64(split, 0xDD)};
+  }
+  // Levels in narrow()'s order: 0-15, and IQ4's non-linear ones.
+  QLOAD_AVX2 static __m256 unsigned_a() { return _mm256_setr_ps(0, 1, 2, 3, 8, 9, 10, 11); }
+  QLOAD_AVX2 static __m256 unsigned_b() { return _mm256_setr_ps(4, 5, 6, 7, 12, 13, 14, 15); }
+  QLOAD_AVX2 static __m256 iq4_a() { return _mm256_setr_ps(-127, -104, -83, -65, 1, 13, 25, 38); }
+  QLOAD_AVX2 static __m256 iq4_b() { return _mm256_setr_ps(-49, -35, -22, -10, 53, 69, 89, 113); }
+
+  // d * level: the tables of Q4_0 (levels q - 8), IQ4_NL and IQ4_XS.
+  QLOAD_AVX2 static Table scaled(__m256 d, __m256 a, __m256 b) {
+    return narrow(_mm256_mul_ps(d, a), _mm256_mul_ps(d, b));
+  }
+  // d * level - m, levels 0-15: Q4_K's table.
+  QLOAD_AVX2 static Table minus_table(float d, float m) {
+    const __m256 vd = splat(d), vm = splat(m);
+    return narrow(_mm256_sub_ps(_mm256_mul_ps(vd, unsigned_a()), vm),
+                  _mm256_sub_ps(_mm256_mul_ps(vd, unsigned_b()), vm));
+  }
+  // 32 elements whose codes are bytes of c, written at out: elements 0-7 and 16-23 in the low
+  // 128-bit lane, 8-15 and 24-31 in the high one (interleave() arranges them so), which the
+  // byte unpacks put back in order.
+  QLOAD_AVX2 static void lookup32(const Table& t, __m256i c, std::uint16_t* out) {
+    const __m256i l = _mm256_shuffle_epi8(t.low, c), h = _mm256_shuffle_epi8(t.high, c);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_unpacklo_epi8(l, h));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 16), _mm256_unpackhi_epi8(l, h));
+  }
+  // 32 bytes in element order, as lookup32 takes them.
+  QLOAD_AVX2 static __m256i interleave(__m256i bytes) {
+    return _mm256_permute4x64_epi64(bytes, 0xD8);  // 64-bit quarters 0, 2, 1, 3
+  }
+  // The 32 nibbles of 16 bytes in GGML's order (the low ones, then the high ones), as lookup32
+  // takes them: the low nibbles of bytes 0-7 and the high ones of the same bytes in the low
+  // lane, those of bytes 8-15 in the high lane.
+  QLOAD_AVX2 static __m256i nibbles32(const std::uint8_t* qs) {
+    const __m256i twice = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(load16(qs)),
+                                              _mm256_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
+                                                               11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15));
+    return _mm256_blend_epi32(low_nibbles(twice), high_nibbles(twice), 0xCC);
+  }
+
+  QLOAD_AVX2 static void block(Q4_0, const std::uint8_t* b, std::uint16_t* out) {
+    const __m256 eight = _mm256_set1_ps(8);
+    const __m256 levels_a = _mm256_sub_ps(unsigned_a(), eight), levels_b = _mm256_sub_ps(unsigned_b(), eight);  // exact
+    lookup32(scaled(splat(f16c_half_at(b)), levels_a, levels_b), nibbles32(b + 2), out);
+  }
+  QLOAD_AVX2 static void block(Q4_1, const std::uint8_t* b, std::uint16_t* out) {
+    const __m256 d = splat(f16c_half_at(b)), m = splat(f16c_half_at(b + 2));
+    const Table t =
+        narrow(_mm256_add_ps(_mm256_mul_ps(d, unsigned_a()), m), _mm256_add_ps(_mm256_mul_ps(d, unsigned_b()), m));
+    lookup32(t, nibbles32(b + 4), out);
+  }
+  QLOAD_AVX2 static void block(IQ4_NL, const std::uint8_t* b, std::uint16_t* out) {
+    lookup32(scaled(splat(f16c_half_at(b)), iq4_a(), iq4_b()), nibbles32(b + 2), out);
+  }
+  QLOAD_AVX2 static void block(IQ4_XS, const std::uint8_t* b, std::uint16_t* out) {
+    float dl[8];
+    iq4xs_scales(b, f16c_half_at(b), dl);
+    for (unsigned j = 0; j < 8; ++j)
+      lookup32(scaled(splat(dl[j]), iq4_a(), iq4_b()), nibbles32(b + 8 + j * 16), out + j * 32);
+  }
+  QLOAD_AVX2 static void block(Q4_K, const std::uint8_t* b, std::uint16_t* out) {
+    float sd[8], sm[8];
+    k4_scales(b, f16c_half_at(b), f16c_half_at(b + 2), sd, sm);
+    for (unsigned j = 0; j < 8; j += 2, out += 64) {  // runs j and j + 1: the low nibbles of 32 bytes, then the high
+      const __m256i q = interleave(load32(b + 16 + j * 16));
+      lookup32(minus_table(sd[j], sm[j]), low_nibbles(q), out);
+      lookup32(minus_table(sd[j + 1], sm[j + 1]), high_nibbles(q), out + 32);
+    }
+  }
+  // Q2_K and Q3_K: runs of 16 elements, each with its scale (and minimum) over 4 or 8 levels. A
+  // table holds two runs' values, the second run's at codes offset by 4 or 8, so 32 elements go
+  // through one table: second_run(offset) is that offset on elements 16-31, in lookup32's lanes.
+  QLOAD_AVX2 static __m256i second_run(char offset) {
+    const __m128i half =
+        _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, offset, offset, offset, offset, offset, offset, offset, offset);
+    return _mm256_set_m128i(half, half);
+  }
+  QLOAD_AVX2 static void block(Q2_K, const std::uint8_t* b, std::uint16_t* out) {
+    float dl[16], ml[16];
+    q2k_scales(b, f16c_half_at(b + 80), f16c_half_at(b + 82), dl, ml);
+    const __m256 levels = _mm256_setr_ps(0, 1, 2, 3, 0, 1, 2, 3);
+    const __m256i offset = second_run(4);
+    for (unsigned half = 0; half < 2; ++half) {
+      const __m256i q = interleave(load32(b + 16 + half * 32));
+      for (unsigned shift = 0; shift < 8; shift += 2, out += 32) {  // runs j and j + 1: codes 0-3, then 4-7
+        const unsigned j = half * 8 + shift;
+        const __m256i crumbs = _mm256_and_si256(_mm256_srli_epi16(q, static_cast<int>(shift)), _mm256_set1_epi8(3));
+        const Table t = narrow(_mm256_sub_ps(_mm256_mul_ps(splat(dl[j]), levels), splat(ml[j])),
+                               _mm256_sub_ps(_mm256_mul_ps(splat(dl[j + 1]), levels), splat(ml[j + 1])));
+        lookup32(t, _mm256_or_si256(crumbs, offset), out);
+      }
+    }
+  }
+  QLOAD_AVX2 static void block(Q3_K, const std::uint8_t* b, std::uint16_t* out) {
+    float dl[16];
+    q3k_scales(b, f16c_half_at(b + 108), dl);
+    const __m256i hmask = interleave(load32(b));
+    const __m256 below = _mm256_setr_ps(-4, -3, -2, -1, -4, -3, -2, -1), above = _mm256_setr_ps(0, 1, 2, 3, 0, 1, 2, 3);
+    const __m256i offset = second_run(8);
+    for (unsigned half = 0; half < 2; ++half) {
+      const __m256i q = interleave(load32(b + 32 + half * 32));
+      for (unsigned shift = 0; shift < 8; shift += 2, out += 32) {
+        const unsigned j = half * 8 + shift;
+        // Index: the crumb, plus 4 where the high-mask bit is set (code = index - 4), plus 8 for run j + 1.
+        const __m256i crumbs = _mm256_and_si256(_mm256_srli_epi16(q, static_cast<int>(shift)), _mm256_set1_epi8(3));
+        const __m256i index =
+            _mm256_or_si256(_mm256_or_si256(crumbs, where_bit(hmask, half * 4 + shift / 2, true, 4)), offset);
+        const __m256 d0 = splat(dl[j]), d1 = splat(dl[j + 1]);
+        // Codes 0-3 and 8-11: runs j and j + 1 below zero; 4-7 and 12-15: from zero up.
+        const __m256 a = _mm256_blend_ps(_mm256_mul_ps(d0, below), _mm256_mul_ps(d1, below), 0xF0);
+        const __m256 b4 = _mm256_blend_ps(_mm256_mul_ps(d0, above), _mm256_mul_ps(d1, above), 0xF0);
+        lookup32(narrow(a, b4), index, out);
+      }
+    }
+  }
+};
+
 // BF16 outputs: any elements (the NaN rule), and the cheaper narrowing for blocks whose scales
 // are finite. MXFP4's elements are never NaN; with the global scale not NaN, every NaN an NVFP4
 // element can be is a quiet NaN with no payload (an E4M3 NaN code's, or 0 x Inf's), which the
@@ -166,6 +301,7 @@ struct Avx2Outputs {
   using Bf16Fast = Bf16Out<false>;
   using Fp4Bf16 = Bf16Out<false>;
   using Fp4Bf16Fast = Bf16Out<false>;
+  using Bf16Tables = Avx2Bf16Tables;
   static constexpr bool kNvfp4Table = true;
 };
 

@@ -150,6 +150,142 @@ struct Avx512Groups {
   }
 };
 
+// GGML blocks to BF16 through a table of each run's values, for the types whose runs have at
+// most as many values as elements: a run's values (value()'s f32 product and minimum for every
+// code) narrowed by VCVTNEPS2BF16 into one vector of BF16 words, which VPERMW indexes with the
+// codes (widened to words): each element one word permute, where the direct path converts,
+// multiplies and narrows it. 16 values for Q4_0, Q4_1, IQ4_NL, IQ4_XS and Q4_K runs of 32; two
+// runs of 16 elements in one table for Q2_K (4 values each) and Q3_K (8); 32 for Q5_K. decode_rows
+// sends only blocks whose scales are finite, whose values are never NaN nor subnormal (all
+// multiples of f16's smallest step), so the instruction narrows them as Bf16NormalOut does.
+// Measured with the blocks in L1 (qload_quant_bench --rows 64 --cols 4096, GB/s of output on one
+// core, the direct path -> these): Q2_K 14.6 -> 35.7, Q3_K 17.7 -> 22.5, Q4_0 22 -> 30, Q4_K
+// 18 -> 33, IQ4_XS 22 -> 31.6, Q5_K 15.1 -> 17-18. Tables narrowed with integers as AVX2's are
+// (Avx2Bf16Tables: byte lookups) reached 17.6 / 18.8 / 22 / 20 / 22 for the first five.
+struct Avx512Bf16Tables {
+  // A table of up to 32 values: the low 16 in `low`, the next in `high` (if any).
+  QLOAD_AVX512 static __m512i table(__m512 low) {
+    return _mm512_castsi256_si512(__builtin_bit_cast(__m256i, _mm512_cvtneps_pbh(low)));
+  }
+  QLOAD_AVX512 static __m512i table(__m512 low, __m512 high) {
+    return _mm512_inserti64x4(table(low), __builtin_bit_cast(__m256i, _mm512_cvtneps_pbh(high)), 1);
+  }
+  // 32 elements whose codes (indices into t) are the bytes of c in element order.
+  QLOAD_AVX512 static void lookup32(__m512i t, __m256i c, std::uint16_t* out) {
+    _mm512_storeu_si512(out, _mm512_permutexvar_epi16(_mm512_cvtepu8_epi16(c), t));
+  }
+  // The 32 nibbles of 16 bytes in GGML's order: the low ones, then the high ones.
+  QLOAD_AVX512 static __m256i nibbles32(const std::uint8_t* qs) {
+    const __m128i q = load16(qs);
+    return _mm256_set_m128i(high_nibbles(q), low_nibbles(q));
+  }
+  QLOAD_AVX512 static __m512 levels16() { return _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15); }
+  QLOAD_AVX512 static __m512 iq4_levels16() {
+    return _mm512_setr_ps(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
+  }
+  // d * level - m for levels 0-15 (and 16-31).
+  QLOAD_AVX512 static __m512 minus(float d, float m, __m512 levels) {
+    return _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(d), levels), _mm512_set1_ps(m));
+  }
+
+  QLOAD_AVX512 static void block(Q4_0, const std::uint8_t* b, std::uint16_t* out) {
+    const __m512 levels = _mm512_sub_ps(levels16(), _mm512_set1_ps(8));  // exact
+    lookup32(table(_mm512_mul_ps(_mm512_set1_ps(f16c_half_at(b)), levels)), nibbles32(b + 2), out);
+  }
+  QLOAD_AVX512 static void block(Q4_1, const std::uint8_t* b, std::uint16_t* out) {
+    const __m512 d = _mm512_set1_ps(f16c_half_at(b)), m = _mm512_set1_ps(f16c_half_at(b + 2));
+    lookup32(table(_mm512_add_ps(_mm512_mul_ps(d, levels16()), m)), nibbles32(b + 4), out);
+  }
+  QLOAD_AVX512 static void block(IQ4_NL, const std::uint8_t* b, std::uint16_t* out) {
+    lookup32(table(_mm512_mul_ps(_mm512_set1_ps(f16c_half_at(b)), iq4_levels16())), nibbles32(b + 2), out);
+  }
+  QLOAD_AVX512 static void block(IQ4_XS, const std::uint8_t* b, std::uint16_t* out) {
+    float dl[8];
+    iq4xs_scales(b, f16c_half_at(b), dl);
+    for (unsigned j = 0; j < 8; ++j)
+      lookup32(table(_mm512_mul_ps(_mm512_set1_ps(dl[j]), iq4_levels16())), nibbles32(b + 8 + j * 16), out + j * 32);
+  }
+  // Q4_K and Q5_K: runs j and j + 1 of each 32 bytes of codes, its low nibbles, then its high ones.
+  // (Written as a loop over the two, the scales are broadcast from memory, not shuffled out of a
+  // register: measured, the shuffles made Q4_K 1.4x slower.)
+  QLOAD_AVX512 static void block(Q4_K, const std::uint8_t* b, std::uint16_t* out) {
+    float sd[8], sm[8];
+    k4_scales(b, f16c_half_at(b), f16c_half_at(b + 2), sd, sm);
+    for (unsigned j = 0; j < 8; j += 2) {
+      const __m256i q = load32(b + 16 + j * 16);
+      const __m256i codes[2] = {low_nibbles(q), high_nibbles(q)};
+      for (unsigned r = 0; r < 2; ++r, out += 32)
+        lookup32(table(minus(sd[j + r], sm[j + r], levels16())), codes[r], out);
+    }
+  }
+  QLOAD_AVX512 static void block(Q5_K, const std::uint8_t* b, std::uint16_t* out) {
+    float sd[8], sm[8];
+    k4_scales(b, f16c_half_at(b), f16c_half_at(b + 2), sd, sm);
+    const __m256i qh = load32(b + 16);
+    const __m512 high = _mm512_add_ps(levels16(), _mm512_set1_ps(16));
+    for (unsigned j = 0; j < 8; j += 2) {
+      const __m256i q = load32(b + 48 + j * 16);
+      const __m256i codes[2] = {_mm256_or_si256(low_nibbles(q), where_bit(qh, j, true, 0x10)),
+                                _mm256_or_si256(high_nibbles(q), where_bit(qh, j + 1, true, 0x10))};
+      for (unsigned r = 0; r < 2; ++r, out += 32)
+        lookup32(table(minus(sd[j + r], sm[j + r], levels16()), minus(sd[j + r], sm[j + r], high)), codes[r], out);
+    }
+  }
+  // Q2_K and Q3_K: runs of 16 elements, several in one table, run j's values at codes 0-3
+  // (Q3_K: 0-7) and the next run's after them: second_run(offset, base) is the index offset of
+  // elements 0-15 (base) and 16-31 (base + offset) of 32 elements.
+  QLOAD_AVX512 static __m256i second_run(char offset, char base = 0) {
+    return _mm256_set_m128i(_mm_set1_epi8(static_cast<char>(base + offset)), _mm_set1_epi8(base));
+  }
+  // Q2_K: four runs (4 levels each) in one table, lane 4r + c: run j + r, code c.
+  QLOAD_AVX512 static void block(Q2_K, const std::uint8_t* b, std::uint16_t* out) {
+    float dl[16], ml[16];
+    q2k_scales(b, f16c_half_at(b + 80), f16c_half_at(b + 82), dl, ml);
+    const __m512 levels = _mm512_setr_ps(0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3);
+    const __m512i run_of_lane = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    for (unsigned half = 0; half < 2; ++half) {
+      const __m256i q = load32(b + 16 + half * 32);
+      for (unsigned shift = 0; shift < 8; shift += 4) {  // runs j to j + 3: two shifts of the same bytes
+        const unsigned j = half * 8 + shift;
+        const __m512 d = _mm512_permutexvar_ps(run_of_lane, _mm512_castps128_ps512(_mm_loadu_ps(dl + j)));
+        const __m512 m = _mm512_permutexvar_ps(run_of_lane, _mm512_castps128_ps512(_mm_loadu_ps(ml + j)));
+        const __m512i t = table(_mm512_sub_ps(_mm512_mul_ps(d, levels), m));
+        for (unsigned pair = 0; pair < 2; ++pair, out += 32) {  // runs j + 2 pair and j + 2 pair + 1
+          const int s2 = static_cast<int>(shift + 2 * pair);
+          const __m256i crumbs = _mm256_and_si256(_mm256_srli_epi16(q, s2), _mm256_set1_epi8(3));
+          lookup32(t, _mm256_or_si256(crumbs, second_run(4, static_cast<char>(8 * pair))), out);
+        }
+      }
+    }
+  }
+  // Q3_K: four runs (8 levels each) in one table of 32, lane 8r + c: run j + r, code c - 4.
+  QLOAD_AVX512 static void block(Q3_K, const std::uint8_t* b, std::uint16_t* out) {
+    float dl[16];
+    q3k_scales(b, f16c_half_at(b + 108), dl);
+    const __m256i hmask = load32(b);
+    const __m512 levels = _mm512_setr_ps(-4, -3, -2, -1, 0, 1, 2, 3, -4, -3, -2, -1, 0, 1, 2, 3);
+    const __m512i first_two = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    const __m512i last_two = _mm512_add_epi32(first_two, _mm512_set1_epi32(2));
+    for (unsigned half = 0; half < 2; ++half) {
+      const __m256i q = load32(b + 32 + half * 32);
+      for (unsigned shift = 0; shift < 8; shift += 4) {  // runs j to j + 3: two shifts of the same bytes
+        const unsigned j = half * 8 + shift;
+        const __m512 d = _mm512_castps128_ps512(_mm_loadu_ps(dl + j));
+        const __m512i t = table(_mm512_mul_ps(_mm512_permutexvar_ps(first_two, d), levels),
+                                _mm512_mul_ps(_mm512_permutexvar_ps(last_two, d), levels));
+        for (unsigned pair = 0; pair < 2; ++pair, out += 32) {  // runs j + 2 pair and j + 2 pair + 1
+          const unsigned s2 = shift + 2 * pair;
+          // Index: the crumb, plus 4 where the high-mask bit is set (code = index - 4), plus the run's 8 c.
+          const __m256i crumbs = _mm256_and_si256(_mm256_srli_epi16(q, static_cast<int>(s2)), _mm256_set1_epi8(3));
+          const __m256i index = _mm256_or_si256(_mm256_or_si256(crumbs, where_bit(hmask, half * 4 + s2 / 2, true, 4)),
+                                                second_run(8, static_cast<char>(16 * pair)));
+          lookup32(t, index, out);
+        }
+      }
+    }
+  }
+};
+
 // BF16 outputs: any elements, and VCVTNEPS2BF16 alone where the scales rule subnormal elements
 // out. NVFP4 keeps its own loop (its table was slower here than on AVX2).
 struct Avx512Outputs {
@@ -157,6 +293,7 @@ struct Avx512Outputs {
   using Bf16Fast = Bf16NormalOut;
   using Fp4Bf16 = Bf16Out;
   using Fp4Bf16Fast = Bf16NormalOut;
+  using Bf16Tables = Avx512Bf16Tables;
   static constexpr bool kNvfp4Table = false;
 };
 
