@@ -159,16 +159,17 @@ struct Avx512Groups {
 // sends only blocks whose scales are finite, whose values are never NaN nor subnormal (all
 // multiples of f16's smallest step), so the instruction narrows them as Bf16NormalOut does.
 // Measured with the blocks in L1 (qload_quant_bench --rows 64 --cols 4096, GB/s of output on one
-// core, the direct path -> these): Q2_K 14.6 -> 35.7, Q3_K 17.7 -> 22.5, Q4_0 22 -> 30, Q4_K
-// 18 -> 33, IQ4_XS 22 -> 31.6, Q5_K 15.1 -> 17-18. Tables narrowed with integers as AVX2's are
-// (Avx2Bf16Tables: byte lookups) reached 17.6 / 18.8 / 22 / 20 / 22 for the first five.
+// core, the direct path -> these): Q2_K 14.6 -> 35.7, Q3_K 17.7 -> 25, Q4_0 22 -> 30, Q4_K
+// 18 -> 33, IQ4_XS 22 -> 31.6, Q5_K 15.1 -> 20.6-21.2 (32-value tables made by one
+// VCVTNE2PS2BF16; two conversions and an insert gave 17-18). Tables narrowed with integers as
+// AVX2's are (Avx2Bf16Tables: byte lookups) reached 17.6 / 18.8 / 22 / 20 / 22 for the first five.
 struct Avx512Bf16Tables {
   // A table of up to 32 values: the low 16 in `low`, the next in `high` (if any).
   QLOAD_AVX512 static __m512i table(__m512 low) {
     return _mm512_castsi256_si512(__builtin_bit_cast(__m256i, _mm512_cvtneps_pbh(low)));
   }
-  QLOAD_AVX512 static __m512i table(__m512 low, __m512 high) {
-    return _mm512_inserti64x4(table(low), __builtin_bit_cast(__m256i, _mm512_cvtneps_pbh(high)), 1);
+  QLOAD_AVX512 static __m512i table(__m512 low, __m512 high) {  // VCVTNE2PS2BF16: words 0-15 from `low`
+    return __builtin_bit_cast(__m512i, _mm512_cvtne2ps_pbh(high, low));
   }
   // 32 elements whose codes (indices into t) are the bytes of c in element order.
   QLOAD_AVX512 static void lookup32(__m512i t, __m256i c, std::uint16_t* out) {
