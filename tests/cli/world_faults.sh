@@ -49,8 +49,19 @@ start() {
     launch "$tag" "$size" $r "$layout" "$f"
   done
 }
-# running PID: alive and not stopped (its state in /proc: no procps on a bare machine).
-running() { [[ -e /proc/$1/stat && $(sed 's/.*) \(.\).*/\1/' "/proc/$1/stat" 2>/dev/null) != [TZ] ]]; }
+# running PID: our child, alive and not stopped (its state in /proc: no procps on a bare
+# machine). A child that has exited may already be reaped by bash and its PID taken by another
+# process (pid_max is 32768 here, and ctest runs other tests beside this one), so the entry
+# counts only while its parent is this shell.
+running() {
+  local stat
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  local rest=${stat##*) }        # "STATE PPID ...", after the command name
+  local state=${rest%% *} ppid
+  rest=${rest#* }
+  ppid=${rest%% *}
+  [[ $ppid == "$$" && $state != [TZX] ]]
+}
 # finish TAG RANK BOUND: waits for rank RANK (at most BOUND seconds after `start`); its exit
 # code in $dir/TAG.RANK.rc.
 started=0
