@@ -5,8 +5,9 @@
 // VCVTNEPS2BF16 rounds to nearest even and quiets a NaN keeping its top payload bits, as
 // bits::f32_to_bf16 does, but reads a subnormal input as zero, so a vector with a subnormal lane
 // (rare: only tiny E8M0, E4M3 x global or f32 scales make one) takes the integer rounding
-// instead. rows_avx2_test compares every covered type and output with the portable decoder, bit
-// for bit, as it does the AVX2 ones.
+// instead. To BF16, most GGML types go through tables of each run's values indexed by VPERMW
+// (Avx512Bf16Tables, below). rows_avx2_test compares every covered type and output with the
+// portable decoder, bit for bit, as it does the AVX2 ones.
 //
 // As in rows_avx2.cpp, every function carries the target attribute instead of the file being
 // built with -mavx512f, so that nothing from a shared header is emitted here with AVX-512.
@@ -154,7 +155,7 @@ struct Avx512Groups {
 // most as many values as elements: a run's values (value()'s f32 product and minimum for every
 // code) narrowed by VCVTNEPS2BF16 into one vector of BF16 words, which VPERMW indexes with the
 // codes (widened to words): each element one word permute, where the direct path converts,
-// multiplies and narrows it. 16 values for Q4_0, Q4_1, IQ4_NL, IQ4_XS and Q4_K runs of 32; two
+// multiplies and narrows it. 16 values for Q4_0, Q4_1, IQ4_NL, IQ4_XS and Q4_K runs of 32; four
 // runs of 16 elements in one table for Q2_K (4 values each) and Q3_K (8); 32 for Q5_K. decode_rows
 // sends only blocks whose scales are finite, whose values are never NaN nor subnormal (all
 // multiples of f16's smallest step), so the instruction narrows them as Bf16NormalOut does.
