@@ -15,6 +15,7 @@
 #include "decoders.hpp"
 #include "fp8_bits.hpp"
 #include "qload/formats/convert.hpp"
+#include "row_decoders.hpp"
 
 namespace qload::formats {
 
@@ -242,6 +243,10 @@ Result<bool> dequantize_fp8_narrow(const LogicalTensor& t, std::span<const PartB
       for (std::uint64_t k0 = 0, j = 0; k0 < cols; k0 += grid.cols_per_scale, ++j) {
         const std::uint64_t end = std::min(cols, k0 + grid.cols_per_scale);
         const std::uint16_t* narrowed = tables[j].data();
+        if (lookup_words_avx512(narrowed, w + k0, end - k0, o)) {
+          o += 2 * (end - k0);
+          continue;
+        }
         for (std::uint64_t k = k0; k < end; ++k, o += 2) std::memcpy(o, &narrowed[w[k]], 2);
       }
     }

@@ -53,4 +53,8 @@ bool decode_mxfp4_rows_avx512(const std::uint8_t* codes, const std::uint8_t* exp
 bool decode_nvfp4_rows_avx512(const DequantArgs& a, std::uint64_t row_begin, std::uint64_t row_end, DType dtype,
                               std::byte* out);
 
+// out[k] = table[codes[k]] (16-bit words, out at any byte offset) for k < count, through
+// AVX-512 BW (FP8's narrowed tables, fp8.cpp): false, nothing written, where the CPU lacks it.
+bool lookup_words_avx512(const std::uint16_t* table, const std::uint8_t* codes, std::uint64_t count, std::byte* out);
+
 }  // namespace qload::formats::detail
