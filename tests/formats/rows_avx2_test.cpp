@@ -81,12 +81,18 @@ TEST_CASE("ggml AVX2 and AVX-512 decoders equal the portable ones bit for bit, e
       constexpr std::uint64_t kRows = 5;
       const std::uint64_t cols = 3 * 256, row_bytes = cols / type.elems * type.bytes;
       Bytes blocks = random_bytes(kRows * row_bytes, rng);
-      // Q8_K's scales are f32: subnormal ones make subnormal elements.
+      // Q8_K's scales are f32: subnormal ones make subnormal elements, and from 2^104 on, elements
+      // at or above 2^111 (where the AVX2 decoder's split narrowing would overflow): the largest
+      // scale below, the smallest at, and the largest finite, in rows 1 and 2.
       if (type.name == std::string_view("Q8_K")) {
-        const std::uint32_t subnormal[] = {0x00012345u, 0x807fffffu, 0x00000001u};
-        for (std::size_t i = 0; i < std::size(subnormal); ++i)
-          std::memcpy(blocks.data() + (1 + i) * type.bytes, &subnormal[i], 4);
+        const std::uint32_t scales[] = {0x00012345u, 0x807fffffu, 0x00000001u, 0x737fffffu, 0xf3800000u, 0x7f7fffffu};
+        for (std::size_t i = 0; i < std::size(scales); ++i)
+          std::memcpy(blocks.data() + (cols / 256 + i) * type.bytes, &scales[i], 4);  // from row 1 on
       }
+      // MXFP4's E8M0 exponents on either side of the last one its exact BF16 path takes (252), the
+      // ones above making elements over 2^111 (levels up to 6 x 2^(e - 127)), in row 1.
+      if (type.name == std::string_view("MXFP4"))
+        for (std::size_t i = 0; i < 6; ++i) blocks[(cols / 32 + i) * type.bytes] = std::byte(250 + i);
       const auto* base = reinterpret_cast<const std::uint8_t*>(blocks.data());
       for (const DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
         INFO(type.name << " to " << dtype_name(dtype));
@@ -165,5 +171,34 @@ TEST_CASE("NVFP4 AVX2 and AVX-512 decoders equal the portable one bit for bit, e
     compare_with_portable(
         f32, [&](const RowIsa& isa, DType dtype, std::byte* out) { return isa.nvfp4_rows(a, 2, 6, dtype, out); },
         std::isnan(global));
+  }
+}
+
+// The AVX2 decoders' BF16 narrowing for blocks whose elements are zeros or normal and below 2^111
+// (Veltkamp's split, rows_avx2.cpp) against convert()'s: every mantissa of both signs of the
+// exponents at the range's edges and across it (the split's rounding is the same at every
+// exponent between, where it was checked once over every value), and both zeros.
+TEST_CASE("the AVX2 split narrowing to BF16 rounds as convert() does over its whole range", "[quant][ggml]") {
+  std::vector<float> in;
+  std::vector<std::uint16_t> got, want;
+  for (const std::uint32_t exponent : {1u, 2u, 64u, 126u, 127u, 128u, 200u, 236u, 237u}) {
+    INFO("exponent field " << exponent);
+    in.resize(std::size_t{1} << 24);
+    for (std::uint32_t m = 0; m < (1u << 23); ++m) {
+      in[2 * m] = std::bit_cast<float>(exponent << 23 | m);
+      in[2 * m + 1] = std::bit_cast<float>(0x80000000u | exponent << 23 | m);
+    }
+    if (exponent == 1) in[0] = 0.0f, in[1] = -0.0f;
+    got.assign(in.size(), 0x5a5a);
+    if (!narrow_bf16_split_avx2(in.data(), in.size(), got.data())) {
+      WARN("this CPU lacks AVX2: nothing compared");
+      return;
+    }
+    want.assign(in.size(), 0);
+    REQUIRE(qload::formats::convert(std::as_bytes(std::span(in)), DType::kF32, std::as_writable_bytes(std::span(want)),
+                                    DType::kBF16));
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < in.size(); ++i) differ += got[i] != want[i];
+    CHECK(differ == 0);
   }
 }

@@ -43,6 +43,11 @@ bool decode_mxfp4_rows_avx2(const std::uint8_t* codes, const std::uint8_t* expon
 bool decode_nvfp4_rows_avx2(const DequantArgs& a, std::uint64_t row_begin, std::uint64_t row_end, DType dtype,
                             std::byte* out);
 
+// in[k] narrowed to BF16 for k < count (a multiple of 16) as the AVX2 decoders narrow blocks
+// whose elements are zeros or normal values below 2^111 (rows_avx2.cpp's split_top), for
+// its test: false, nothing written, where the CPU lacks AVX2.
+bool narrow_bf16_split_avx2(const float* in, std::uint64_t count, std::uint16_t* out);
+
 // The same four through AVX-512 (F, VL, BW, DQ) with its BF16 conversions (rows_avx512.cpp):
 // false, and nothing written, where the CPU lacks them (or, for NVFP4, the global scale is NaN).
 bool ggml_avx512_decodes(std::uint32_t type) noexcept;

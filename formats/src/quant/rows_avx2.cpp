@@ -4,8 +4,9 @@
 // straight in the output's dtype, so a BF16 or F16 output costs no second pass over an f32 slab.
 // The f32 arithmetic is value()'s (ggml_element.hpp): one exact int -> f32 conversion, one
 // multiply with the scale first, then the minimum subtracted or added; the narrowing is
-// convert_bits.hpp's (round to nearest even, NaN quieted with its top payload bits), F16 through
-// F16C, which rounds and quiets the same way. rows_avx2_test compares every covered type and
+// convert_bits.hpp's (round to nearest even, NaN quieted with its top payload bits), BF16 through
+// three f32 operations where a block's elements allow it (split_top), F16 through F16C, which
+// rounds and quiets the same way. rows_avx2_test compares every covered type and
 // output with the portable decoder, bit for bit.
 //
 // Every function that uses AVX2 carries the target attribute (QLOAD_AVX2) instead of this file
@@ -63,15 +64,44 @@ QLOAD_AVX2 __m256i bf16_bits(__m256 v) {
   return _mm256_blendv_epi8(rounded, nan, is_nan);
 }
 
+// The same rounding for zeros and normal values below 2^111 in magnitude, in three f32 operations
+// instead of five integer ones: Veltkamp's split with 2^16 + 1 (t = x * C, then t - (t - x), each
+// rounded on its own, so no FMA: this file is built with -ffp-contract=off) leaves x rounded to its
+// top 8 significant bits, to nearest with ties to even, its low 16 bits zero and the sign of a zero
+// kept. Checked over every f32 of that range once (4 * 10^9 values), and in CI over every
+// mantissa of the exponents at its edges (rows_avx2_test); subnormals round wrongly and larger
+// values overflow, which Bf16SplitOut's flags tell rows_x86.inc.
+QLOAD_AVX2 __m256i split_top(__m256 x) {  // x rounded, its BF16 bits in each lane's top half
+  const __m256 t = _mm256_mul_ps(x, _mm256_set1_ps(65537.0f));
+  return _mm256_castps_si256(_mm256_sub_ps(t, _mm256_sub_ps(t, x)));
+}
+
+// 16 lanes of BF16 words (each <= 0xffff, so the saturating pack is exact; it interleaves 128-bit
+// lanes, which the permute puts back in order).
+QLOAD_AVX2 void store_words(std::uint16_t* p, __m256i a, __m256i b) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xD8));
+}
+
 template <bool kMayBeNan>
 struct Bf16Out {
-  static constexpr bool kNaN = kMayBeNan, kSubnormal = true;  // what it narrows right
+  static constexpr bool kNaN = kMayBeNan, kSubnormal = true, kHuge = true;  // what it narrows right
   std::uint16_t* p;
   QLOAD_AVX2 void put(__m256 a, __m256 b) {
-    // Every lane is <= 0xffff, so the saturating pack is exact; it interleaves 128-bit lanes,
-    // which the permute puts back in order.
-    const __m256i packed = _mm256_packus_epi32(bf16_bits<kMayBeNan>(a), bf16_bits<kMayBeNan>(b));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm256_permute4x64_epi64(packed, 0xD8));
+    store_words(p, bf16_bits<kMayBeNan>(a), bf16_bits<kMayBeNan>(b));
+    p += 16;
+  }
+};
+
+// Takes its 16 lanes as even and odd elements (kEvenOdd, widen16): the split leaves each odd
+// element's BF16 bits in the top half of its 32-bit lane already, so lane i's two words are the
+// even one shifted down and the odd one, in memory order.
+struct Bf16SplitOut {
+  static constexpr bool kNaN = false, kSubnormal = false, kHuge = false;  // what it narrows right
+  static constexpr bool kEvenOdd = true;
+  std::uint16_t* p;
+  QLOAD_AVX2 void put(__m256 even, __m256 odd) {
+    const __m256i words = _mm256_or_si256(_mm256_srli_epi32(split_top(even), 16), split_top(odd));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), words);
     p += 16;
   }
 };
@@ -88,21 +118,39 @@ struct F16Out {
 
 // ---- 16 codes (signed bytes) scaled: d * q, d * q - m, d * q + m --------------------------------
 
-QLOAD_AVX2 __m256 widen(__m128i bytes) {  // the low 8 signed bytes, as f32 (exact)
-  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes));
+// The 16 codes as f32 (exact) in two vectors: in order (codes 0-7, 8-15) for most outputs; codes
+// 0, 2, ..., 14 and 1, 3, ..., 15 for an output that takes them so (kEvenOdd): one byte-to-word
+// widening (port 5) and three shifts, where in-order lanes take three port-5 shuffles, and
+// the output then interleaves its two halves of each word pair with no shuffle at all.
+struct Lanes16 {
+  __m256 a, b;
+};
+template <typename Out>
+QLOAD_AVX2 Lanes16 widen16(__m128i q) {
+  if constexpr (requires { Out::kEvenOdd; }) {
+    const __m256i words = _mm256_cvtepi8_epi16(q);  // 32-bit lane i: code 2i (low), 2i + 1 (high)
+    return {_mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(words, 16), 16)),
+            _mm256_cvtepi32_ps(_mm256_srai_epi32(words, 16))};
+  } else {
+    return {_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)),
+            _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q, 8)))};
+  }
 }
 
 template <typename Out>
 QLOAD_AVX2 void scaled16(Out& y, __m128i q, __m256 d) {
-  y.put(_mm256_mul_ps(d, widen(q)), _mm256_mul_ps(d, widen(_mm_srli_si128(q, 8))));
+  const auto [a, b] = widen16<Out>(q);
+  y.put(_mm256_mul_ps(d, a), _mm256_mul_ps(d, b));
 }
 template <typename Out>
 QLOAD_AVX2 void scaled16_minus(Out& y, __m128i q, __m256 d, __m256 m) {
-  y.put(_mm256_sub_ps(_mm256_mul_ps(d, widen(q)), m), _mm256_sub_ps(_mm256_mul_ps(d, widen(_mm_srli_si128(q, 8))), m));
+  const auto [a, b] = widen16<Out>(q);
+  y.put(_mm256_sub_ps(_mm256_mul_ps(d, a), m), _mm256_sub_ps(_mm256_mul_ps(d, b), m));
 }
 template <typename Out>
 QLOAD_AVX2 void scaled16_plus(Out& y, __m128i q, __m256 d, __m256 m) {
-  y.put(_mm256_add_ps(_mm256_mul_ps(d, widen(q)), m), _mm256_add_ps(_mm256_mul_ps(d, widen(_mm_srli_si128(q, 8))), m));
+  const auto [a, b] = widen16<Out>(q);
+  y.put(_mm256_add_ps(_mm256_mul_ps(d, a), m), _mm256_add_ps(_mm256_mul_ps(d, b), m));
 }
 
 QLOAD_AVX2 __m256 splat(float x) {
@@ -298,12 +346,18 @@ struct Avx2Bf16Tables {
 // plain narrowing keeps a NaN: both take it, NVFP4 through its table where scales are finite.
 struct Avx2Outputs {
   using Bf16 = Bf16Out<true>;
-  using Bf16Fast = Bf16Out<false>;
+  using Bf16Fast = Bf16SplitOut;
   using Fp4Bf16 = Bf16Out<false>;
   using Fp4Bf16Fast = Bf16Out<false>;
   using Bf16Tables = Avx2Bf16Tables;
   static constexpr bool kNvfp4Table = true;
 };
+
+QLOAD_SIMD_LOOP void narrow_split(const float* in, std::uint64_t count, std::uint16_t* out) {
+  for (std::uint64_t k = 0; k < count; k += 16)
+    store_words(out + k, _mm256_srli_epi32(split_top(_mm256_loadu_ps(in + k)), 16),
+                _mm256_srli_epi32(split_top(_mm256_loadu_ps(in + k + 8)), 16));
+}
 
 bool cpu_has_avx2() noexcept {
   // (clang's __builtin_cpu_supports does not know "f16c": CPUID leaf 1, ECX bit 29, read once.)
@@ -328,6 +382,12 @@ bool decode_block_rows_avx2(std::uint32_t type, const std::uint8_t* base, std::u
          block_rows<Avx2Outputs>(type, base, row_bytes, cols, row_begin, row_end, dtype, out);
 }
 
+bool narrow_bf16_split_avx2(const float* in, std::uint64_t count, std::uint16_t* out) {
+  if (!cpu_has_avx2()) return false;
+  narrow_split(in, count, out);
+  return true;
+}
+
 bool decode_mxfp4_rows_avx2(const std::uint8_t* codes, const std::uint8_t* exponents, std::uint64_t cols,
                             std::uint64_t row_begin, std::uint64_t row_end, DType dtype, std::byte* out) {
   return cpu_has_avx2() && cols % 32 == 0 &&
@@ -350,6 +410,9 @@ bool decode_block_rows_avx2(std::uint32_t, const std::uint8_t*, std::uint64_t, s
 }
 bool decode_mxfp4_rows_avx2(const std::uint8_t*, const std::uint8_t*, std::uint64_t, std::uint64_t, std::uint64_t,
                             DType, std::byte*) {
+  return false;
+}
+bool narrow_bf16_split_avx2(const float*, std::uint64_t, std::uint16_t*) {
   return false;
 }
 bool decode_nvfp4_rows_avx2(const DequantArgs&, std::uint64_t, std::uint64_t, DType, std::byte*) {

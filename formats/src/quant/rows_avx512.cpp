@@ -63,7 +63,7 @@ QLOAD_AVX512 __m256i bf16_by_integers(__m512 v) {
 
 // VCVTNEPS2BF16 alone, for elements known not to be subnormal (rows_x86.inc checks the scales).
 struct Bf16NormalOut {
-  static constexpr bool kNaN = true, kSubnormal = false;  // what it narrows right
+  static constexpr bool kNaN = true, kSubnormal = false, kHuge = true;  // what it narrows right
   std::uint16_t* p;
   QLOAD_AVX512 void put(__m512 v) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), __builtin_bit_cast(__m256i, _mm512_cvtneps_pbh(v)));
