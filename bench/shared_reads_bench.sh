@@ -2,14 +2,18 @@
 # Shared reads between processes (issues 7 and 20): N processes (one cpu device each,
 # WORLD_SIZE=N, meeting over the rendezvous) load a data-parallel replica (dp:N) or a
 # tensor-parallel shard (tp:N) each, either reading what they need themselves ("independent": a
-# replica reads everything, a shard its byte ranges) or with --share-reads (each tensor read by
-# one process, which sends the others' copies through Gloo while the load goes on). Also, in the same run: one process loading the whole checkpoint alone
-# ("single"), and the transfer engine's bandwidth (qload_dist_bench: Gloo, root to each rank), so
-# that each shared load is printed beside its bound: single + the most bytes any rank received /
-# that bandwidth (issue 20's speed target). Warm: the files are in the page cache. Cold: evicted
-# before each run with posix_fadvise(DONTNEED) (dd iflag=nocache; no root needed), so reads hit
-# the disk. Printed per layout and cache: bytes read from storage (summed over the processes), wall
-# seconds of the whole run, peak RSS (summed), and shared / independent ratios. Best of RUNS.
+# replica reads everything, a shard its byte ranges) or with --share-reads ("shared": each tensor
+# read by one process, which sends the others' copies through Gloo while the load goes on; with
+# share_cached auto, the default, a checkpoint every rank's page cache holds is read by each rank
+# from there instead; "forced", warm only: QLOAD_SHARE_CACHED=always, shared anyway). Also, in
+# the same run: one process loading the whole checkpoint alone ("single"), and the transfer
+# engine's bandwidth (qload_dist_bench: Gloo, every rank sending its part to every other at
+# once, as a shared load does), so that each shared load is printed beside its bound: single +
+# the most bytes any rank received when the reads were shared / that bandwidth (issue 20's speed
+# target). Warm: the files are in the page cache. Cold: evicted before each run with
+# posix_fadvise(DONTNEED) (dd iflag=nocache; no root needed), so reads hit the disk. Printed per
+# layout and cache: bytes read (summed over the processes; warm, from the page cache), wall
+# seconds of the whole run, peak RSS (summed), and ratios to independent loads. Best of RUNS.
 #
 # Usage: bench/shared_reads_bench.sh [BUILD_DIR] [WORK_DIR]   (defaults: build, /tmp/qload-shared-bench)
 # Environment: LAYERS HIDDEN INTERMEDIATE VOCAB HEADS KV_HEADS (model shape; defaults as
@@ -40,7 +44,7 @@ for n in $(for layout in ${LAYOUTS:-dp:2 dp:4 tp:2 tp:4}; do echo "${layout##*:}
   done
   wait
   cat "$work/dist0.out"
-  printf '%s\t%s\n' "$n" "$(sed -E 's/.*broadcast [0-9.]+ s \(([0-9.]+) GB\/s per rank.*/\1/' "$work/dist0.out")" >>"$bandwidths"
+  printf '%s\t%s\n' "$n" "$(sed -nE 's/.*exchange .*\(([0-9.]+) GB\/s received per rank.*/\1/p' "$work/dist0.out")" >>"$bandwidths"
 done
 for ((round = 0; round < runs; round++)); do
   for cache in warm cold; do  # the single process: the bound's first term
@@ -54,9 +58,13 @@ for ((round = 0; round < runs; round++)); do
   for layout in ${LAYOUTS:-dp:2 dp:4 tp:2 tp:4}; do
     axis=${layout%%:*} n=${layout##*:}
     for cache in warm cold; do
-      for kind in independent shared; do
+      kinds=(independent shared)
+      [[ $cache == warm ]] && kinds+=(forced)  # cold, share_cached auto shares anyway
+      for kind in "${kinds[@]}"; do
         flags=()
-        [[ $kind == shared ]] && flags=(--share-reads)
+        [[ $kind != independent ]] && flags=(--share-reads)
+        export QLOAD_SHARE_CACHED=auto
+        [[ $kind == forced ]] && export QLOAD_SHARE_CACHED=always
         "$cache"
         port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
         start=$(date +%s.%N)
@@ -91,17 +99,25 @@ print(f"\n{'layout':>6} {'cache':>5} {'loader':>11} {'read GB':>8} {'seconds':>8
 for layout, cache in sorted({(k[0], k[1]) for k in best if k[0] != "single"}):
     base = best[(layout, cache, "independent")]
     single = best[("single", cache, "single")]
-    for kind in ("independent", "shared"):
+    # The bytes a shared read must deliver: what a rank received when the reads were shared (warm,
+    # by default each rank reads its part from the page cache instead and receives nothing).
+    delivered = best[(layout, cache, "forced" if cache == "warm" else "shared")][3]
+    for kind in ("independent", "shared", "forced"):
+        if (layout, cache, kind) not in best:
+            continue
         q = best[(layout, cache, kind)]
         bound = ""
-        if kind == "shared":
-            b = single[0] + q[3] / (bandwidth[int(layout.split(":")[1])] * 1e9)
+        if kind != "independent":
+            b = single[0] + delivered / (bandwidth[int(layout.split(":")[1])] * 1e9)
             bound = f"{b:8.3f} {q[0] / b:7.2f}"
         print(f"{layout:>6} {cache:>5} {kind:>11} {q[1] / 1e9:8.3f} {q[0]:8.3f} {q[2] / 2**20:7.0f}Mi {q[0] / base[0]:10.3f} {bound}")
 for cache in ("warm", "cold"):
     s = best[("single", cache, "single")]
     print(f"{'single':>6} {cache:>5} {'one process':>11} {s[1] / 1e9:8.3f} {s[0]:8.3f} {s[2] / 2**20:7.0f}Mi")
 print("read GB and RSS are sums over the processes; time ratio: against independent (lower is better);")
-print("bound: single + the most bytes one rank received / the engine's GB/s per rank (issue 20: shared <= bound)")
+print("shared: --share-reads as it runs by default (share_cached auto: warm, each rank reads its part from the page cache);")
+print("forced: QLOAD_SHARE_CACHED=always, every tensor read by one rank and sent to the others through Gloo;")
+print("bound: single + the most bytes one rank received when reads were shared / the engine's GB/s received per rank")
+print("in an all-to-all exchange (qload_dist_bench), issue 20: shared <= bound")
 PY
 [ "${KEEP:-0}" = 1 ] || rm -rf "$model"
