@@ -135,10 +135,30 @@ struct Avx512Groups {
 
   // NVFP4: `count` groups of 16, each element mul_rn(level, scale) as element::Nvfp4::value,
   // the signed level (code 8 is -0) from the table; two groups (16 bytes of codes) at a time.
+  // To BF16 where no product is subnormal (Bf16NormalOut), two groups' 16 values each are
+  // narrowed into one table of 32 words (VCVTNE2PS2BF16, the rounding Bf16NormalOut's
+  // VCVTNEPS2BF16 gives each element) that VPERMW indexes with the codes: byte i of the codes
+  // widened to the word pair (low nibble, high nibble), plus 16 for the second group. One
+  // widening shuffle for 32 elements where the direct path spends eight.
   template <typename Out>
   QLOAD_AVX512 static void nvfp4(const std::uint8_t* codes, const float* scales, std::uint64_t count, Out& y) {
     const __m512 levels = _mm512_setr_ps(0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6);
     std::uint64_t j = 0;
+    if constexpr (std::is_same_v<Out, Bf16NormalOut>) {
+      const __m512i second = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0x00100010, 0x00100010, 0x00100010, 0x00100010,
+                                               0x00100010, 0x00100010, 0x00100010, 0x00100010);
+      for (; j + 2 <= count; j += 2, codes += 16, y.p += 32) {
+        const __m512i b = _mm512_cvtepu8_epi32(load16(codes));  // dword i: byte i (elements 2i, 2i + 1)
+        const __m512i pairs =
+            _mm512_or_si512(_mm512_or_si512(_mm512_and_si512(b, _mm512_set1_epi32(0x0F)),
+                                            _mm512_slli_epi32(_mm512_and_si512(b, _mm512_set1_epi32(0xF0)), 12)),
+                            second);
+        const __m512i table =
+            __builtin_bit_cast(__m512i, _mm512_cvtne2ps_pbh(_mm512_mul_ps(levels, _mm512_set1_ps(scales[j + 1])),
+                                                            _mm512_mul_ps(levels, _mm512_set1_ps(scales[j]))));
+        _mm512_storeu_si512(y.p, _mm512_permutexvar_epi16(pairs, table));
+      }
+    }
     for (; j + 2 <= count; j += 2, codes += 16) {
       const __m128i q = load16(codes), lo = low_nibbles(q), hi = high_nibbles(q);
       y.put(_mm512_mul_ps(e2m1_lookup(_mm_unpacklo_epi8(lo, hi), levels), splat(scales[j])));
