@@ -18,9 +18,10 @@
 // quantize results with the single-threaded one. A mismatch or an error exits 1, so a broken
 // benchmark cannot print numbers. --quick is a smoke run for ctest.
 //
-// --isa avx2 (or portable) decodes GGML blocks through that instruction set's decoder alone
-// (quant/row_decoders.hpp), so that a CPU with AVX-512 also measures what a CPU with only AVX2
-// (or neither) gets; the other schemes, and auto, go through dequantize_rows' own choice.
+// --isa avx2 (or portable) decodes GGML blocks (avx2: also MXFP4 and NVFP4) through that
+// instruction set's decoder alone (quant/row_decoders.hpp), so that a CPU with AVX-512 also
+// measures what a CPU with only AVX2 (or neither) gets; the other schemes, and auto, go through
+// dequantize_rows' own choice.
 //
 // --gpu N times the CUDA decoders instead (quant_cuda.hpp, parts already in device memory),
 // against a device-to-device copy of the output bytes on the same stream, and checks every
@@ -55,7 +56,8 @@
 #include "qload/runtime/dtype.hpp"
 #include "qload/runtime/error.hpp"
 #include "qload/runtime/shape.hpp"
-#include "quant/row_decoders.hpp"  // --isa: one instruction set's GGML decoder
+#include "quant/device_args.hpp"   // --isa avx2: MXFP4's and NVFP4's arguments
+#include "quant/row_decoders.hpp"  // --isa: one instruction set's GGML, MXFP4 and NVFP4 decoders
 
 namespace {
 
@@ -446,8 +448,21 @@ struct Buffers {
 // `isa` avx2 or portable through that decoder alone.
 Status decode_range(const Weight& w, std::span<const fq::PartBytes> views, std::string_view isa, std::uint64_t begin,
                     std::uint64_t end, DType dtype, std::span<std::byte> out) {
-  if (isa == "auto" || w.t.params.scheme != fq::QuantScheme::kGgml)
-    return fq::dequantize_rows(w.t, views, begin, end, dtype, out);
+  const fq::QuantScheme scheme = w.t.params.scheme;
+  if (isa == "avx2" && (scheme == fq::QuantScheme::kMxfp4 || scheme == fq::QuantScheme::kNvfp4)) {
+    // The parts are host memory here, so the device kernels' arguments describe them as they are.
+    std::vector<const std::byte*> parts;
+    for (const fq::PartBytes& v : views) parts.push_back(v.bytes.data());
+    QLOAD_ASSIGN_OR_RETURN(const fqd::DequantArgs a,
+                           fqd::describe_dequantize(w.t, views, parts, begin, end, dtype, out.data()));
+    const bool decoded =
+        scheme == fq::QuantScheme::kNvfp4
+            ? fqd::decode_nvfp4_rows_avx2(a, begin, end, dtype, out.data())
+            : fqd::decode_mxfp4_rows_avx2(a.codes, a.scale_codes, a.cols, begin, end, dtype, out.data());
+    if (!decoded) return fail(Errc::kUnsupported, fmt::format("{}: this CPU has no AVX2 decoder for it", w.name));
+    return {};
+  }
+  if (isa == "auto" || scheme != fq::QuantScheme::kGgml) return fq::dequantize_rows(w.t, views, begin, end, dtype, out);
   const auto* blocks = reinterpret_cast<const std::uint8_t*>(views.front().bytes.data());
   const std::uint64_t row_bytes = views.front().bytes.size() / w.t.rows;
   // The detail decoders write rows [begin, end) from `out` on, reading row n at blocks + n * row_bytes.
@@ -784,7 +799,9 @@ int main(int argc, char** argv) {
   app.add_option("--json", json_path, "also write the results as JSON to this file");
   app.add_flag("--quick", quick, "a smoke run: [256 x 512], 1 run");
   app.add_option("--only", o.only, "decode only the schemes whose name contains this (\"gguf\"), no quantize");
-  app.add_option("--isa", o.isa, "GGML blocks through one CPU decoder: auto (the library's choice), avx2 or portable")
+  app.add_option("--isa", o.isa,
+                 "GGML blocks through one CPU decoder: auto (the library's choice), avx2 or portable; avx2 also "
+                 "takes MXFP4 and NVFP4")
       ->check(CLI::IsMember({"auto", "avx2", "portable"}));
   app.add_option("--gpu", o.device, "time the CUDA decoders on this device instead of the CPU ones")
       ->check(CLI::NonNegativeNumber);
