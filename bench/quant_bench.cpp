@@ -13,6 +13,10 @@
 // row) is reported in GB/s of *input* bytes against memcpy of the input.
 //
 // Every measurement is the best of --repeat runs (single runs on a shared machine scatter).
+// By default every decode run writes into the same buffer, faulted in once (a destination already
+// resident); --fresh-output gives each decode run, and its memcpy, a new mapping as the load's
+// arena is (runtime HostBuffer, huge pages advised), mapped and unmapped outside the timer, so
+// that the page faults and the kernel's zeroing a load pays are in the figure.
 // Sanity: each decode's result is compared, byte for byte, with a second decode of the same
 // weight over a different (uneven) row split, and the threaded result with both; the threaded
 // quantize results with the single-threaded one. A mismatch or an error exits 1, so a broken
@@ -55,6 +59,7 @@
 #include "qload/runtime/cuda_memory.hpp"
 #include "qload/runtime/dtype.hpp"
 #include "qload/runtime/error.hpp"
+#include "qload/runtime/host_buffer.hpp"
 #include "qload/runtime/shape.hpp"
 #include "quant/device_args.hpp"   // --isa avx2: MXFP4's and NVFP4's arguments
 #include "quant/row_decoders.hpp"  // --isa: one instruction set's GGML, MXFP4 and NVFP4 decoders
@@ -389,10 +394,32 @@ struct Options {
   std::uint64_t cols = 4096;
   int repeat = 3;
   unsigned threads = 0;
-  int device = -1;           // a CUDA device: time the GPU decoders instead of the CPU ones
-  std::string only;          // decode only the schemes whose name contains this, and skip quantize
-  std::string isa = "auto";  // GGML blocks: auto (dequantize_rows' choice), avx2 or portable
+  int device = -1;            // a CUDA device: time the GPU decoders instead of the CPU ones
+  std::string only;           // decode only the schemes whose name contains this, and skip quantize
+  std::string isa = "auto";   // GGML blocks: auto (dequantize_rows' choice), avx2 or portable
+  bool fresh_output = false;  // a new mapping per run (as the arena) instead of one resident buffer
 };
+
+// The best of --repeat runs of run(dst), dst `shared` or (--fresh-output) a new HostBuffer of
+// its size each run, allocated and released outside the timer; then last(dst) on the last run's
+// destination, untimed (a check of what it wrote).
+template <typename Run, typename Last>
+Result<double> best_seconds_into(const Options& o, std::span<std::byte> shared, Run&& run, Last&& last) {
+  double best = 1e30;
+  for (int r = 0; r < o.repeat; ++r) {
+    qload::HostBuffer fresh;
+    std::span<std::byte> dst = shared;
+    if (o.fresh_output) {
+      QLOAD_ASSIGN_OR_RETURN(fresh, qload::HostBuffer::allocate(shared.size()));
+      dst = std::span(fresh.data(), shared.size());
+    }
+    const auto start = std::chrono::steady_clock::now();
+    run(dst);
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    if (r + 1 == o.repeat) last(dst);
+  }
+  return best;
+}
 
 // Throughput of one operation on 1 and on T threads, with memcpy of the same bytes beside it
 // (0: not measured).
@@ -426,14 +453,27 @@ Status first_failure(std::vector<Status>& results) {
   return {};
 }
 
-// memcpy of `bytes` from src to dst, on 1 and on T threads (each its own slice).
-void time_memcpy(const Options& o, const std::byte* src, std::byte* dst, std::uint64_t bytes, Speed& s) {
+// memcpy of `bytes` from src to dst (or, --fresh-output, to new mappings of that size), on 1 and
+// on T threads (each its own slice).
+Status time_memcpy(const Options& o, const std::byte* src, std::byte* dst, std::uint64_t bytes, Speed& s) {
   const auto gbps = [bytes](double sec) { return static_cast<double>(bytes) / sec / 1e9; };
-  s.memcpy_1 = gbps(best_seconds(o.repeat, [&] { std::memcpy(dst, src, bytes); }));
-  s.memcpy_t = gbps(best_seconds(o.repeat, [&] {
-    parallel_ranges(bytes, o.threads, 4096,
-                    [&](unsigned, std::uint64_t b, std::uint64_t e) { std::memcpy(dst + b, src + b, e - b); });
-  }));
+  const std::span<std::byte> shared(dst, bytes);
+  const auto nothing = [](std::span<std::byte>) {};
+  QLOAD_ASSIGN_OR_RETURN(const double one,
+                         best_seconds_into(
+                             o, shared, [&](std::span<std::byte> d) { std::memcpy(d.data(), src, bytes); }, nothing));
+  QLOAD_ASSIGN_OR_RETURN(const double threaded, best_seconds_into(
+                                                    o, shared,
+                                                    [&](std::span<std::byte> d) {
+                                                      parallel_ranges(bytes, o.threads, 4096,
+                                                                      [&](unsigned, std::uint64_t b, std::uint64_t e) {
+                                                                        std::memcpy(d.data() + b, src + b, e - b);
+                                                                      });
+                                                    },
+                                                    nothing));
+  s.memcpy_1 = gbps(one);
+  s.memcpy_t = gbps(threaded);
+  return {};
 }
 
 // Buffers as large as the largest output (f32), faulted in once, shared by every measurement.
@@ -512,28 +552,36 @@ Result<Speed> time_decode(const Options& o, const Weight& w, DType dtype, Buffer
   const std::span<std::byte> out(buf.out.data(), bytes);
   const std::span<std::byte> check(buf.check.data(), bytes);
   const auto gbps = [bytes](double sec) { return static_cast<double>(bytes) / sec / 1e9; };
-  const auto mismatch = [&](std::string_view which) -> Status {
-    if (std::memcmp(out.data(), check.data(), bytes) == 0) return {};
+  const auto mismatch = [&](std::span<const std::byte> got, std::string_view which) -> Status {
+    if (std::memcmp(got.data(), check.data(), bytes) == 0) return {};
     return fail(Errc::kInternal, fmt::format("{} -> {}: the {} decode differs from the decode split at other rows",
                                              w.name, qload::dtype_name(dtype), which));
   };
-  Status status;  // the first failure of a timed run
+  Status status;  // the first failure of a timed run or of the last run's check
   const auto timed = [&](const std::vector<std::uint64_t>& bounds, bool threaded) {
-    if (status) status = decode(o, w, views, dtype, bounds, threaded, out);
+    return [&, bounds, threaded](std::span<std::byte> dst) {
+      if (status) status = decode(o, w, views, dtype, bounds, threaded, dst);
+    };
+  };
+  const auto checked = [&](std::string_view which) {
+    return [&, which](std::span<std::byte> dst) {
+      if (status) status = mismatch(dst, which);
+    };
   };
 
   std::memset(check.data(), 0xA5, bytes);  // a decode that writes nothing cannot match
   QLOAD_TRY(decode(o, w, views, dtype, odd_bounds(w.t.rows), false, check));
   Speed s;
-  s.gbps_1 = gbps(best_seconds(o.repeat, [&] { timed({0, w.t.rows}, false); }));
+  QLOAD_ASSIGN_OR_RETURN(const double one,
+                         best_seconds_into(o, out, timed({0, w.t.rows}, false), checked("single-threaded")));
   QLOAD_TRY(status);
-  QLOAD_TRY(mismatch("single-threaded"));
   std::memset(out.data(), 0x5A, bytes);
-  const std::vector<std::uint64_t> split = even_bounds(w.t.rows, o.threads);
-  s.gbps_t = gbps(best_seconds(o.repeat, [&] { timed(split, true); }));
+  QLOAD_ASSIGN_OR_RETURN(const double threaded,
+                         best_seconds_into(o, out, timed(even_bounds(w.t.rows, o.threads), true), checked("threaded")));
   QLOAD_TRY(status);
-  QLOAD_TRY(mismatch("threaded"));
-  time_memcpy(o, check.data(), out.data(), bytes, s);
+  s.gbps_1 = gbps(one);
+  s.gbps_t = gbps(threaded);
+  QLOAD_TRY(time_memcpy(o, check.data(), out.data(), bytes, s));
   return s;
 }
 
@@ -585,7 +633,9 @@ Result<Speed> time_quantize(const Options& o, fq::QuantizeTarget target, const B
       return fail(Errc::kInternal, fmt::format("quantize bf16 -> {}: the threaded result differs from the single call",
                                                fq::quantize_target_name(target)));
   }
-  time_memcpy(o, in.data(), buf.out.data(), in.size(), sp);
+  Options resident = o;  // quantize writes into the shared buffers: its memcpy does too
+  resident.fresh_output = false;
+  QLOAD_TRY(time_memcpy(resident, in.data(), buf.out.data(), in.size(), sp));
   return sp;
 }
 
@@ -753,9 +803,10 @@ Status run_quantizes(const Options& o, Buffers& buf, nlohmann::json& report) {
 Status run(const Options& o, const std::string& json_path) {
   const std::string loadavg = load_average();
   fmt::print(
-      "[{} x {}] weight, best of {} runs, T = {} threads, GGML blocks through the {} decoder, load average {} "
-      "(at start)\n",
-      o.rows, o.cols, o.repeat, o.threads, o.isa == "auto" ? "library's choice of" : o.isa, loadavg);
+      "[{} x {}] weight, best of {} runs, T = {} threads, GGML blocks through the {} decoder, output to {}, load "
+      "average {} (at start)\n",
+      o.rows, o.cols, o.repeat, o.threads, o.isa == "auto" ? "library's choice of" : o.isa,
+      o.fresh_output ? "a new mapping each run" : "one resident buffer", loadavg);
   QLOAD_ASSIGN_OR_RETURN(std::vector<Weight> weights, make_weights(o.rows, o.cols));
   std::erase_if(weights, [&](const Weight& w) { return w.name.find(o.only) == std::string::npos; });
   Buffers buf{Bytes(o.rows * o.cols * 4), Bytes(o.rows * o.cols * 4)};
@@ -767,6 +818,7 @@ Status run(const Options& o, const std::string& json_path) {
                            {"repeat", o.repeat},
                            {"threads", o.threads},
                            {"ggml_isa", o.isa},
+                           {"fresh_output", o.fresh_output},
                            {"loadavg_start", loadavg}};
   if (o.device >= 0) {
     QLOAD_TRY(run_gpu_decodes(o, weights, o.device, buf, report));
@@ -803,6 +855,9 @@ int main(int argc, char** argv) {
                  "GGML blocks through one CPU decoder: auto (the library's choice), avx2 or portable; avx2 also "
                  "takes MXFP4 and NVFP4")
       ->check(CLI::IsMember({"auto", "avx2", "portable"}));
+  app.add_flag("--fresh-output", o.fresh_output,
+               "CPU decodes and their memcpy: each run writes into a new mapping, as a load's arena does (page faults "
+               "timed), not into one resident buffer");
   app.add_option("--gpu", o.device, "time the CUDA decoders on this device instead of the CPU ones")
       ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
