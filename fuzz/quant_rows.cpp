@@ -1,8 +1,10 @@
 // libFuzzer target, differential: the x86 row decoders (rows_avx512.cpp, rows_avx2.cpp) against
 // the portable ones on any bytes, and FP8's BF16 / F16 tables (fp8.cpp) against its f32
-// elements narrowed by convert(). The input picks a format (a GGML block type, OCP MXFP4,
-// NVFP4 or FP8), a few rows and columns, for NVFP4 the global scale and its use, for FP8 the
-// code dtype and the scale layout; the rest are the blocks, codes and scales (any bytes are
+// elements narrowed by convert(), and GPTQ 4-bit written straight in each output dtype
+// (rows_avx2.cpp) against the portable F32 decoder narrowed by convert(). The input picks a
+// format (a GGML block type, OCP MXFP4, NVFP4, FP8 or GPTQ), a few rows and columns, for NVFP4
+// the global scale and its use, for FP8 the code dtype and the scale layout, for GPTQ the
+// version, zero convention, group size and scale dtype; the rest are the blocks, codes and scales (any bytes are
 // valid ones). Each instruction set this CPU has must
 // write the portable decoder's bytes for F32, BF16 and F16, and nothing past the rows: a
 // difference aborts, naming the format, output and first differing byte. One freedom: where two
@@ -25,6 +27,7 @@
 #include "gguf/ggml_types.hpp"
 #include "qload/formats/convert.hpp"
 #include "qload/formats/quant_codec.hpp"
+#include "quant/decoders.hpp"
 #include "quant/fp4_rows.hpp"
 #include "quant/row_decoders.hpp"
 
@@ -205,16 +208,62 @@ void fp8_case(std::uint8_t kind, std::uint8_t shape, std::span<const std::uint8_
   }
 }
 
+// GPTQ 4-bit: version 1 or 2 and v1's zero convention (bits 0-1 of `kind`), the group size (16,
+// 24, 32, 128 or one group: bits 2-4; 24 is left to the portable decoder) and the scale dtype
+// (bits 5-6), N 1-40 and K 32-640 from `shape` and the next byte; the rest are qweight, qzeros
+// and scales. dequantize_rows to F32, BF16 and F16 must be the portable F32 decode (decoders.hpp
+// dequantize_gptq), narrowed by convert() for the last two.
+void gptq_case(std::uint8_t kind, std::uint8_t shape, std::span<const std::uint8_t> rest) {
+  using formats::LogicalTensor;
+  using formats::QuantScheme;
+  if (rest.empty()) return;
+  const std::uint64_t n = 1 + shape % 40, k = 32 * (1 + rest[0] % 20);
+  rest = rest.subspan(1);
+  constexpr std::uint64_t kGroups[] = {16, 24, 32, 128, 0, 0, 0, 0};
+  constexpr DType kScales[] = {DType::kF16, DType::kBF16, DType::kF32, DType::kF32};
+  LogicalTensor t;
+  t.name = "fuzz.qweight";
+  t.rows = n;
+  t.cols = k;
+  t.params.scheme = QuantScheme::kGptq;
+  t.params.bits = 4;
+  t.params.sym = false;
+  t.params.gptq_version = (kind & 1) != 0 ? 1 : 2;
+  t.params.gptq_v1_whole_word = (kind & 2) != 0;
+  t.params.group_size = kGroups[(kind >> 2) % 8];
+  const DType scale_dtype = kScales[(kind >> 5) % 4];
+  const std::uint64_t group = t.params.group_size == 0 || t.params.group_size > k ? k : t.params.group_size;
+  const std::uint64_t groups = (k + group - 1) / group, zero_words = (n + 7) / 8;
+  const std::uint64_t weight_bytes = k / 8 * n * 4, zero_bytes = groups * zero_words * 4,
+                      scale_bytes = groups * n * (dtype_info(scale_dtype).bits / 8);
+  if (rest.size() < weight_bytes + zero_bytes + scale_bytes) return;
+  const auto bytes = std::as_bytes(rest);
+  const std::vector<formats::PartBytes> parts = {
+      {"qweight", DType::kI32, Shape{k / 8, n}, bytes.first(weight_bytes)},
+      {"qzeros", DType::kI32, Shape{groups, zero_words}, bytes.subspan(weight_bytes, zero_bytes)},
+      {"scales", scale_dtype, Shape{groups, n}, bytes.subspan(weight_bytes + zero_bytes, scale_bytes)}};
+  std::vector<float> f32(static_cast<std::size_t>(n * k));
+  if (!dequantize_gptq(t, parts, 0, n, f32)) std::abort();
+  for (const DType dtype : kOutputs) {
+    const std::size_t out = out_bytes(n * k, dtype);
+    std::vector<std::byte> want(out + kSentinel, std::byte{0x5a}), got(out + kSentinel, std::byte{0x5a});
+    if (!formats::convert(std::as_bytes(std::span(f32)), DType::kF32, std::span(want).first(out), dtype)) std::abort();
+    if (!formats::dequantize_rows(t, parts, 0, n, dtype, std::span(got).first(out))) std::abort();
+    if (first_difference(want, got, dtype) != want.size()) differ("GPTQ 4-bit (direct)", dtype, want, got);
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size < 3) return 0;
   const std::span<const std::uint8_t> rest(data + 3, size - 3);
-  switch (data[0] % 4) {
+  switch (data[0] % 5) {
     case 0: ggml_case(data[1], data[2], rest); break;
     case 1: fp4_case(false, data[2], rest); break;
     case 2: fp4_case(true, data[2], rest); break;
-    default: fp8_case(data[1], data[2], rest); break;
+    case 3: fp8_case(data[1], data[2], rest); break;
+    default: gptq_case(data[1], data[2], rest); break;
   }
   return 0;
 }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "bitstream.hpp"
+#include "row_decoders.hpp"
 
 namespace qload::formats::detail {
 namespace {
@@ -19,7 +20,22 @@ struct GptqParts {
   const PartBytes* qzeros = nullptr;
   const PartBytes* scales = nullptr;
   std::uint64_t zeros_words = 0;  // words per qzeros row
+  GroupMap groups;
 };
+
+// The parts checked against the weight's packed shapes, and its group map.
+Result<GptqParts> gptq_parts(const LogicalTensor& t, std::span<const PartBytes> parts) {
+  if (t.params.scheme != QuantScheme::kGptq) return fail(Errc::kInternal, "dequantize_gptq: wrong scheme");
+  QLOAD_ASSIGN_OR_RETURN(const PackedShapes shapes, packed_shapes(t));
+  GptqParts p;
+  QLOAD_ASSIGN_OR_RETURN(p.qweight, checked_part(t, parts, "qweight", kWordDtypes, shapes.weight));
+  QLOAD_ASSIGN_OR_RETURN(p.qzeros, checked_part(t, parts, "qzeros", kWordDtypes, shapes.zeros));
+  QLOAD_ASSIGN_OR_RETURN(p.scales, checked_part(t, parts, "scales", kScaleDtypes, shapes.scales));
+  QLOAD_ASSIGN_OR_RETURN(const PartBytes* g_idx, checked_optional_part(t, parts, "g_idx", kIndexDtypes, Shape{t.cols}));
+  QLOAD_ASSIGN_OR_RETURN(p.groups, make_group_map(t, t.cols, t.params.group_size, g_idx));
+  p.zeros_words = shapes.zeros[1];
+  return p;
+}
 
 // Zero points and scales of output row n, one entry per group.
 void load_row_params(const LogicalTensor& t, const GptqParts& p, const GroupMap& groups, std::uint64_t n,
@@ -83,24 +99,46 @@ void decode_rows(const LogicalTensor& t, const GptqParts& p, const GroupMap& gro
 
 Status dequantize_gptq(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t row_begin,
                        std::uint64_t row_end, std::span<float> out) {
-  if (t.params.scheme != QuantScheme::kGptq) return fail(Errc::kInternal, "dequantize_gptq: wrong scheme");
-  QLOAD_ASSIGN_OR_RETURN(const PackedShapes shapes, packed_shapes(t));
-  GptqParts p;
-  QLOAD_ASSIGN_OR_RETURN(p.qweight, checked_part(t, parts, "qweight", kWordDtypes, shapes.weight));
-  QLOAD_ASSIGN_OR_RETURN(p.qzeros, checked_part(t, parts, "qzeros", kWordDtypes, shapes.zeros));
-  QLOAD_ASSIGN_OR_RETURN(p.scales, checked_part(t, parts, "scales", kScaleDtypes, shapes.scales));
-  QLOAD_ASSIGN_OR_RETURN(const PartBytes* g_idx, checked_optional_part(t, parts, "g_idx", kIndexDtypes, Shape{t.cols}));
+  QLOAD_ASSIGN_OR_RETURN(const GptqParts p, gptq_parts(t, parts));
   QLOAD_TRY(check_output(t, row_begin, row_end, out.size()));
-  QLOAD_ASSIGN_OR_RETURN(const GroupMap groups, make_group_map(t, t.cols, t.params.group_size, g_idx));
-  p.zeros_words = shapes.zeros[1];
   switch (t.params.bits) {
-    case 2: decode_rows<2>(t, p, groups, row_begin, row_end, out.data()); break;
-    case 3: decode_rows<3>(t, p, groups, row_begin, row_end, out.data()); break;
-    case 4: decode_rows<4>(t, p, groups, row_begin, row_end, out.data()); break;
-    case 8: decode_rows<8>(t, p, groups, row_begin, row_end, out.data()); break;
+    case 2: decode_rows<2>(t, p, p.groups, row_begin, row_end, out.data()); break;
+    case 3: decode_rows<3>(t, p, p.groups, row_begin, row_end, out.data()); break;
+    case 4: decode_rows<4>(t, p, p.groups, row_begin, row_end, out.data()); break;
+    case 8: decode_rows<8>(t, p, p.groups, row_begin, row_end, out.data()); break;
     default: return fail(Errc::kInternal, "GPTQ bits not checked by packed_shapes");
   }
   return {};
+}
+
+// The same tiles as decode_rows (16 output rows by 512 columns, so each qweight line is loaded
+// once per tile), each row of a tile through decode_gptq4_row_avx2, which writes the output
+// dtype itself: measured against decode_rows' unpack-then-scale loop and the F32 slab it needs
+// for BF16, see docs/benchmarks.md ("GPTQ 4-bit through AVX2").
+Result<bool> dequantize_gptq_direct(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t row_begin,
+                                    std::uint64_t row_end, DType dtype, std::span<std::byte> out) {
+  QLOAD_ASSIGN_OR_RETURN(const GptqParts p, gptq_parts(t, parts));
+  const GroupMap& groups = p.groups;
+  if (t.params.bits != 4 || !groups.index.empty() || groups.size % 16 != 0 || t.cols % 16 != 0 || !cpu_has_avx2())
+    return false;
+  const std::uint64_t elem = dtype_info(dtype).block_bytes, words = t.cols / 8, group_words = groups.size / 8;
+  std::vector<std::int32_t> z(static_cast<std::size_t>(kTileRows * groups.count));
+  std::vector<float> s(z.size());
+  for (std::uint64_t n0 = row_begin; n0 < row_end; n0 += kTileRows) {
+    const std::uint64_t rows = std::min(kTileRows, row_end - n0);
+    for (std::uint64_t j = 0; j < rows; ++j)
+      load_row_params(t, p, groups, n0 + j, z.data() + j * groups.count, s.data() + j * groups.count);
+    for (std::uint64_t w0 = 0; w0 < words; w0 += kTileCols / 8) {
+      const std::uint64_t w1 = std::min(words, w0 + kTileCols / 8);
+      for (std::uint64_t j = 0; j < rows; ++j) {
+        std::byte* row = out.data() + ((n0 + j - row_begin) * t.cols + w0 * 8) * elem;
+        if (!decode_gptq4_row_avx2(p.qweight->bytes.data() + (n0 + j) * 4, t.rows, w0, w1, group_words,
+                                   z.data() + j * groups.count, s.data() + j * groups.count, dtype, row))
+          return fail(Errc::kInternal, "decode_gptq4_row_avx2 refused a row it was sized for");
+      }
+    }
+  }
+  return true;
 }
 
 }  // namespace qload::formats::detail

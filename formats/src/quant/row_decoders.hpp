@@ -1,10 +1,9 @@
 // The CPU's row decoders that have an instruction-set-specific form: GGML blocks, OCP MXFP4 and
-// NVFP4, decoded straight to F32, BF16 or F16. ggml.cpp, mxfp4.cpp and nvfp4.cpp try the
-// AVX-512 one first (rows_avx512.cpp), then the AVX2 one (rows_avx2.cpp), and fall back to the
-// portable one; all give the same bits (rows_avx2_test checks every covered type and output on
-// random blocks, NaN, Inf and subnormal scales included; fuzz_quant_rows any bytes). One
-// freedom: where a NaN scale meets a NaN minimum, IEEE 754 lets either payload through and
-// compilers may swap an addition's operands, so that element is a NaN of either payload.
+// NVFP4 (and GPTQ 4-bit rows, gptq.cpp), decoded straight to F32, BF16 or F16. ggml.cpp, mxfp4.cpp and nvfp4.cpp try
+// the AVX-512 one first (rows_avx512.cpp), then the AVX2 one (rows_avx2.cpp), and fall back to the portable one; all
+// give the same bits (rows_avx2_test checks every covered type and output on random blocks, NaN, Inf and subnormal
+// scales included; fuzz_quant_rows any bytes). One freedom: where a NaN scale meets a NaN minimum, IEEE 754 lets either
+// payload through and compilers may swap an addition's operands, so that element is a NaN of either payload.
 #pragma once
 
 #include <cstddef>
@@ -42,6 +41,19 @@ bool decode_mxfp4_rows_avx2(const std::uint8_t* codes, const std::uint8_t* expon
 // written, where the CPU lacks it or the global scale is NaN.
 bool decode_nvfp4_rows_avx2(const DequantArgs& a, std::uint64_t row_begin, std::uint64_t row_end, DType dtype,
                             std::byte* out);
+
+// Whether this CPU has AVX2 and F16C, which every *_avx2 decoder needs (read once).
+bool cpu_has_avx2() noexcept;
+
+// GPTQ 4-bit (gptq.cpp's layout), one output row: columns [8 * w0, 8 * w1) from the qweight words
+// w0 .. w1 - 1 of that row, word w at word index w * stride of `qweight` (read unaligned), in
+// contiguous groups of `group_words` words with zero point z[g] and scale s[g] for word w's group
+// g = w / group_words, written to `dtype` (F32, BF16 or F16) at `out` (column 8 * w0 first) as the
+// portable decoder and the conversion codec write them. False, and nothing written, where the CPU
+// lacks AVX2 or w0, w1 or group_words is odd (two words go out at a time).
+bool decode_gptq4_row_avx2(const std::byte* qweight, std::uint64_t stride, std::uint64_t w0, std::uint64_t w1,
+                           std::uint64_t group_words, const std::int32_t* z, const float* s, DType dtype,
+                           std::byte* out);
 
 // in[k] narrowed to BF16 for k < count (a multiple of 16) as the AVX2 decoders narrow blocks
 // whose elements are zeros or normal values below 2^111 (rows_avx2.cpp's split_top), for

@@ -1,4 +1,4 @@
-// The GGML block decoders, and OCP MXFP4's and NVFP4's, written for AVX2 (ggml-quants.c's AVX2
+// The GGML block decoders, OCP MXFP4's and NVFP4's, and GPTQ 4-bit rows, written for AVX2 (ggml-quants.c's AVX2
 // loops are the model): a block's codes are assembled 32 bytes at a time with byte shuffles and
 // masks (rows_x86.inc, shared with rows_avx512.cpp), widened 8 to a vector, scaled, and written
 // straight in the output's dtype, so a BF16 or F16 output costs no second pass over an f32 slab.
@@ -18,6 +18,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "bitstream.hpp"
 #include "decoders.hpp"
 #include "dequantize_element.hpp"
 #include "row_decoders.hpp"
@@ -464,11 +465,74 @@ struct Avx2Outputs {
   static constexpr bool kNvfp4Table = true;
 };
 
+// ---- GPTQ 4-bit rows ------------------------------------------------------------------------------
+
+// A qweight word holds 8 consecutive columns of one output row (nibble i is column 8w + i), so
+// each word is one broadcast load, one variable shift by 0, 4, ..., 28 and a mask: no transpose.
+// Two words (16 columns, one group: group_words is even) go out at a time, as 16 lanes in order
+// or, for an output that takes them so (kEvenOdd), as even and odd columns from both words at
+// once. value()'s arithmetic: s * float(q - z), the integer difference exact.
+QLOAD_AVX2 __m256i word_at(const std::byte* qweight, std::uint64_t index) {
+  return _mm256_set1_epi32(static_cast<int>(load_word(qweight, index)));  // memcpy: parts may be unaligned
+}
+QLOAD_AVX2 __m256 gptq_scaled(__m256i word, __m256i shifts, __m256i z, __m256 s) {
+  const __m256i q = _mm256_and_si256(_mm256_srlv_epi32(word, shifts), _mm256_set1_epi32(15));
+  return _mm256_mul_ps(s, _mm256_cvtepi32_ps(_mm256_sub_epi32(q, z)));
+}
+template <typename Out>
+QLOAD_AVX2 void gptq4_words(const std::byte* qweight, std::uint64_t stride, std::uint64_t w, std::uint64_t end,
+                            std::int32_t z, float s, Out& y) {
+  const __m256i vz = _mm256_set1_epi32(z);
+  const __m256 vs = _mm256_set1_ps(s);
+  for (; w < end; w += 2) {
+    const __m256i lo = word_at(qweight, w * stride), hi = word_at(qweight, (w + 1) * stride);
+    if constexpr (requires { Out::kEvenOdd; }) {
+      const __m256i both = _mm256_blend_epi32(lo, hi, 0xF0);  // word w in lanes 0-3, w + 1 in 4-7
+      y.put(gptq_scaled(both, _mm256_setr_epi32(0, 8, 16, 24, 0, 8, 16, 24), vz, vs),
+            gptq_scaled(both, _mm256_setr_epi32(4, 12, 20, 28, 4, 12, 20, 28), vz, vs));
+    } else {
+      const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+      y.put(gptq_scaled(lo, shifts, vz, vs), gptq_scaled(hi, shifts, vz, vs));
+    }
+  }
+}
+
+// Whether s * (q - z), |q - z| <= 15, is zero or normal below 2^111 for every code: split_top's range.
+inline bool gptq4_split_takes(float s) {
+  const float m = std::fabs(s);
+  return m == 0 || (m >= 0x1p-126f && m < 0x1p107f);  // false for NaN and Inf
+}
+
+QLOAD_SIMD_LOOP void gptq4_row(const std::byte* qweight, std::uint64_t stride, std::uint64_t w0, std::uint64_t w1,
+                               std::uint64_t group_words, const std::int32_t* z, const float* s, DType dtype,
+                               std::byte* out) {
+  for (std::uint64_t w = w0; w < w1;) {
+    const std::uint64_t g = w / group_words, end = std::min(w1, (g + 1) * group_words);
+    std::byte* at = out + (w - w0) * 8 * dtype_info(dtype).block_bytes;
+    if (dtype == DType::kF32) {
+      F32Out y{reinterpret_cast<float*>(at)};
+      gptq4_words(qweight, stride, w, end, z[g], s[g], y);
+    } else if (dtype == DType::kF16) {
+      F16Out y{reinterpret_cast<std::uint16_t*>(at)};
+      gptq4_words(qweight, stride, w, end, z[g], s[g], y);
+    } else if (gptq4_split_takes(s[g])) {
+      Bf16SplitOut y{reinterpret_cast<std::uint16_t*>(at)};
+      gptq4_words(qweight, stride, w, end, z[g], s[g], y);
+    } else {
+      Bf16Out<true> y{reinterpret_cast<std::uint16_t*>(at)};
+      gptq4_words(qweight, stride, w, end, z[g], s[g], y);
+    }
+    w = end;
+  }
+}
+
 QLOAD_SIMD_LOOP void narrow_split(const float* in, std::uint64_t count, std::uint16_t* out) {
   for (std::uint64_t k = 0; k < count; k += 16)
     store_words(out + k, _mm256_srli_epi32(split_top(_mm256_loadu_ps(in + k)), 16),
                 _mm256_srli_epi32(split_top(_mm256_loadu_ps(in + k + 8)), 16));
 }
+
+}  // namespace
 
 bool cpu_has_avx2() noexcept {
   // (clang's __builtin_cpu_supports does not know "f16c": CPUID leaf 1, ECX bit 29, read once.)
@@ -478,8 +542,6 @@ bool cpu_has_avx2() noexcept {
   }();
   return has;
 }
-
-}  // namespace
 
 bool ggml_avx2_decodes(std::uint32_t type) noexcept {
   bool covered = false;
@@ -491,6 +553,16 @@ bool decode_block_rows_avx2(std::uint32_t type, const std::uint8_t* base, std::u
                             std::uint64_t row_begin, std::uint64_t row_end, DType dtype, std::byte* out) {
   return ggml_avx2_decodes(type) &&
          block_rows<Avx2Outputs>(type, base, row_bytes, cols, row_begin, row_end, dtype, out);
+}
+
+bool decode_gptq4_row_avx2(const std::byte* qweight, std::uint64_t stride, std::uint64_t w0, std::uint64_t w1,
+                           std::uint64_t group_words, const std::int32_t* z, const float* s, DType dtype,
+                           std::byte* out) {
+  if (!cpu_has_avx2() || group_words % 2 != 0 || w0 % 2 != 0 || w1 % 2 != 0 ||
+      (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16))
+    return false;
+  gptq4_row(qweight, stride, w0, w1, group_words, z, s, dtype, out);
+  return true;
 }
 
 bool narrow_bf16_split_avx2(const float* in, std::uint64_t count, std::uint16_t* out) {
@@ -511,6 +583,14 @@ bool decode_nvfp4_rows_avx2(const DequantArgs& a, std::uint64_t row_begin, std::
 }
 
 #else  // not x86-64: the portable decoders only
+
+bool cpu_has_avx2() noexcept {
+  return false;
+}
+bool decode_gptq4_row_avx2(const std::byte*, std::uint64_t, std::uint64_t, std::uint64_t, std::uint64_t,
+                           const std::int32_t*, const float*, DType, std::byte*) {
+  return false;
+}
 
 bool ggml_avx2_decodes(std::uint32_t) noexcept {
   return false;
