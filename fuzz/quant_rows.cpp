@@ -209,10 +209,10 @@ void fp8_case(std::uint8_t kind, std::uint8_t shape, std::span<const std::uint8_
 }
 
 // GPTQ 4-bit: version 1 or 2 and v1's zero convention (bits 0-1 of `kind`), the group size (16,
-// 24, 32, 128 or one group: bits 2-4; 24 is left to the portable decoder) and the scale dtype
-// (bits 5-6), N 1-40 and K 32-640 from `shape` and the next byte; the rest are qweight, qzeros
-// and scales. dequantize_rows to F32, BF16 and F16 must be the portable F32 decode (decoders.hpp
-// dequantize_gptq), narrowed by convert() for the last two.
+// 24, 32, 128 or one group: bits 2-4; 24 is left to the portable decoder), the scale dtype (bits
+// 5-6) and act-order (bit 7: a g_idx of input bytes modulo the group count), N 1-40 and K 32-640
+// from `shape` and the next byte; the rest are qweight, qzeros, scales (and g_idx's bytes). dequantize_rows to F32,
+// BF16 and F16 must be the portable F32 decode (decoders.hpp dequantize_gptq), narrowed by convert() for the last two.
 void gptq_case(std::uint8_t kind, std::uint8_t shape, std::span<const std::uint8_t> rest) {
   using formats::LogicalTensor;
   using formats::QuantScheme;
@@ -236,12 +236,18 @@ void gptq_case(std::uint8_t kind, std::uint8_t shape, std::span<const std::uint8
   const std::uint64_t groups = (k + group - 1) / group, zero_words = (n + 7) / 8;
   const std::uint64_t weight_bytes = k / 8 * n * 4, zero_bytes = groups * zero_words * 4,
                       scale_bytes = groups * n * (dtype_info(scale_dtype).bits / 8);
-  if (rest.size() < weight_bytes + zero_bytes + scale_bytes) return;
+  const bool act_order = (kind & 0x80) != 0;
+  const std::uint64_t index_bytes = act_order ? k : 0;
+  if (rest.size() < weight_bytes + zero_bytes + scale_bytes + index_bytes) return;
   const auto bytes = std::as_bytes(rest);
-  const std::vector<formats::PartBytes> parts = {
+  std::vector<formats::PartBytes> parts = {
       {"qweight", DType::kI32, Shape{k / 8, n}, bytes.first(weight_bytes)},
       {"qzeros", DType::kI32, Shape{groups, zero_words}, bytes.subspan(weight_bytes, zero_bytes)},
       {"scales", scale_dtype, Shape{groups, n}, bytes.subspan(weight_bytes + zero_bytes, scale_bytes)}};
+  std::vector<std::int32_t> g_idx;
+  for (std::uint64_t i = 0; i < index_bytes; ++i)
+    g_idx.push_back(static_cast<std::int32_t>(rest[weight_bytes + zero_bytes + scale_bytes + i] % groups));
+  if (act_order) parts.push_back({"g_idx", DType::kI32, Shape{k}, std::as_bytes(std::span(g_idx))});
   std::vector<float> f32(static_cast<std::size_t>(n * k));
   if (!dequantize_gptq(t, parts, 0, n, f32)) std::abort();
   for (const DType dtype : kOutputs) {

@@ -134,8 +134,8 @@ TEST_CASE("GPTQ with a stored g_idx of k / G decodes like one without, and sorts
   CHECK(sorted == w.bytes("g_idx"));
 }
 
-// GPTQ 4-bit with contiguous groups is written straight in the output dtype (rows_avx2.cpp,
-// where the CPU has AVX2; the F32 decode goes that way too and meets the reference above). Its
+// GPTQ 4-bit is written straight in the output dtype (rows_avx2.cpp, where the CPU has AVX2;
+// the F32 decode goes that way too and meets the reference above), act-order too. Its
 // BF16 and F16 must be the F32 decode converted, bit for bit: the split narrowing where a group's
 // scale keeps every product zero or normal below 2^111, the NaN-keeping rounding elsewhere, so
 // F32 scales at and around both edges of that range, zeros, infinities and NaNs.
@@ -156,34 +156,41 @@ TEST_CASE("GPTQ 4-bit to BF16 and F16 equals the F32 decode converted, with scal
                             std::bit_cast<float>(0xffb12345u)};  // a signalling NaN with a payload
   for (const DType scale_dtype : {DType::kF16, DType::kF32})
     for (const std::uint64_t group : {32u, 128u, 0u})
-      for (const unsigned version : {1u, 2u}) {
-        INFO(dtype_name(scale_dtype) << " scales, group " << group << ", v" << version);
-        // K = 17 x 32: a tile of 512 columns and a partial one; N = 37: a partial tile of 16 rows.
-        Weight w = make_gptq({.bits = 4, .group = group, .version = version, .sym = false, .scale_dtype = scale_dtype},
-                             544, 37, rng);
-        if (scale_dtype == DType::kF32) {  // group 0 of rows 3.., and the last group of rows 20..
-          Bytes& scales = w.part("scales").bytes;
-          const std::uint64_t last = scales.size() / 4 - 37;
-          for (std::size_t i = 0; i < std::size(specials); ++i) {
-            std::memcpy(scales.data() + (3 + i) * 4, &specials[i], 4);
-            std::memcpy(scales.data() + (last + 20 + i) * 4, &specials[i], 4);
+      for (const unsigned version : {1u, 2u})
+        for (const bool act_order : {false, true}) {
+          INFO(dtype_name(scale_dtype) << " scales, group " << group << ", v" << version
+                                       << (act_order ? ", act-order" : ""));
+          // K = 17 x 32: a tile of 512 columns and a partial one; N = 37: a partial tile of 16 rows.
+          Weight w = make_gptq({.bits = 4,
+                                .group = group,
+                                .version = version,
+                                .sym = false,
+                                .act_order = act_order,
+                                .scale_dtype = scale_dtype},
+                               544, 37, rng);
+          if (scale_dtype == DType::kF32) {  // group 0 of rows 3.., and the last group of rows 20..
+            Bytes& scales = w.part("scales").bytes;
+            const std::uint64_t last = scales.size() / 4 - 37;
+            for (std::size_t i = 0; i < std::size(specials); ++i) {
+              std::memcpy(scales.data() + (3 + i) * 4, &specials[i], 4);
+              std::memcpy(scales.data() + (last + 20 + i) * 4, &specials[i], 4);
+            }
           }
+          const std::vector<float> f32 = decode(w);
+          require_same(f32, ref_gptq(w), w.t.cols);
+          const std::vector<PartBytes> views = w.views();
+          for (const DType dtype : {DType::kBF16, DType::kF16})
+            for (const auto& [begin, end] : {std::pair<std::uint64_t, std::uint64_t>{0, 37}, {5, 30}}) {
+              INFO(dtype_name(dtype) << " rows " << begin << ".." << end);
+              const std::size_t count = static_cast<std::size_t>((end - begin) * w.t.cols);
+              Bytes want(count * 2), got(count * 2);
+              REQUIRE(convert(std::as_bytes(std::span(f32)).subspan(begin * w.t.cols * 4, count * 4), DType::kF32, want,
+                              dtype)
+                          .has_value());
+              REQUIRE(dequantize_rows(w.t, views, begin, end, dtype, got).has_value());
+              CHECK(got == want);
+            }
         }
-        const std::vector<float> f32 = decode(w);
-        require_same(f32, ref_gptq(w), w.t.cols);
-        const std::vector<PartBytes> views = w.views();
-        for (const DType dtype : {DType::kBF16, DType::kF16})
-          for (const auto& [begin, end] : {std::pair<std::uint64_t, std::uint64_t>{0, 37}, {5, 30}}) {
-            INFO(dtype_name(dtype) << " rows " << begin << ".." << end);
-            const std::size_t count = static_cast<std::size_t>((end - begin) * w.t.cols);
-            Bytes want(count * 2), got(count * 2);
-            REQUIRE(convert(std::as_bytes(std::span(f32)).subspan(begin * w.t.cols * 4, count * 4), DType::kF32, want,
-                            dtype)
-                        .has_value());
-            REQUIRE(dequantize_rows(w.t, views, begin, end, dtype, got).has_value());
-            CHECK(got == want);
-          }
-      }
 }
 
 // Integer codes read out of a GPTQ weight by the reference: q [K][N], true zeros [groups][N].

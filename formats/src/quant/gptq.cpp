@@ -119,9 +119,10 @@ Result<bool> dequantize_gptq_direct(const LogicalTensor& t, std::span<const Part
                                     std::uint64_t row_end, DType dtype, std::span<std::byte> out) {
   QLOAD_ASSIGN_OR_RETURN(const GptqParts p, gptq_parts(t, parts));
   const GroupMap& groups = p.groups;
-  if (t.params.bits != 4 || !groups.index.empty() || groups.size % 16 != 0 || t.cols % 16 != 0 || !cpu_has_avx2())
+  if (t.params.bits != 4 || (groups.index.empty() && groups.size % 16 != 0) || t.cols % 16 != 0 || !cpu_has_avx2())
     return false;
-  const std::uint64_t elem = dtype_info(dtype).block_bytes, words = t.cols / 8, group_words = groups.size / 8;
+  const std::uint64_t elem = dtype_info(dtype).block_bytes, words = t.cols / 8;
+  const Gptq4Groups row_groups{.words = groups.size / 8, .index = groups.index.empty() ? nullptr : groups.index.data()};
   std::vector<std::int32_t> z(static_cast<std::size_t>(kTileRows * groups.count));
   std::vector<float> s(z.size());
   for (std::uint64_t n0 = row_begin; n0 < row_end; n0 += kTileRows) {
@@ -132,7 +133,7 @@ Result<bool> dequantize_gptq_direct(const LogicalTensor& t, std::span<const Part
       const std::uint64_t w1 = std::min(words, w0 + kTileCols / 8);
       for (std::uint64_t j = 0; j < rows; ++j) {
         std::byte* row = out.data() + ((n0 + j - row_begin) * t.cols + w0 * 8) * elem;
-        if (!decode_gptq4_row_avx2(p.qweight->bytes.data() + (n0 + j) * 4, t.rows, w0, w1, group_words,
+        if (!decode_gptq4_row_avx2(p.qweight->bytes.data() + (n0 + j) * 4, t.rows, w0, w1, row_groups,
                                    z.data() + j * groups.count, s.data() + j * groups.count, dtype, row))
           return fail(Errc::kInternal, "decode_gptq4_row_avx2 refused a row it was sized for");
       }

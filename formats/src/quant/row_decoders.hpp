@@ -45,14 +45,22 @@ bool decode_nvfp4_rows_avx2(const DequantArgs& a, std::uint64_t row_begin, std::
 // Whether this CPU has AVX2 and F16C, which every *_avx2 decoder needs (read once).
 bool cpu_has_avx2() noexcept;
 
+// A GPTQ weight's groups, as decode_gptq4_row_avx2 takes them: contiguous runs of `words` qweight
+// words (an even count), or where `index` is set (act-order), column k's group index[k], each
+// below the count of groups the row's z and s hold.
+struct Gptq4Groups {
+  std::uint64_t words = 0;
+  const std::uint32_t* index = nullptr;
+};
+
 // GPTQ 4-bit (gptq.cpp's layout), one output row: columns [8 * w0, 8 * w1) from the qweight words
-// w0 .. w1 - 1 of that row, word w at word index w * stride of `qweight` (read unaligned), in
-// contiguous groups of `group_words` words with zero point z[g] and scale s[g] for word w's group
-// g = w / group_words, written to `dtype` (F32, BF16 or F16) at `out` (column 8 * w0 first) as the
-// portable decoder and the conversion codec write them. False, and nothing written, where the CPU
-// lacks AVX2 or w0, w1 or group_words is odd (two words go out at a time).
+// w0 .. w1 - 1 of that row, word w at word index w * stride of `qweight` (read unaligned), with
+// zero point z[g] and scale s[g] for column k's group g, written to `dtype` (F32, BF16 or F16) at
+// `out` (column 8 * w0 first) as the portable decoder and the conversion codec write them. False,
+// and nothing written, where the CPU lacks AVX2 or w0, w1 or groups.words (without an index) is
+// odd (two words go out at a time).
 bool decode_gptq4_row_avx2(const std::byte* qweight, std::uint64_t stride, std::uint64_t w0, std::uint64_t w1,
-                           std::uint64_t group_words, const std::int32_t* z, const float* s, DType dtype,
+                           const Gptq4Groups& groups, const std::int32_t* z, const float* s, DType dtype,
                            std::byte* out);
 
 // in[k] narrowed to BF16 for k < count (a multiple of 16) as the AVX2 decoders narrow blocks

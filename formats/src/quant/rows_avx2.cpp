@@ -496,6 +496,20 @@ QLOAD_AVX2 void gptq4_words(const std::byte* qweight, std::uint64_t stride, std:
     }
   }
 }
+// Act-order: each column's zero point and scale gathered by its group index (in L1: one row's
+// groups), the columns in order.
+template <typename Out>
+QLOAD_AVX2 void gptq4_words_indexed(const std::byte* qweight, std::uint64_t stride, std::uint64_t w, std::uint64_t end,
+                                    const std::uint32_t* index, const std::int32_t* z, const float* s, Out& y) {
+  const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+  for (; w < end; w += 2) {
+    const __m256i lo = word_at(qweight, w * stride), hi = word_at(qweight, (w + 1) * stride);
+    const __m256i g0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(index + w * 8));
+    const __m256i g1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(index + w * 8 + 8));
+    y.put(gptq_scaled(lo, shifts, _mm256_i32gather_epi32(z, g0, 4), _mm256_i32gather_ps(s, g0, 4)),
+          gptq_scaled(hi, shifts, _mm256_i32gather_epi32(z, g1, 4), _mm256_i32gather_ps(s, g1, 4)));
+  }
+}
 
 // Whether s * (q - z), |q - z| <= 15, is zero or normal below 2^111 for every code: split_top's range.
 inline bool gptq4_split_takes(float s) {
@@ -523,6 +537,21 @@ QLOAD_SIMD_LOOP void gptq4_row(const std::byte* qweight, std::uint64_t stride, s
       gptq4_words(qweight, stride, w, end, z[g], s[g], y);
     }
     w = end;
+  }
+}
+// BF16 by the NaN-keeping rounding: gathering per column costs more than narrowing does.
+QLOAD_SIMD_LOOP void gptq4_row_indexed(const std::byte* qweight, std::uint64_t stride, std::uint64_t w0,
+                                       std::uint64_t w1, const std::uint32_t* index, const std::int32_t* z,
+                                       const float* s, DType dtype, std::byte* out) {
+  if (dtype == DType::kF32) {
+    F32Out y{reinterpret_cast<float*>(out)};
+    gptq4_words_indexed(qweight, stride, w0, w1, index, z, s, y);
+  } else if (dtype == DType::kF16) {
+    F16Out y{reinterpret_cast<std::uint16_t*>(out)};
+    gptq4_words_indexed(qweight, stride, w0, w1, index, z, s, y);
+  } else {
+    Bf16Out<true> y{reinterpret_cast<std::uint16_t*>(out)};
+    gptq4_words_indexed(qweight, stride, w0, w1, index, z, s, y);
   }
 }
 
@@ -556,12 +585,15 @@ bool decode_block_rows_avx2(std::uint32_t type, const std::uint8_t* base, std::u
 }
 
 bool decode_gptq4_row_avx2(const std::byte* qweight, std::uint64_t stride, std::uint64_t w0, std::uint64_t w1,
-                           std::uint64_t group_words, const std::int32_t* z, const float* s, DType dtype,
+                           const Gptq4Groups& groups, const std::int32_t* z, const float* s, DType dtype,
                            std::byte* out) {
-  if (!cpu_has_avx2() || group_words % 2 != 0 || w0 % 2 != 0 || w1 % 2 != 0 ||
+  if (!cpu_has_avx2() || w0 % 2 != 0 || w1 % 2 != 0 || (groups.index == nullptr && groups.words % 2 != 0) ||
       (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16))
     return false;
-  gptq4_row(qweight, stride, w0, w1, group_words, z, s, dtype, out);
+  if (groups.index != nullptr)
+    gptq4_row_indexed(qweight, stride, w0, w1, groups.index, z, s, dtype, out);
+  else
+    gptq4_row(qweight, stride, w0, w1, groups.words, z, s, dtype, out);
   return true;
 }
 
@@ -587,7 +619,7 @@ bool decode_nvfp4_rows_avx2(const DequantArgs& a, std::uint64_t row_begin, std::
 bool cpu_has_avx2() noexcept {
   return false;
 }
-bool decode_gptq4_row_avx2(const std::byte*, std::uint64_t, std::uint64_t, std::uint64_t, std::uint64_t,
+bool decode_gptq4_row_avx2(const std::byte*, std::uint64_t, std::uint64_t, std::uint64_t, const Gptq4Groups&,
                            const std::int32_t*, const float*, DType, std::byte*) {
   return false;
 }
