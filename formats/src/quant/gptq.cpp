@@ -38,8 +38,8 @@ Result<GptqParts> gptq_parts(const LogicalTensor& t, std::span<const PartBytes> 
 }
 
 // Zero points and scales of output row n, one entry per group.
-void load_row_params(const LogicalTensor& t, const GptqParts& p, const GroupMap& groups, std::uint64_t n,
-                     std::int32_t* z, float* s) {
+void load_row_params(const LogicalTensor& t, const GptqParts& p, std::uint64_t n, std::int32_t* z, float* s) {
+  const GroupMap& groups = p.groups;
   const unsigned b = t.params.bits;
   const std::uint32_t mask = field_mask(b);
   const bool v1 = t.params.gptq_version == 1;
@@ -66,8 +66,9 @@ constexpr std::uint64_t kTileRows = 16;
 constexpr std::uint64_t kTileCols = 512;
 
 template <unsigned B>
-void decode_rows(const LogicalTensor& t, const GptqParts& p, const GroupMap& groups, std::uint64_t row_begin,
-                 std::uint64_t row_end, float* out) {
+void decode_rows(const LogicalTensor& t, const GptqParts& p, std::uint64_t row_begin, std::uint64_t row_end,
+                 float* out) {
+  const GroupMap& groups = p.groups;
   const std::uint64_t n_cols = t.rows;
   const std::uint64_t k = t.cols;
   const std::byte* qw = p.qweight->bytes.data();
@@ -78,7 +79,7 @@ void decode_rows(const LogicalTensor& t, const GptqParts& p, const GroupMap& gro
   for (std::uint64_t n0 = row_begin; n0 < row_end; n0 += kTileRows) {
     const std::uint64_t rows = std::min(kTileRows, row_end - n0);
     for (std::uint64_t j = 0; j < rows; ++j)
-      load_row_params(t, p, groups, n0 + j, z.data() + j * groups.count, s.data() + j * groups.count);
+      load_row_params(t, p, n0 + j, z.data() + j * groups.count, s.data() + j * groups.count);
     for (std::uint64_t k0 = 0; k0 < k; k0 += kTileCols) {
       const std::uint64_t cols = std::min(kTileCols, k - k0);  // a multiple of 32
       for (std::uint64_t c = 0; c < cols / 32; ++c) {
@@ -102,10 +103,10 @@ Status dequantize_gptq(const LogicalTensor& t, std::span<const PartBytes> parts,
   QLOAD_ASSIGN_OR_RETURN(const GptqParts p, gptq_parts(t, parts));
   QLOAD_TRY(check_output(t, row_begin, row_end, out.size()));
   switch (t.params.bits) {
-    case 2: decode_rows<2>(t, p, p.groups, row_begin, row_end, out.data()); break;
-    case 3: decode_rows<3>(t, p, p.groups, row_begin, row_end, out.data()); break;
-    case 4: decode_rows<4>(t, p, p.groups, row_begin, row_end, out.data()); break;
-    case 8: decode_rows<8>(t, p, p.groups, row_begin, row_end, out.data()); break;
+    case 2: decode_rows<2>(t, p, row_begin, row_end, out.data()); break;
+    case 3: decode_rows<3>(t, p, row_begin, row_end, out.data()); break;
+    case 4: decode_rows<4>(t, p, row_begin, row_end, out.data()); break;
+    case 8: decode_rows<8>(t, p, row_begin, row_end, out.data()); break;
     default: return fail(Errc::kInternal, "GPTQ bits not checked by packed_shapes");
   }
   return {};
@@ -128,7 +129,7 @@ Result<bool> dequantize_gptq_direct(const LogicalTensor& t, std::span<const Part
   for (std::uint64_t n0 = row_begin; n0 < row_end; n0 += kTileRows) {
     const std::uint64_t rows = std::min(kTileRows, row_end - n0);
     for (std::uint64_t j = 0; j < rows; ++j)
-      load_row_params(t, p, groups, n0 + j, z.data() + j * groups.count, s.data() + j * groups.count);
+      load_row_params(t, p, n0 + j, z.data() + j * groups.count, s.data() + j * groups.count);
     for (std::uint64_t w0 = 0; w0 < words; w0 += kTileCols / 8) {
       const std::uint64_t w1 = std::min(words, w0 + kTileCols / 8);
       for (std::uint64_t j = 0; j < rows; ++j) {
