@@ -135,61 +135,72 @@ TEST_CASE("GPTQ with a stored g_idx of k / G decodes like one without, and sorts
 }
 
 // GPTQ 4-bit is written straight in the output dtype (rows_avx2.cpp, where the CPU has AVX2;
-// the F32 decode goes that way too and meets the reference above), act-order too. Its
-// BF16 and F16 must be the F32 decode converted, bit for bit: the split narrowing where a group's
-// scale keeps every product zero or normal below 2^111, the NaN-keeping rounding elsewhere, so
-// F32 scales at and around both edges of that range, zeros, infinities and NaNs.
+// the F32 decode goes that way too and meets the reference above), act-order too. Its BF16 and
+// F16 must be the F32 decode converted, bit for bit: the split narrowing where a group's scale
+// keeps every product zero or normal below 2^111, the NaN-keeping rounding elsewhere, so F32
+// scales at and around both edges of that range, zeros, infinities and NaNs.
+constexpr float kEdgeScales[] = {std::numeric_limits<float>::quiet_NaN(),
+                                 -std::numeric_limits<float>::infinity(),
+                                 std::numeric_limits<float>::infinity(),
+                                 0.0f,
+                                 -0.0f,
+                                 0x1p-127f,
+                                 0x1p-126f,
+                                 -0x1p-126f,
+                                 0x1.fffffep106f,  // just below 2^107
+                                 0x1p107f,
+                                 -0x1p120f,
+                                 std::numeric_limits<float>::denorm_min(),
+                                 std::bit_cast<float>(0xffb12345u)};  // a signalling NaN with a payload
+
+// The scales [groups, N] as F32, with kEdgeScales in group 0 from row 3 on and in the last
+// group from row 20 on.
+void set_edge_scales(Weight& w, std::uint64_t n) {
+  OwnedPart& part = w.part("scales");
+  if (part.dtype != DType::kF32) {
+    Bytes f32(part.bytes.size() / 2 * 4);
+    REQUIRE(convert(part.bytes, part.dtype, f32, DType::kF32).has_value());
+    part.bytes = std::move(f32);
+    part.dtype = DType::kF32;
+    w.t.params.scale_dtype = DType::kF32;  // what the reference reads them as
+  }
+  const std::uint64_t last = part.bytes.size() / 4 - n;
+  for (std::size_t i = 0; i < std::size(kEdgeScales); ++i) {
+    std::memcpy(part.bytes.data() + (3 + i) * 4, &kEdgeScales[i], 4);
+    std::memcpy(part.bytes.data() + (last + 20 + i) * 4, &kEdgeScales[i], 4);
+  }
+}
+
+// BF16 and F16 of all rows and of rows [5, 30) against `f32` (all rows) converted.
+void require_narrow_outputs_converted(const Weight& w, const std::vector<float>& f32) {
+  const std::vector<PartBytes> views = w.views();
+  for (const DType dtype : {DType::kBF16, DType::kF16})
+    for (const auto& [begin, end] : {std::pair<std::uint64_t, std::uint64_t>{0, w.t.rows}, {5, 30}}) {
+      INFO(dtype_name(dtype) << " rows " << begin << ".." << end);
+      const std::size_t count = static_cast<std::size_t>((end - begin) * w.t.cols);
+      Bytes want(count * 2), got(count * 2);
+      REQUIRE(convert(std::as_bytes(std::span(f32)).subspan(begin * w.t.cols * 4, count * 4), DType::kF32, want, dtype)
+                  .has_value());
+      REQUIRE(dequantize_rows(w.t, views, begin, end, dtype, got).has_value());
+      CHECK(got == want);
+    }
+}
+
 TEST_CASE("GPTQ 4-bit to BF16 and F16 equals the F32 decode converted, with scales at every edge", "[quant]") {
   Rng rng(0x6770747100000009);
-  const float specials[] = {std::numeric_limits<float>::quiet_NaN(),
-                            -std::numeric_limits<float>::infinity(),
-                            std::numeric_limits<float>::infinity(),
-                            0.0f,
-                            -0.0f,
-                            0x1p-127f,
-                            0x1p-126f,
-                            -0x1p-126f,
-                            std::nextafter(0x1p107f, 0.0f),
-                            0x1p107f,
-                            -0x1p120f,
-                            std::numeric_limits<float>::denorm_min(),
-                            std::bit_cast<float>(0xffb12345u)};  // a signalling NaN with a payload
-  for (const DType scale_dtype : {DType::kF16, DType::kF32})
+  for (const bool edges : {false, true})
     for (const std::uint64_t group : {32u, 128u, 0u})
       for (const unsigned version : {1u, 2u})
         for (const bool act_order : {false, true}) {
-          INFO(dtype_name(scale_dtype) << " scales, group " << group << ", v" << version
-                                       << (act_order ? ", act-order" : ""));
+          INFO((edges ? "F32 edge" : "F16")
+               << " scales, group " << group << ", v" << version << (act_order ? ", act-order" : ""));
           // K = 17 x 32: a tile of 512 columns and a partial one; N = 37: a partial tile of 16 rows.
-          Weight w = make_gptq({.bits = 4,
-                                .group = group,
-                                .version = version,
-                                .sym = false,
-                                .act_order = act_order,
-                                .scale_dtype = scale_dtype},
+          Weight w = make_gptq({.bits = 4, .group = group, .version = version, .sym = false, .act_order = act_order},
                                544, 37, rng);
-          if (scale_dtype == DType::kF32) {  // group 0 of rows 3.., and the last group of rows 20..
-            Bytes& scales = w.part("scales").bytes;
-            const std::uint64_t last = scales.size() / 4 - 37;
-            for (std::size_t i = 0; i < std::size(specials); ++i) {
-              std::memcpy(scales.data() + (3 + i) * 4, &specials[i], 4);
-              std::memcpy(scales.data() + (last + 20 + i) * 4, &specials[i], 4);
-            }
-          }
+          if (edges) set_edge_scales(w, 37);
           const std::vector<float> f32 = decode(w);
           require_same(f32, ref_gptq(w), w.t.cols);
-          const std::vector<PartBytes> views = w.views();
-          for (const DType dtype : {DType::kBF16, DType::kF16})
-            for (const auto& [begin, end] : {std::pair<std::uint64_t, std::uint64_t>{0, 37}, {5, 30}}) {
-              INFO(dtype_name(dtype) << " rows " << begin << ".." << end);
-              const std::size_t count = static_cast<std::size_t>((end - begin) * w.t.cols);
-              Bytes want(count * 2), got(count * 2);
-              REQUIRE(convert(std::as_bytes(std::span(f32)).subspan(begin * w.t.cols * 4, count * 4), DType::kF32, want,
-                              dtype)
-                          .has_value());
-              REQUIRE(dequantize_rows(w.t, views, begin, end, dtype, got).has_value());
-              CHECK(got == want);
-            }
+          require_narrow_outputs_converted(w, f32);
         }
 }
 
@@ -359,7 +370,7 @@ std::vector<float> ref_awq_gemm(const Weight& w) {
       const std::uint64_t g = k / w.t.params.group_size;
       const std::uint32_t q = ref_awq_gemm_get(w.bytes("qweight"), n_cols, k, n);
       const std::uint32_t z = ref_awq_gemm_get(w.bytes("qzeros"), n_cols, g, n);
-      out[n * k_cols + k] = ref_w(ref_scale(w.bytes("scales"), DType::kF16, g * n_cols + n), q, z);
+      out[n * k_cols + k] = ref_w(ref_scale(w.bytes("scales"), w.find("scales")->dtype, g * n_cols + n), q, z);
     }
   return out;
 }
