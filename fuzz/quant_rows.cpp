@@ -1,6 +1,6 @@
 // libFuzzer target, differential: the x86 row decoders (rows_avx512.cpp, rows_avx2.cpp) against
 // the portable ones on any bytes, and FP8's BF16 / F16 tables (fp8.cpp) against its f32
-// elements narrowed by convert(), and GPTQ 4-bit written straight in each output dtype
+// elements narrowed by convert(), and GPTQ written straight in each output dtype
 // (rows_avx2.cpp) against the portable F32 decoder narrowed by convert(). The input picks a
 // format (a GGML block type, OCP MXFP4, NVFP4, FP8 or GPTQ), a few rows and columns, for NVFP4
 // the global scale and its use, for FP8 the code dtype and the scale layout, for GPTQ the
@@ -208,16 +208,20 @@ void fp8_case(std::uint8_t kind, std::uint8_t shape, std::span<const std::uint8_
   }
 }
 
-// GPTQ 4-bit: version 1 or 2 and v1's zero convention (bits 0-1 of `kind`), the group size (16,
-// 24, 32, 128 or one group: bits 2-4; 24 is left to the portable decoder), the scale dtype (bits
-// 5-6) and act-order (bit 7: a g_idx of input bytes modulo the group count), N 1-40 and K 32-640
-// from `shape` and the next byte; the rest are qweight, qzeros, scales (and g_idx's bytes). dequantize_rows to F32,
-// BF16 and F16 must be the portable F32 decode (decoders.hpp dequantize_gptq), narrowed by convert() for the last two.
+// GPTQ: version 1 or 2 and v1's zero convention (bits 0-1 of `kind`), the group size (16, 24,
+// 32, 128 or one group: bits 2-4; 24 is left to the portable decoder), the scale dtype (bits 5-6)
+// and act-order (bit 7: a g_idx of input bytes modulo the group count); N 1-40 from `shape`; K
+// 32-640 and the width (4, 2, 8 or 3 bits; 3 is the portable decoder's) from the next byte; the
+// rest are qweight, qzeros, scales (and g_idx's bytes). dequantize_rows to F32, BF16 and F16
+// must be the portable F32 decode (decoders.hpp dequantize_gptq), narrowed by convert() for the
+// last two.
 void gptq_case(std::uint8_t kind, std::uint8_t shape, std::span<const std::uint8_t> rest) {
   using formats::LogicalTensor;
   using formats::QuantScheme;
   if (rest.empty()) return;
+  constexpr unsigned kBits[] = {4, 2, 8, 3};
   const std::uint64_t n = 1 + shape % 40, k = 32 * (1 + rest[0] % 20);
+  const unsigned bits = kBits[rest[0] / 20 % 4];
   rest = rest.subspan(1);
   constexpr std::uint64_t kGroups[] = {16, 24, 32, 128, 0, 0, 0, 0};
   constexpr DType kScales[] = {DType::kF16, DType::kBF16, DType::kF32, DType::kF32};
@@ -226,22 +230,22 @@ void gptq_case(std::uint8_t kind, std::uint8_t shape, std::span<const std::uint8
   t.rows = n;
   t.cols = k;
   t.params.scheme = QuantScheme::kGptq;
-  t.params.bits = 4;
+  t.params.bits = bits;
   t.params.sym = false;
   t.params.gptq_version = (kind & 1) != 0 ? 1 : 2;
   t.params.gptq_v1_whole_word = (kind & 2) != 0;
   t.params.group_size = kGroups[(kind >> 2) % 8];
   const DType scale_dtype = kScales[(kind >> 5) % 4];
   const std::uint64_t group = t.params.group_size == 0 || t.params.group_size > k ? k : t.params.group_size;
-  const std::uint64_t groups = (k + group - 1) / group, zero_words = (n + 7) / 8;
-  const std::uint64_t weight_bytes = k / 8 * n * 4, zero_bytes = groups * zero_words * 4,
+  const std::uint64_t groups = (k + group - 1) / group, zero_words = (n * bits + 31) / 32;
+  const std::uint64_t weight_bytes = k * bits / 32 * n * 4, zero_bytes = groups * zero_words * 4,
                       scale_bytes = groups * n * (dtype_info(scale_dtype).bits / 8);
   const bool act_order = (kind & 0x80) != 0;
   const std::uint64_t index_bytes = act_order ? k : 0;
   if (rest.size() < weight_bytes + zero_bytes + scale_bytes + index_bytes) return;
   const auto bytes = std::as_bytes(rest);
   std::vector<formats::PartBytes> parts = {
-      {"qweight", DType::kI32, Shape{k / 8, n}, bytes.first(weight_bytes)},
+      {"qweight", DType::kI32, Shape{k * bits / 32, n}, bytes.first(weight_bytes)},
       {"qzeros", DType::kI32, Shape{groups, zero_words}, bytes.subspan(weight_bytes, zero_bytes)},
       {"scales", scale_dtype, Shape{groups, n}, bytes.subspan(weight_bytes + zero_bytes, scale_bytes)}};
   std::vector<std::int32_t> g_idx;
@@ -255,7 +259,7 @@ void gptq_case(std::uint8_t kind, std::uint8_t shape, std::span<const std::uint8
     std::vector<std::byte> want(out + kSentinel, std::byte{0x5a}), got(out + kSentinel, std::byte{0x5a});
     if (!formats::convert(std::as_bytes(std::span(f32)), DType::kF32, std::span(want).first(out), dtype)) std::abort();
     if (!formats::dequantize_rows(t, parts, 0, n, dtype, std::span(got).first(out))) std::abort();
-    if (first_difference(want, got, dtype) != want.size()) differ("GPTQ 4-bit (direct)", dtype, want, got);
+    if (first_difference(want, got, dtype) != want.size()) differ("GPTQ (direct)", dtype, want, got);
   }
 }
 

@@ -134,11 +134,12 @@ TEST_CASE("GPTQ with a stored g_idx of k / G decodes like one without, and sorts
   CHECK(sorted == w.bytes("g_idx"));
 }
 
-// GPTQ 4-bit is written straight in the output dtype (rows_avx2.cpp, where the CPU has AVX2;
-// the F32 decode goes that way too and meets the reference above), act-order too. Its BF16 and
-// F16 must be the F32 decode converted, bit for bit: the split narrowing where a group's scale
-// keeps every product zero or normal below 2^111, the NaN-keeping rounding elsewhere, so F32
-// scales at and around both edges of that range, zeros, infinities and NaNs.
+// GPTQ with 2, 4 and 8 bits is written straight in the output dtype (rows_avx2.cpp, where the
+// CPU has AVX2; the F32 decode goes that way too and meets the reference above), act-order too.
+// Its BF16 and F16 must be the F32 decode converted, bit for bit: the split narrowing where a
+// group's scale keeps every product zero or normal below 2^111, the NaN-keeping rounding
+// elsewhere, so F32 scales at and around the edges of that range (below 2^107 for 4 bits, 2^103
+// for 8, 2^109 for 2; from 2^-126 for all), zeros, infinities and NaNs.
 constexpr float kEdgeScales[] = {std::numeric_limits<float>::quiet_NaN(),
                                  -std::numeric_limits<float>::infinity(),
                                  std::numeric_limits<float>::infinity(),
@@ -147,14 +148,18 @@ constexpr float kEdgeScales[] = {std::numeric_limits<float>::quiet_NaN(),
                                  0x1p-127f,
                                  0x1p-126f,
                                  -0x1p-126f,
-                                 0x1.fffffep106f,  // just below 2^107
+                                 0x1.fffffep102f,  // just below 2^103, 8 bits' edge
+                                 0x1p103f,
+                                 0x1.fffffep106f,  // just below 2^107, 4 bits' edge
                                  0x1p107f,
-                                 -0x1p120f,
+                                 0x1.fffffep108f,  // just below 2^109, 2 bits' edge
+                                 -0x1p109f,
+                                 -0x1.8p110f,  // past every width's edge: 3 x this overflows the split
                                  std::numeric_limits<float>::denorm_min(),
                                  std::bit_cast<float>(0xffb12345u)};  // a signalling NaN with a payload
 
-// The scales [groups, N] as F32, with kEdgeScales in group 0 from row 3 on and in the last
-// group from row 20 on.
+// The scales [groups, N] (N >= 37) as F32, with kEdgeScales in group 0 from row 3 on and in the
+// last group from row 20 on.
 void set_edge_scales(Weight& w, std::uint64_t n) {
   OwnedPart& part = w.part("scales");
   if (part.dtype != DType::kF32) {
@@ -186,22 +191,23 @@ void require_narrow_outputs_converted(const Weight& w, const std::vector<float>&
     }
 }
 
-TEST_CASE("GPTQ 4-bit to BF16 and F16 equals the F32 decode converted, with scales at every edge", "[quant]") {
+TEST_CASE("GPTQ to BF16 and F16 equals the F32 decode converted, with scales at every edge", "[quant]") {
   Rng rng(0x6770747100000009);
-  for (const bool edges : {false, true})
-    for (const std::uint64_t group : {32u, 128u, 0u})
-      for (const unsigned version : {1u, 2u})
-        for (const bool act_order : {false, true}) {
-          INFO((edges ? "F32 edge" : "F16")
-               << " scales, group " << group << ", v" << version << (act_order ? ", act-order" : ""));
-          // K = 17 x 32: a tile of 512 columns and a partial one; N = 37: a partial tile of 16 rows.
-          Weight w = make_gptq({.bits = 4, .group = group, .version = version, .sym = false, .act_order = act_order},
-                               544, 37, rng);
-          if (edges) set_edge_scales(w, 37);
-          const std::vector<float> f32 = decode(w);
-          require_same(f32, ref_gptq(w), w.t.cols);
-          require_narrow_outputs_converted(w, f32);
-        }
+  for (const unsigned bits : {2u, 3u, 4u, 8u})  // 3: the portable loop, for contrast
+    for (const bool edges : {false, true})
+      for (const std::uint64_t group : {32u, 128u, 0u})
+        for (const unsigned version : {1u, 2u})
+          for (const bool act_order : {false, true}) {
+            INFO(bits << " bits, " << (edges ? "F32 edge" : "F16") << " scales, group " << group << ", v" << version
+                      << (act_order ? ", act-order" : ""));
+            // K = 17 x 32: a tile of 512 columns and a partial one; N = 37: a partial tile of 16 rows.
+            Weight w = make_gptq(
+                {.bits = bits, .group = group, .version = version, .sym = false, .act_order = act_order}, 544, 37, rng);
+            if (edges) set_edge_scales(w, 37);
+            const std::vector<float> f32 = decode(w);
+            require_same(f32, ref_gptq(w), w.t.cols);
+            require_narrow_outputs_converted(w, f32);
+          }
 }
 
 // Integer codes read out of a GPTQ weight by the reference: q [K][N], true zeros [groups][N].

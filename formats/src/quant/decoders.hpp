@@ -24,9 +24,9 @@ inline bool stacked_rows_are_flat(const LogicalTensor& t) noexcept {
 // GPTQ, AWQ (GEMM and GEMV), compressed-tensors pack-quantized and int-quantized.
 Status dequantize_gptq(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t row_begin,
                        std::uint64_t row_end, std::span<float> out);
-// GPTQ 4-bit (act-order, or contiguous groups of a multiple of 16 columns), written straight to `dtype`
-// (F32, BF16 or F16) through AVX2: false (nothing written) for any other weight or CPU, after
-// the same checks as dequantize_gptq.
+// GPTQ with 2, 4 or 8 bits (act-order, or contiguous groups of a multiple of 16 columns),
+// written straight to `dtype` (F32, BF16 or F16) through AVX2: false (nothing written) for any
+// other weight or CPU, after the same checks as dequantize_gptq.
 Result<bool> dequantize_gptq_direct(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t row_begin,
                                     std::uint64_t row_end, DType dtype, std::span<std::byte> out);
 Status dequantize_awq(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t row_begin,

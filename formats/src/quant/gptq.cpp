@@ -113,30 +113,34 @@ Status dequantize_gptq(const LogicalTensor& t, std::span<const PartBytes> parts,
 }
 
 // The same tiles as decode_rows (16 output rows by 512 columns, so each qweight line is loaded
-// once per tile), each row of a tile through decode_gptq4_row_avx2, which writes the output
-// dtype itself: measured against decode_rows' unpack-then-scale loop and the F32 slab it needs
-// for BF16, see docs/benchmarks.md ("GPTQ 4-bit through AVX2").
+// once per tile), each row of a tile through decode_gptq_row_avx2, which writes the output dtype
+// itself: measured against decode_rows' unpack-then-scale loop and the F32 slab it needs for
+// BF16, see docs/benchmarks.md ("GPTQ 4-bit through AVX2"). 3 bits (fields across words) stay
+// with decode_rows.
 Result<bool> dequantize_gptq_direct(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t row_begin,
                                     std::uint64_t row_end, DType dtype, std::span<std::byte> out) {
   QLOAD_ASSIGN_OR_RETURN(const GptqParts p, gptq_parts(t, parts));
   const GroupMap& groups = p.groups;
-  if (t.params.bits != 4 || (groups.index.empty() && groups.size % 16 != 0) || t.cols % 16 != 0 || !cpu_has_avx2())
+  const unsigned b = t.params.bits;
+  if ((b != 2 && b != 4 && b != 8) || (groups.index.empty() && groups.size % 16 != 0) || t.cols % 16 != 0 ||
+      !cpu_has_avx2())
     return false;
-  const std::uint64_t elem = dtype_info(dtype).block_bytes, words = t.cols / 8;
-  const Gptq4Groups row_groups{.words = groups.size / 8, .index = groups.index.empty() ? nullptr : groups.index.data()};
+  const std::uint64_t elem = dtype_info(dtype).block_bytes, words = t.cols * b / 32, tile_words = kTileCols * b / 32;
+  const GptqGroups row_groups{.words = groups.size * b / 32,
+                              .index = groups.index.empty() ? nullptr : groups.index.data()};
   std::vector<std::int32_t> z(static_cast<std::size_t>(kTileRows * groups.count));
   std::vector<float> s(z.size());
   for (std::uint64_t n0 = row_begin; n0 < row_end; n0 += kTileRows) {
     const std::uint64_t rows = std::min(kTileRows, row_end - n0);
     for (std::uint64_t j = 0; j < rows; ++j)
       load_row_params(t, p, n0 + j, z.data() + j * groups.count, s.data() + j * groups.count);
-    for (std::uint64_t w0 = 0; w0 < words; w0 += kTileCols / 8) {
-      const std::uint64_t w1 = std::min(words, w0 + kTileCols / 8);
+    for (std::uint64_t w0 = 0; w0 < words; w0 += tile_words) {
+      const std::uint64_t w1 = std::min(words, w0 + tile_words);
       for (std::uint64_t j = 0; j < rows; ++j) {
-        std::byte* row = out.data() + ((n0 + j - row_begin) * t.cols + w0 * 8) * elem;
-        if (!decode_gptq4_row_avx2(p.qweight->bytes.data() + (n0 + j) * 4, t.rows, w0, w1, row_groups,
-                                   z.data() + j * groups.count, s.data() + j * groups.count, dtype, row))
-          return fail(Errc::kInternal, "decode_gptq4_row_avx2 refused a row it was sized for");
+        std::byte* row = out.data() + ((n0 + j - row_begin) * t.cols + w0 * 32 / b) * elem;
+        if (!decode_gptq_row_avx2(b, p.qweight->bytes.data() + (n0 + j) * 4, t.rows, w0, w1, row_groups,
+                                  z.data() + j * groups.count, s.data() + j * groups.count, dtype, row))
+          return fail(Errc::kInternal, "decode_gptq_row_avx2 refused a row it was sized for");
       }
     }
   }

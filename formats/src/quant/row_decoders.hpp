@@ -1,5 +1,5 @@
 // The CPU's row decoders that have an instruction-set-specific form: GGML blocks, OCP MXFP4 and
-// NVFP4 (and GPTQ 4-bit rows, gptq.cpp), decoded straight to F32, BF16 or F16. ggml.cpp, mxfp4.cpp and nvfp4.cpp try
+// NVFP4 (and GPTQ rows, gptq.cpp), decoded straight to F32, BF16 or F16. ggml.cpp, mxfp4.cpp and nvfp4.cpp try
 // the AVX-512 one first (rows_avx512.cpp), then the AVX2 one (rows_avx2.cpp), and fall back to the portable one; all
 // give the same bits (rows_avx2_test checks every covered type and output on random blocks, NaN, Inf and subnormal
 // scales included; fuzz_quant_rows any bytes). One freedom: where a NaN scale meets a NaN minimum, IEEE 754 lets either
@@ -45,23 +45,24 @@ bool decode_nvfp4_rows_avx2(const DequantArgs& a, std::uint64_t row_begin, std::
 // Whether this CPU has AVX2 and F16C, which every *_avx2 decoder needs (read once).
 bool cpu_has_avx2() noexcept;
 
-// A GPTQ weight's groups, as decode_gptq4_row_avx2 takes them: contiguous runs of `words` qweight
-// words (an even count), or where `index` is set (act-order), column k's group index[k], each
-// below the count of groups the row's z and s hold.
-struct Gptq4Groups {
+// A GPTQ weight's groups, as decode_gptq_row_avx2 takes them: contiguous runs of `words` qweight
+// words, or where `index` is set (act-order), column k's group index[k], each below the count of
+// groups the row's z and s hold.
+struct GptqGroups {
   std::uint64_t words = 0;
   const std::uint32_t* index = nullptr;
 };
 
-// GPTQ 4-bit (gptq.cpp's layout), one output row: columns [8 * w0, 8 * w1) from the qweight words
-// w0 .. w1 - 1 of that row, word w at word index w * stride of `qweight` (read unaligned), with
-// zero point z[g] and scale s[g] for column k's group g, written to `dtype` (F32, BF16 or F16) at
-// `out` (column 8 * w0 first) as the portable decoder and the conversion codec write them. False,
-// and nothing written, where the CPU lacks AVX2 or w0, w1 or groups.words (without an index) is
-// odd (two words go out at a time).
-bool decode_gptq4_row_avx2(const std::byte* qweight, std::uint64_t stride, std::uint64_t w0, std::uint64_t w1,
-                           const Gptq4Groups& groups, const std::int32_t* z, const float* s, DType dtype,
-                           std::byte* out);
+// GPTQ with `bits` 2, 4 or 8 (gptq.cpp's layout), one output row: columns [32 / bits * w0,
+// 32 / bits * w1) from the qweight words w0 .. w1 - 1 of that row, word w at word index w * stride
+// of `qweight` (read unaligned), with zero point z[g] and scale s[g] for column k's group g,
+// written to `dtype` (F32, BF16 or F16) at `out` (column 32 / bits * w0 first) as the portable
+// decoder and the conversion codec write them. False, and nothing written, where the CPU lacks
+// AVX2, bits is another width, or w0, w1 or groups.words (without an index) is not a multiple of
+// bits / 2 (16 columns go out at a time).
+bool decode_gptq_row_avx2(unsigned bits, const std::byte* qweight, std::uint64_t stride, std::uint64_t w0,
+                          std::uint64_t w1, const GptqGroups& groups, const std::int32_t* z, const float* s,
+                          DType dtype, std::byte* out);
 
 // in[k] narrowed to BF16 for k < count (a multiple of 16) as the AVX2 decoders narrow blocks
 // whose elements are zeros or normal values below 2^111 (rows_avx2.cpp's split_top), for
