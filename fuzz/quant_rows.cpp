@@ -1,17 +1,16 @@
 // libFuzzer target, differential: the x86 row decoders (rows_avx512.cpp, rows_avx2.cpp) against
-// the portable ones on any bytes, and FP8's BF16 / F16 tables (fp8.cpp) against its f32
-// elements narrowed by convert(), and GPTQ written straight in each output dtype
-// (rows_avx2.cpp) against the portable F32 decoder narrowed by convert(). The input picks a
-// format (a GGML block type, OCP MXFP4, NVFP4, FP8 or GPTQ), a few rows and columns, for NVFP4
-// the global scale and its use, for FP8 the code dtype and the scale layout, for GPTQ the
-// version, zero convention, group size and scale dtype; the rest are the blocks, codes and scales (any bytes are
-// valid ones). Each instruction set this CPU has must
-// write the portable decoder's bytes for F32, BF16 and F16, and nothing past the rows: a
-// difference aborts, naming the format, output and first differing byte. One freedom: where two
-// NaNs meet in one operation (a NaN scale and a NaN minimum), IEEE 754 lets the result be
-// either, and compilers may swap the operands of an addition, so an element that is NaN on both
-// sides is equal whatever its payload. (A NaN global scale stays with the portable NVFP4
-// decoder, as the dispatch does.)
+// the portable ones on any bytes; FP8's BF16 / F16 tables (fp8.cpp) against its f32 elements
+// narrowed by convert(); GPTQ and AWQ GEMV written straight in each output dtype (rows_avx2.cpp)
+// against the portable F32 decoders narrowed by convert(). The input picks a format (a GGML block
+// type, OCP MXFP4, NVFP4, FP8, GPTQ or AWQ GEMV), a few rows and columns, for NVFP4 the global
+// scale and its use, for FP8 the code dtype and the scale layout, for GPTQ the width, version,
+// zero convention, group size and scale dtype; the rest are the blocks, codes and scales (any
+// bytes are valid ones). Each instruction set this CPU has must write the portable decoder's
+// bytes for F32, BF16 and F16, and nothing past the rows: a difference aborts, naming the format,
+// output and first differing byte. One freedom: where two NaNs meet in one operation (a NaN scale
+// and a NaN minimum), IEEE 754 lets the result be either, and compilers may swap the operands of
+// an addition, so an element that is NaN on both sides is equal whatever its payload. (A NaN
+// global scale stays with the portable NVFP4 decoder, as the dispatch does.)
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -263,17 +262,59 @@ void gptq_case(std::uint8_t kind, std::uint8_t shape, std::span<const std::uint8
   }
 }
 
+// AWQ GEMV (rows of adjacent 4-bit words, through the GPTQ rows' decoder): the group size (32,
+// 64, 128 or 256: bits 0-1 of `kind`) and the scale dtype (bits 2-3), N 1-40 from `shape`, K
+// 32-640 from the next byte; the rest are qweight, qzeros and scales. As gptq_case, against the
+// portable F32 decode (dequantize_awq) narrowed by convert().
+void awq_gemv_case(std::uint8_t kind, std::uint8_t shape, std::span<const std::uint8_t> rest) {
+  using formats::LogicalTensor;
+  using formats::QuantScheme;
+  if (rest.empty()) return;
+  constexpr std::uint64_t kGroups[] = {32, 64, 128, 256};
+  constexpr DType kScales[] = {DType::kF16, DType::kBF16, DType::kF32, DType::kF32};
+  const std::uint64_t n = 1 + shape % 40, k = 32 * (1 + rest[0] % 20), group = kGroups[kind % 4];
+  rest = rest.subspan(1);
+  const DType scale_dtype = kScales[(kind >> 2) % 4];
+  const std::uint64_t groups = (k + group - 1) / group, multiple = group >= 128 ? 1 : group == 64 ? 2 : 4;
+  const std::uint64_t zero_words = ((groups + 7) / 8 + multiple - 1) / multiple * multiple;  // AutoAWQ's width
+  LogicalTensor t;
+  t.name = "fuzz.qweight";
+  t.rows = n;
+  t.cols = k;
+  t.params.scheme = QuantScheme::kAwqGemv;
+  t.params.bits = 4;
+  t.params.group_size = group;
+  const std::uint64_t weight_bytes = n * k / 8 * 4, zero_bytes = n * zero_words * 4,
+                      scale_bytes = n * 8 * zero_words * (dtype_info(scale_dtype).bits / 8);
+  if (rest.size() < weight_bytes + zero_bytes + scale_bytes) return;
+  const auto bytes = std::as_bytes(rest);
+  const std::vector<formats::PartBytes> parts = {
+      {"qweight", DType::kI32, Shape{n, k / 8}, bytes.first(weight_bytes)},
+      {"qzeros", DType::kI32, Shape{n, zero_words}, bytes.subspan(weight_bytes, zero_bytes)},
+      {"scales", scale_dtype, Shape{n, 8 * zero_words}, bytes.subspan(weight_bytes + zero_bytes, scale_bytes)}};
+  std::vector<float> f32(static_cast<std::size_t>(n * k));
+  if (!dequantize_awq(t, parts, 0, n, f32)) return;  // a group size AutoAWQ does not define (one of K)
+  for (const DType dtype : kOutputs) {
+    const std::size_t out = out_bytes(n * k, dtype);
+    std::vector<std::byte> want(out + kSentinel, std::byte{0x5a}), got(out + kSentinel, std::byte{0x5a});
+    if (!formats::convert(std::as_bytes(std::span(f32)), DType::kF32, std::span(want).first(out), dtype)) std::abort();
+    if (!formats::dequantize_rows(t, parts, 0, n, dtype, std::span(got).first(out))) std::abort();
+    if (first_difference(want, got, dtype) != want.size()) differ("AWQ GEMV (direct)", dtype, want, got);
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size < 3) return 0;
   const std::span<const std::uint8_t> rest(data + 3, size - 3);
-  switch (data[0] % 5) {
+  switch (data[0] % 6) {
     case 0: ggml_case(data[1], data[2], rest); break;
     case 1: fp4_case(false, data[2], rest); break;
     case 2: fp4_case(true, data[2], rest); break;
     case 3: fp8_case(data[1], data[2], rest); break;
-    default: gptq_case(data[1], data[2], rest); break;
+    case 4: gptq_case(data[1], data[2], rest); break;
+    default: awq_gemv_case(data[1], data[2], rest); break;
   }
   return 0;
 }

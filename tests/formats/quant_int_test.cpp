@@ -391,7 +391,7 @@ std::vector<float> ref_awq_gemv(const Weight& w) {
       const std::uint64_t g = k / w.t.params.group_size;
       const std::uint32_t q = ref_get(w.bytes("qweight"), contiguous(n * ref_ceil(k_cols, 8), 4), k);
       const std::uint32_t z = ref_get(w.bytes("qzeros"), contiguous(n * wz, 4), g);
-      out[n * k_cols + k] = ref_w(ref_scale(w.bytes("scales"), DType::kF16, n * 8 * wz + g), q, z);
+      out[n * k_cols + k] = ref_w(ref_scale(w.bytes("scales"), w.find("scales")->dtype, n * 8 * wz + g), q, z);
     }
   return out;
 }
@@ -422,6 +422,30 @@ TEST_CASE("AWQ GEMM and GEMV decode like the reference for each group size", "[q
   CHECK(ref_gemv_zeros_width(384, 64) == 2);
   CHECK(ref_gemv_zeros_width(384, 128) == 1);
   CHECK(packed_shapes(awq_tensor(QuantScheme::kAwqGemv, 384, 8, 16)).error().code() == Errc::kUnsupported);
+}
+
+// AWQ GEMV rows go through the GPTQ rows' AVX2 decoder (their words are adjacent): its BF16 and
+// F16 against the F32 decode converted, with kEdgeScales spread over rows 5.. and their groups.
+TEST_CASE("AWQ GEMV to BF16 and F16 equals the F32 decode converted, with scales at every edge", "[quant]") {
+  Rng rng(0x617771000000000b);
+  for (const bool edges : {false, true})
+    for (const std::uint64_t group : {32u, 64u, 128u, 640u}) {
+      INFO((edges ? "F32 edge" : "F16") << " scales, group " << group);
+      Weight w = make_awq_gemv(640, 40, group, rng);
+      if (edges) {
+        OwnedPart& part = w.part("scales");
+        Bytes f32(part.bytes.size() * 2);
+        REQUIRE(convert(part.bytes, part.dtype, f32, DType::kF32).has_value());
+        const std::uint64_t width = part.shape[1], groups = 640 / group;
+        for (std::size_t i = 0; i < std::size(kEdgeScales); ++i)
+          std::memcpy(f32.data() + ((5 + i) * width + i % groups) * 4, &kEdgeScales[i], 4);
+        part.bytes = std::move(f32);
+        part.dtype = DType::kF32;
+      }
+      const std::vector<float> f32 = decode(w);
+      require_same(f32, ref_awq_gemv(w), w.t.cols);
+      require_narrow_outputs_converted(w, f32);
+    }
 }
 
 TEST_CASE("AWQ GEMM packs columns 0..7 to 0x75316420 and decodes them back", "[quant]") {

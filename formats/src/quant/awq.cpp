@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "bitstream.hpp"
+#include "row_decoders.hpp"
 
 namespace qload::formats::detail {
 namespace {
@@ -93,8 +94,8 @@ void decode_gemv(const LogicalTensor& t, const AwqParts& p, const GroupMap& grou
 
 }  // namespace
 
-Status dequantize_awq(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t row_begin,
-                      std::uint64_t row_end, std::span<float> out) {
+// The parts checked against the weight's packed shapes.
+Result<AwqParts> awq_parts(const LogicalTensor& t, std::span<const PartBytes> parts) {
   if (t.params.scheme != QuantScheme::kAwqGemm && t.params.scheme != QuantScheme::kAwqGemv)
     return fail(Errc::kInternal, "dequantize_awq: wrong scheme");
   AwqParts p;
@@ -102,6 +103,12 @@ Status dequantize_awq(const LogicalTensor& t, std::span<const PartBytes> parts, 
   QLOAD_ASSIGN_OR_RETURN(p.qweight, checked_part(t, parts, "qweight", kWordDtypes, p.shapes.weight));
   QLOAD_ASSIGN_OR_RETURN(p.qzeros, checked_part(t, parts, "qzeros", kWordDtypes, p.shapes.zeros));
   QLOAD_ASSIGN_OR_RETURN(p.scales, checked_part(t, parts, "scales", kScaleDtypes, p.shapes.scales));
+  return p;
+}
+
+Status dequantize_awq(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t row_begin,
+                      std::uint64_t row_end, std::span<float> out) {
+  QLOAD_ASSIGN_OR_RETURN(const AwqParts p, awq_parts(t, parts));
   QLOAD_TRY(check_output(t, row_begin, row_end, out.size()));
   QLOAD_ASSIGN_OR_RETURN(const GroupMap groups, make_group_map(t, t.cols, t.params.group_size, nullptr));
   if (t.params.scheme == QuantScheme::kAwqGemv) {
@@ -110,6 +117,31 @@ Status dequantize_awq(const LogicalTensor& t, std::span<const PartBytes> parts, 
     decode_gemm(t, p, groups, row_begin, row_end, out.data());
   }
   return {};
+}
+
+// GEMV rows are GPTQ's 4-bit rows with their words adjacent (stride 1) and the same arithmetic,
+// so they go through decode_gptq_row_avx2, which writes the output dtype itself.
+Result<bool> dequantize_awq_direct(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t row_begin,
+                                   std::uint64_t row_end, DType dtype, std::span<std::byte> out) {
+  QLOAD_ASSIGN_OR_RETURN(const AwqParts p, awq_parts(t, parts));
+  QLOAD_ASSIGN_OR_RETURN(const GroupMap groups, make_group_map(t, t.cols, t.params.group_size, nullptr));
+  if (t.params.scheme != QuantScheme::kAwqGemv || groups.size % 16 != 0 || t.cols % 16 != 0 || !cpu_has_avx2())
+    return false;
+  const std::uint64_t k = t.cols, wk = p.shapes.weight[1], wz = p.shapes.zeros[1], sw = p.shapes.scales[1];
+  const std::uint64_t row_bytes = k * dtype_info(dtype).block_bytes;
+  std::vector<std::int32_t> z(static_cast<std::size_t>(groups.count));
+  std::vector<float> s(z.size());
+  for (std::uint64_t r = row_begin; r < row_end; ++r) {
+    for (std::uint64_t g = 0; g < groups.count; ++g) {
+      z[g] = static_cast<std::int32_t>(get_field(p.qzeros->bytes.data() + r * wz * 4, 1, g, 4));
+      s[g] = load_scale(*p.scales, r * sw + g);
+    }
+    if (!decode_gptq_row_avx2(4, p.qweight->bytes.data() + r * wk * 4, 1, 0, k / 8,
+                              GptqGroups{.words = groups.size / 8}, z.data(), s.data(), dtype,
+                              out.data() + (r - row_begin) * row_bytes))
+      return fail(Errc::kInternal, "decode_gptq_row_avx2 refused an AWQ GEMV row it was sized for");
+  }
+  return true;
 }
 
 }  // namespace qload::formats::detail

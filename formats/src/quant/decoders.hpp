@@ -31,6 +31,11 @@ Result<bool> dequantize_gptq_direct(const LogicalTensor& t, std::span<const Part
                                     std::uint64_t row_end, DType dtype, std::span<std::byte> out);
 Status dequantize_awq(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t row_begin,
                       std::uint64_t row_end, std::span<float> out);
+// AWQ GEMV with groups of a multiple of 16 columns, written straight to `dtype` (F32, BF16 or
+// F16) through AVX2: false (nothing written) for GEMM, other groups or another CPU, after the
+// same checks as dequantize_awq.
+Result<bool> dequantize_awq_direct(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t row_begin,
+                                   std::uint64_t row_end, DType dtype, std::span<std::byte> out);
 Status dequantize_ct_packed(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t row_begin,
                             std::uint64_t row_end, std::span<float> out);
 Status dequantize_ct_int(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t row_begin,

@@ -149,10 +149,17 @@ Status dequantize_rows(const LogicalTensor& tensor, std::span<const PartBytes> p
                            detail::dequantize_nvfp4_direct(tensor, parts, row_begin, row_end, out_dtype, out));
     if (decoded) return {};
   }
-  if (tensor.params.scheme == QuantScheme::kGptq && reinterpret_cast<std::uintptr_t>(out.data()) % elem == 0) {
-    QLOAD_ASSIGN_OR_RETURN(const bool decoded,
-                           detail::dequantize_gptq_direct(tensor, parts, row_begin, row_end, out_dtype, out));
-    if (decoded) return {};
+  if (reinterpret_cast<std::uintptr_t>(out.data()) % elem == 0) {  // GPTQ and AWQ GEMV: their own stores
+    if (tensor.params.scheme == QuantScheme::kGptq) {
+      QLOAD_ASSIGN_OR_RETURN(const bool decoded,
+                             detail::dequantize_gptq_direct(tensor, parts, row_begin, row_end, out_dtype, out));
+      if (decoded) return {};
+    }
+    if (tensor.params.scheme == QuantScheme::kAwqGemv) {
+      QLOAD_ASSIGN_OR_RETURN(const bool decoded,
+                             detail::dequantize_awq_direct(tensor, parts, row_begin, row_end, out_dtype, out));
+      if (decoded) return {};
+    }
   }
   if (tensor.params.scheme == QuantScheme::kFp8) {
     QLOAD_ASSIGN_OR_RETURN(const bool decoded,
