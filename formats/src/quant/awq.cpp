@@ -72,21 +72,25 @@ void decode_gemm(const LogicalTensor& t, const AwqParts& p, const GroupMap& grou
   }
 }
 
+// GEMV: row r's zero points (a natural-order bitstream along groups) and scales, one a group.
+void gemv_row_params(const AwqParts& p, const GroupMap& groups, std::uint64_t r, std::int32_t* z, float* s) {
+  const std::uint64_t wz = p.shapes.zeros[1], sw = p.shapes.scales[1];
+  for (std::uint64_t g = 0; g < groups.count; ++g) {
+    z[g] = static_cast<std::int32_t>(get_field(p.qzeros->bytes.data() + r * wz * 4, 1, g, 4));
+    s[g] = load_scale(*p.scales, r * sw + g);
+  }
+}
+
 // GEMV: each output row is a contiguous bitstream of K nibbles.
 void decode_gemv(const LogicalTensor& t, const AwqParts& p, const GroupMap& groups, std::uint64_t row_begin,
                  std::uint64_t row_end, float* out) {
   const std::uint64_t k = t.cols;
   const std::uint64_t wk = p.shapes.weight[1];
-  const std::uint64_t wz = p.shapes.zeros[1];
-  const std::uint64_t sw = p.shapes.scales[1];
   std::vector<std::int32_t> q(static_cast<std::size_t>(k));
   std::vector<std::int32_t> z(static_cast<std::size_t>(groups.count));
   std::vector<float> s(z.size());
   for (std::uint64_t r = row_begin; r < row_end; ++r) {
-    for (std::uint64_t g = 0; g < groups.count; ++g) {
-      z[g] = static_cast<std::int32_t>(get_field(p.qzeros->bytes.data() + r * wz * 4, 1, g, 4));
-      s[g] = load_scale(*p.scales, r * sw + g);
-    }
+    gemv_row_params(p, groups, r, z.data(), s.data());
     unpack_stream(p.qweight->bytes.data() + r * wk * 4, k, 4, q.data());
     dequant_span(q.data(), 0, k, groups, z.data(), s.data(), out + (r - row_begin) * k);
   }
@@ -127,15 +131,12 @@ Result<bool> dequantize_awq_direct(const LogicalTensor& t, std::span<const PartB
   QLOAD_ASSIGN_OR_RETURN(const GroupMap groups, make_group_map(t, t.cols, t.params.group_size, nullptr));
   if (t.params.scheme != QuantScheme::kAwqGemv || groups.size % 16 != 0 || t.cols % 16 != 0 || !cpu_has_avx2())
     return false;
-  const std::uint64_t k = t.cols, wk = p.shapes.weight[1], wz = p.shapes.zeros[1], sw = p.shapes.scales[1];
+  const std::uint64_t k = t.cols, wk = p.shapes.weight[1];
   const std::uint64_t row_bytes = k * dtype_info(dtype).block_bytes;
   std::vector<std::int32_t> z(static_cast<std::size_t>(groups.count));
   std::vector<float> s(z.size());
   for (std::uint64_t r = row_begin; r < row_end; ++r) {
-    for (std::uint64_t g = 0; g < groups.count; ++g) {
-      z[g] = static_cast<std::int32_t>(get_field(p.qzeros->bytes.data() + r * wz * 4, 1, g, 4));
-      s[g] = load_scale(*p.scales, r * sw + g);
-    }
+    gemv_row_params(p, groups, r, z.data(), s.data());
     if (!decode_gptq_row_avx2(4, p.qweight->bytes.data() + r * wk * 4, 1, 0, k / 8,
                               GptqGroups{.words = groups.size / 8}, z.data(), s.data(), dtype,
                               out.data() + (r - row_begin) * row_bytes))
