@@ -5,7 +5,8 @@
 //
 // Memory: every array's owner is the Python Model object, so the arenas live until the last
 // array (or the model) is gone. The GIL is released while a load runs; progress callbacks and
-// streamed tensors take it back only for as long as they touch Python.
+// streamed tensors take it back only for as long as they touch Python. Ctrl-C cancels a load
+// (interruptible.hpp).
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
@@ -21,6 +22,7 @@
 #include <optional>
 #include <thread>
 
+#include "interruptible.hpp"
 #include "qload/runtime/dtype.hpp"
 #include "qload/runtime/error.hpp"
 #include "qload/runtime/log.hpp"
@@ -332,10 +334,10 @@ Model load(const LoadArgs& args, nb::object progress) {
       }
     };
   }
-  Result<session::LoadOutcome> outcome = [&] {
-    nb::gil_scoped_release no_gil;
+  Result<session::LoadOutcome> outcome = run_interruptibly([&](std::stop_token stop) {
+    hooks.stop = std::move(stop);
     return session::load(make_spec(args), quiet_logger(), hooks);
-  }();
+  });
   if (!outcome) raise(outcome.error());
   return Model(std::move(outcome->model));
 }
@@ -365,6 +367,7 @@ class Stream {
       std::lock_guard lock(mutex_);
       cancelled_ = true;
     }
+    stop_.request_stop();  // a load still planning or reading ends without handing over a tensor
     changed_.notify_all();
     if (worker_.joinable()) {
       nb::gil_scoped_release no_gil;
@@ -385,19 +388,22 @@ class Stream {
     return r ? nb::object(report_dict(*r)) : nb::none();
   }
 
-  // The next tensor as (name, array, dtype), or StopIteration; raises the load's error.
+  // The next tensor as (name, array, dtype), or StopIteration; raises the load's error. A
+  // Ctrl-C while waiting raises KeyboardInterrupt (the load goes on until the stream is dropped).
   nb::object next() {
     std::unique_ptr<StreamedTensor> t;
+    bool interrupted = false;
     {
       nb::gil_scoped_release no_gil;
       std::unique_lock lock(mutex_);
-      changed_.wait(lock, [&] { return !queue_.empty() || done_; });
-      if (!queue_.empty()) {
+      interrupted = !wait_interruptibly(lock, changed_, [&] { return !queue_.empty() || done_; });
+      if (!interrupted && !queue_.empty()) {
         t = std::move(queue_.front());
         queue_.pop_front();
       }
     }
     changed_.notify_all();
+    if (interrupted) throw nb::python_error();  // the signal handler's exception
     if (!t) {
       if (error_) raise(*error_);
       throw nb::stop_iteration();
@@ -410,6 +416,7 @@ class Stream {
  private:
   void run() {
     session::LoadHooks hooks;
+    hooks.stop = stop_.get_token();
     hooks.on_tensor = [this](std::uint32_t, const scheduler::DeviceTensor& t,
                              const std::shared_ptr<const void>& keep_alive) -> Status {
       if (!t.host) return fail(Errc::kUnsupported, "qload.stream hands out host memory; stream to cpu devices");
@@ -450,6 +457,7 @@ class Stream {
   std::optional<Error> error_;
   bool done_ = false;
   bool cancelled_ = false;
+  std::stop_source stop_;
   std::thread worker_;  // last: started once everything above exists
 };
 

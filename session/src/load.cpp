@@ -71,6 +71,7 @@ Result<LoadOutcome> load_in(const std::optional<World>& world, Result<LoadReques
   if (!req.trace.empty()) req.options.trace = &trace;
   req.options.progress = hooks.progress;
   req.options.on_tensor = hooks.on_tensor;
+  req.options.stop = hooks.stop;
 
   // Shared reads: tensors other ranks read arrive through a communicator (NCCL for GPUs).
   std::optional<Communicator> communicator;
@@ -88,6 +89,7 @@ Result<LoadOutcome> load_in(const std::optional<World>& world, Result<LoadReques
   req.options.communicator = nullptr;
   req.options.progress = nullptr;
   req.options.on_tensor = nullptr;
+  req.options.stop = {};
   std::optional<WorldTotals> totals;
   if (rendezvous) {
     RankOutcome mine{.ok = model.has_value(),

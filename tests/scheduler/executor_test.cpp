@@ -7,6 +7,7 @@
 #include <cstring>
 #include <mutex>
 #include <random>
+#include <stop_token>
 #include <thread>
 
 #include "io/io_test_support.hpp"
@@ -211,6 +212,53 @@ TEST_CASE("executor: the first error cancels what has not started and releases e
   CHECK(released >= ran);
   CHECK(released <= ran + 2);
   CHECK(thread_count() == threads_before);
+}
+
+TEST_CASE("executor: a stop request from another thread cancels the run and releases every hold",
+          "[scheduler][executor]") {
+  const int threads_before = thread_count();
+  TaskGraph g;
+  const ResourceId cpu = g.add_resource("cpu workers", 2);
+  const ResourceId slots = g.add_resource("slots", 4);
+  std::stop_source stop;
+  std::atomic<int> ran{0}, taken{0}, released{0};
+  constexpr int kTasks = 200;
+  for (int i = 0; i < kTasks; ++i) {
+    const TaskId t = g.add({.lane = "work",
+                            .name = "task " + std::to_string(i),
+                            .priority = i,
+                            .work = CpuWork{[&, i]() -> Status {
+                              ++ran;
+                              // Ctrl-C from a thread of its own, as Python's main thread does.
+                              if (i == 10) std::jthread([&] { stop.request_stop(); }).join();
+                              std::this_thread::sleep_for(std::chrono::microseconds(200));
+                              return {};
+                            }},
+                            .claims = {{cpu, 1}}});
+    ++taken;
+    g.add_hold(t, {slots, 1}, [&] { ++released; });
+  }
+  auto stats = execute(g, nullptr, {.cpu_threads = 2, .stop = stop.get_token()});
+  REQUIRE(!stats);
+  CHECK(stats.error().code() == Errc::kCancelled);
+  CHECK(ran < kTasks);   // nothing started after the request but what was already dispatched
+  CHECK(ran <= 10 + 3);  // task 10, the other running one, and at most one dispatched meanwhile
+  CHECK(released >= ran);
+  CHECK(thread_count() == threads_before);
+
+  // A stop requested before the run starts nothing.
+  TaskGraph g2;
+  std::atomic<int> ran2{0};
+  g2.add({.lane = "work", .name = "never", .work = CpuWork{[&] {
+                                             ++ran2;
+                                             return Status{};
+                                           }}});
+  std::stop_source stopped;
+  stopped.request_stop();
+  auto none = execute(g2, nullptr, {.stop = stopped.get_token()});
+  REQUIRE(!none);
+  CHECK(none.error().code() == Errc::kCancelled);
+  CHECK(ran2 == 0);
 }
 
 TEST_CASE("executor: a claim beyond its budget is refused before anything runs", "[scheduler][executor]") {

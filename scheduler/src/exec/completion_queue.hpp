@@ -30,19 +30,30 @@ class CompletionQueue {
     }
     ready_.notify_one();
   }
-  // Blocks until at least one completion is queued, then takes them all.
+  // Blocks until at least one completion is queued, or wake() was called, then takes them all
+  // (none after a wake alone).
   std::vector<Completion> take_all() {
     std::unique_lock lock(mutex_);
-    ready_.wait(lock, [&] { return !items_.empty(); });
+    ready_.wait(lock, [&] { return !items_.empty() || woken_; });
+    woken_ = false;
     std::vector<Completion> out;
     out.swap(items_);
     return out;
+  }
+  // Makes the waiting take_all() return (a stop request the loop must look at). Any thread.
+  void wake() {
+    {
+      std::lock_guard lock(mutex_);
+      woken_ = true;
+    }
+    ready_.notify_one();
   }
 
  private:
   std::mutex mutex_;
   std::condition_variable ready_;
   std::vector<Completion> items_;
+  bool woken_ = false;
 };
 
 }  // namespace qload::scheduler::detail

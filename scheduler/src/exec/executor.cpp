@@ -47,6 +47,7 @@ class Run {
   void finish(Completion c);
   void release_hold(HoldId h);
   void stop_workers();
+  void cancel_if_stopped();
 
   TaskGraph& graph_;
   io::Reader* reader_;
@@ -222,6 +223,14 @@ void Run::finish(Completion c) {
     if (--waiting_on_[d] == 0) make_ready(d);
 }
 
+// A stop request is the run's error unless it already has one; the workers skip what they
+// have not begun.
+void Run::cancel_if_stopped() {
+  if (error_ || !options_.stop.stop_requested()) return;
+  error_ = Error(Errc::kCancelled, "the load was cancelled");
+  cancelled_.store(true, std::memory_order_relaxed);
+}
+
 // Joins the I/O thread (every read handed to it has completed by now) and the workers.
 void Run::stop_workers() {
   io_.reset();
@@ -234,11 +243,15 @@ Result<ExecutionStats> Run::go() {
     if (std::holds_alternative<IoWork>(node.spec.work) && reader_ == nullptr)
       return fail(Errc::kInvalidArgument, fmt::format("read task '{}' but no Reader was given", node.spec.name));
   const Clock::time_point begin = Clock::now();
+  // Called at once if a stop was requested already; else on the requesting thread, later.
+  const std::stop_callback wake_on_stop(options_.stop, [this] { queue_.wake(); });
   for (TaskId t = 0; t < graph_.size(); ++t)
     if (waiting_on_[t] == 0) make_ready(t);
-  dispatch();
+  cancel_if_stopped();
+  if (!error_) dispatch();
   while (running_ > 0) {
     for (Completion& c : queue_.take_all()) finish(std::move(c));
+    cancel_if_stopped();
     if (!error_) dispatch();
   }
   stop_workers();

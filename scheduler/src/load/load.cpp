@@ -37,6 +37,7 @@ Result<Model> load_here(const formats::Catalog& catalog, const Plan& plan, const
                         detail::SharedReadsBarrier* barrier) {
   const detail::LoadClock::time_point begin = detail::LoadClock::now();
   QLOAD_TRY(options.validate());
+  if (options.stop.stop_requested()) return fail(Errc::kCancelled, "the load was cancelled before it started");
   if (plan.layout.tensors.size() != catalog.tensors.size())
     return fail(Errc::kInvalidArgument, fmt::format("the plan has {} tensors, the catalog {}: made for another catalog",
                                                     plan.layout.tensors.size(), catalog.tensors.size()));

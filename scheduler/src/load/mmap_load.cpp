@@ -86,8 +86,9 @@ Result<Model> load_mmap(const formats::Catalog& catalog, const Plan& plan, const
   TaskGraph graph;
   if (options.compute_digests)
     graph = build_verify_graph(catalog, plan, regions, expected, cpu_workers(options), digests);
-  QLOAD_ASSIGN_OR_RETURN(const ExecutionStats stats,
-                         execute(graph, nullptr, {.cpu_threads = cpu_workers(options), .trace = options.trace}));
+  QLOAD_ASSIGN_OR_RETURN(
+      const ExecutionStats stats,
+      execute(graph, nullptr, {.cpu_threads = cpu_workers(options), .trace = options.trace, .stop = options.stop}));
   for (const io::InputFile& file : files) QLOAD_TRY(file.check_unchanged());
 
   parts.tensors = describe_tensors(catalog, plan, regions, /*writable=*/false);

@@ -229,9 +229,11 @@ Result<Model> load_read(const formats::Catalog& catalog, const Plan& plan, const
   // one; nor behind the tensor callback.
   std::size_t threads = workers + (stream ? 1 : 0);
   for (const auto& t : targets) threads += t->on_host() ? 0 : options.copy_lanes;
-  Result<ExecutionStats> stats =
-      execute(graph, reader.get(),
-              {.cpu_threads = threads, .trace = options.trace, .on_task_done = progress_reporter(options, plan)});
+  Result<ExecutionStats> stats = execute(graph, reader.get(),
+                                         {.cpu_threads = threads,
+                                          .trace = options.trace,
+                                          .on_task_done = progress_reporter(options, plan),
+                                          .stop = options.stop});
   Status read = stats ? Status{} : Status(fail(stats.error()));
   for (io::FileId id = 0; id < reader->file_count() && read; ++id) read = reader->file(id).check_unchanged();
   std::uint64_t received = 0;

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <stop_token>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,9 @@ struct ExecutorOptions {
   // Called on the executor's own thread after each task succeeds, with its lane and bytes
   // (progress bars, stats). Must be quick: the scheduling loop waits for it.
   std::function<void(std::string_view lane, std::uint64_t bytes)> on_task_done;
+  // A stop request (from any thread: a Ctrl-C in Python, a server shutting down) ends the run
+  // as the first error would, with kCancelled: nothing more starts, running tasks are waited for.
+  std::stop_token stop;
 };
 
 struct StageStats {

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <stop_token>
 #include <string>
 
 #include "qload/dist/communicator.hpp"
@@ -74,6 +75,10 @@ struct LoadOptions {
   using TensorCallback = std::function<Status(std::uint32_t index, const DeviceTensor& tensor,
                                               const std::shared_ptr<const void>& keep_alive)>;
   TensorCallback on_tensor;
+  // Cancellation: once a stop is requested (from any thread), the load starts nothing more and
+  // fails with kCancelled as soon as the reads and decodes already running have finished,
+  // everything released as for any error.
+  std::stop_token stop;
   Logger log;
 
   // kInvalidArgument for a bad value or conflicting settings (never "last one wins").

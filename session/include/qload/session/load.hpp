@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <stop_token>
 #include <vector>
 
 #include "qload/runtime/error.hpp"
@@ -21,6 +22,9 @@ struct LoadHooks {
   std::function<void(std::uint64_t done_bytes, std::uint64_t total_bytes)> progress;
   // Streaming: each tensor as soon as it is complete (scheduler::LoadOptions::on_tensor).
   scheduler::LoadOptions::TensorCallback on_tensor;
+  // Cancels the load from another thread (scheduler::LoadOptions::stop): it then fails with
+  // kCancelled once what is running has finished, everything released.
+  std::stop_token stop;
 };
 
 // A multi-process load's totals over every rank, per node and per rank: with shared reads, a
