@@ -322,7 +322,7 @@ Weight make_ggml(std::string name, std::uint32_t type, std::uint32_t block_elems
 // weight quantized by formats::quantize, F32 scales.
 Result<Weight> make_quantized(std::string name, fq::QuantizeTarget target, const Bytes& bf16, std::uint64_t n,
                               std::uint64_t k) {
-  const fq::QuantizedLayout layout = fq::quantized_layout(n, k, target);
+  QLOAD_ASSIGN_OR_RETURN(const fq::QuantizedLayout layout, fq::quantized_layout(n, k, target));
   Weight w{.name = std::move(name), .t = {}, .parts = {}};
   w.t.name = "model.layers.0.self_attn.o_proj.weight";
   w.t.rows = n;
@@ -628,7 +628,7 @@ Status quantize_rows(std::span<const std::byte> in, std::uint64_t k, fq::Quantiz
 // of 128 rows for blocks, so no block straddles two ranges) side by side, checked equal to the
 // single call. A per-tensor scale needs the whole tensor's amax first, so no threaded figure.
 Result<Speed> time_quantize(const Options& o, fq::QuantizeTarget target, const Bytes& in, Buffers& buf) {
-  const fq::QuantizedLayout layout = fq::quantized_layout(o.rows, o.cols, target);
+  QLOAD_ASSIGN_OR_RETURN(const fq::QuantizedLayout layout, fq::quantized_layout(o.rows, o.cols, target));
   Bytes scale(layout.scale_bytes);
   Bytes scale_t(layout.scale_bytes);
   const std::span<std::byte> weight(buf.out.data(), layout.weight_bytes);

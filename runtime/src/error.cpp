@@ -1,7 +1,10 @@
 #include "qload/runtime/error.hpp"
+#include "qload/runtime/exception_error.hpp"
 
 #include <cerrno>
 #include <cstring>
+#include <new>
+#include <typeinfo>
 
 #include <fmt/format.h>
 
@@ -151,6 +154,19 @@ std::string Error::to_string_with_trace() const {
     if (f.has_where)
       out += fmt::format("\n  at {}:{} ({})", f.where.file_name(), f.where.line(), f.where.function_name());
   return out;
+}
+
+Error error_from_exception(const std::exception_ptr& exception, std::string_view where) {
+  try {
+    std::rethrow_exception(exception);
+  } catch (const std::bad_alloc& e) {
+    return Error(Errc::kOutOfMemory, fmt::format("{}: memory allocation failed ({})", where, e.what()));
+  } catch (const std::exception& e) {
+    return Error(Errc::kInternal, fmt::format("{}: unexpected exception {}: {}", where, typeid(e).name(), e.what()));
+  } catch (...) {
+    return Error(Errc::kInternal,
+                 fmt::format("{}: unexpected exception of a type not derived from std::exception", where));
+  }
 }
 
 }  // namespace qload

@@ -254,17 +254,18 @@ Result<std::vector<formats::WriterTensor>> ct_nvfp4_parts(std::string_view prefi
 Result<std::vector<formats::WriterTensor>> fp8_parts(const Scheme& scheme, const SynthOptions& o,
                                                      std::string_view prefix, std::uint64_t n, std::uint64_t k,
                                                      formats::TensorFill original) {
-  const formats::QuantizedLayout layout = formats::quantized_layout(n, k, scheme.target);
+  QLOAD_ASSIGN_OR_RETURN(const formats::QuantizedLayout layout, formats::quantized_layout(n, k, scheme.target));
   const bool ct = scheme.kind == Kind::kCtFp8;
   const DType scale_dtype = ct ? o.dtype : DType::kF32;
   const DType dtype = o.dtype;
   const QuantizeTarget target = scheme.target;
-  Compute compute = [dtype, target, ct, n, k, original = std::move(original)](Parts& parts) -> Status {
+  Compute compute = [dtype, target, ct, n, k, scale_bytes = layout.scale_bytes,
+                     original = std::move(original)](Parts& parts) -> Status {
     QLOAD_ASSIGN_OR_RETURN(const std::uint64_t in_bytes, (Shape{n, k}.nbytes(dtype)));
     std::vector<std::byte> in(in_bytes);
     QLOAD_TRY(original(0, in));
     if (!ct) return formats::quantize(in, dtype, n, k, target, parts[0], parts[1]);
-    std::vector<std::byte> scale(n * sizeof(float));
+    std::vector<std::byte> scale(scale_bytes);
     QLOAD_TRY(formats::quantize(in, dtype, n, k, target, parts[0], scale));
     return formats::convert(scale, DType::kF32, parts[1], dtype);
   };

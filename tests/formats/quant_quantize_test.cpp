@@ -51,25 +51,25 @@ TEST_CASE("quantize targets parse, name themselves and reject other spellings", 
 }
 
 TEST_CASE("quantized_layout gives dtypes, scale shapes, names and sizes", "[quant]") {
-  const QuantizedLayout t = quantized_layout(200, 300, QuantizeTarget::kFp8Tensor);
+  const QuantizedLayout t = quantized_layout(200, 300, QuantizeTarget::kFp8Tensor).value();
   CHECK(t.weight_dtype == DType::kF8_E4M3);
   CHECK(t.scale_shape == Shape{1});
   CHECK(t.scale_suffix == "weight_scale");
   CHECK(t.weight_bytes == 60000);
   CHECK(t.scale_bytes == 4);
-  const QuantizedLayout r = quantized_layout(200, 300, QuantizeTarget::kFp8Row);
+  const QuantizedLayout r = quantized_layout(200, 300, QuantizeTarget::kFp8Row).value();
   CHECK(r.scale_shape == Shape{200, 1});
   CHECK(r.scale_bytes == 800);
-  const QuantizedLayout b = quantized_layout(200, 300, QuantizeTarget::kFp8Block);
+  const QuantizedLayout b = quantized_layout(200, 300, QuantizeTarget::kFp8Block).value();
   CHECK(b.scale_shape == Shape{2, 3});
   CHECK(b.scale_suffix == "weight_scale_inv");
   CHECK(b.scale_bytes == 24);
-  const QuantizedLayout i = quantized_layout(200, 300, QuantizeTarget::kInt8Row);
+  const QuantizedLayout i = quantized_layout(200, 300, QuantizeTarget::kInt8Row).value();
   CHECK(i.weight_dtype == DType::kI8);
   CHECK(i.scale_shape == Shape{200, 1});
   CHECK(i.weight_bytes == 60000);
   CHECK(i.scale_bytes == 800);
-  CHECK(quantized_layout(256, 128, QuantizeTarget::kFp8Block).scale_shape == Shape{2, 1});
+  CHECK(quantized_layout(256, 128, QuantizeTarget::kFp8Block).value().scale_shape == Shape{2, 1});
 }
 
 namespace {
@@ -168,7 +168,7 @@ struct Quantized {
 
 Quantized run_quantize(const Input& in, DType dtype, std::uint64_t rows, std::uint64_t cols, QuantizeTarget target) {
   Quantized q;
-  q.layout = quantized_layout(rows, cols, target);
+  q.layout = quantized_layout(rows, cols, target).value();
   q.weight.resize(q.layout.weight_bytes);
   q.scale.resize(q.layout.scale_bytes);
   const Status st = quantize(in.bytes, dtype, rows, cols, target, q.weight, q.scale);
@@ -366,4 +366,60 @@ TEST_CASE("quantize rejects unsupported input dtypes and wrong buffer sizes", "[
       quantize(in, DType::kF32, std::uint64_t{1} << 40, std::uint64_t{1} << 40, QuantizeTarget::kFp8Row, w, s);
   REQUIRE_FALSE(huge.has_value());
   CHECK(huge.error().code() == Errc::kOverflow);
+}
+
+// Issue 45 (findings 1 and 2): a zero-element weight is not in memory, so its dims are bounded
+// by nothing but quantized_layout. It quantizes to an empty weight without a row buffer or a
+// loop over its rows; its scales are 1, and it may not ask for more of them than
+// max(N * K, kMaxScalesBeyondElements).
+TEST_CASE("quantize of a zero-element weight refuses more scales than the cap and never wraps the scale size",
+          "[quant]") {
+  const std::uint64_t rows = (std::uint64_t{1} << 62) + 16;  // rows * 4 wraps to 64
+  for (const QuantizeTarget target : {QuantizeTarget::kInt8Row, QuantizeTarget::kFp8Row}) {
+    INFO(quantize_target_name(target));
+    const auto layout = quantized_layout(rows, 0, target);
+    REQUIRE_FALSE(layout.has_value());
+    CHECK(layout.error().code() == Errc::kUnsupported);
+    std::vector<std::byte> scale(64);  // what the wrapped size was
+    const Status st = quantize({}, DType::kF32, rows, 0, target, {}, scale);
+    REQUIRE_FALSE(st.has_value());
+    CHECK(st.error().code() == Errc::kUnsupported);
+  }
+  const std::uint64_t over = (std::uint64_t{1} << 40);  // [2^40, 0]: 2^40 empty rows
+  CHECK_FALSE(quantized_layout(over, 0, QuantizeTarget::kInt8Row).has_value());
+  CHECK_FALSE(quantized_layout(kMaxScalesBeyondElements + 1, 0, QuantizeTarget::kFp8Row).has_value());
+  CHECK(quantized_layout(std::uint64_t{1} << 33, std::uint64_t{1} << 33, QuantizeTarget::kFp8Tensor).error().code() ==
+        Errc::kOverflow);
+}
+
+TEST_CASE("quantize of a zero-element weight gives empty codes and scales of 1 without per-row work", "[quant]") {
+  struct Case {
+    std::uint64_t rows, cols;
+  };
+  const float one = 1.0f;
+  for (const Case c :
+       {Case{0, std::uint64_t{1} << 63}, Case{0, std::uint64_t{1} << 33}, Case{0, std::uint64_t{1} << 28},
+        Case{std::uint64_t{1} << 40, 0}, Case{kMaxScalesBeyondElements, 0}, Case{0, 0}}) {
+    for (const QuantizeTarget target :
+         {QuantizeTarget::kFp8Tensor, QuantizeTarget::kFp8Row, QuantizeTarget::kFp8Block, QuantizeTarget::kInt8Row}) {
+      INFO("[" << c.rows << ", " << c.cols << "] to " << quantize_target_name(target));
+      const auto layout = quantized_layout(c.rows, c.cols, target);
+      const bool per_row = target == QuantizeTarget::kFp8Row || target == QuantizeTarget::kInt8Row;
+      if (per_row && c.rows > kMaxScalesBeyondElements) {  // [2^40, 0] per row: 2^40 scales
+        REQUIRE_FALSE(layout.has_value());
+        CHECK(layout.error().code() == Errc::kUnsupported);
+        continue;
+      }
+      REQUIRE(layout.has_value());
+      CHECK(layout->weight_bytes == 0);
+      std::vector<std::byte> scale(layout->scale_bytes, std::byte{0xee});
+      for (const DType dtype : {DType::kF32, DType::kBF16}) {
+        const Status st = quantize({}, dtype, c.rows, c.cols, target, {}, scale);
+        REQUIRE(st.has_value());
+      }
+      const std::uint64_t scales = target == QuantizeTarget::kFp8Tensor ? 1 : per_row ? c.rows : 0;
+      CHECK(layout->scale_bytes == scales * 4);
+      for (std::uint64_t i = 0; i < scales; ++i) REQUIRE(std::memcmp(scale.data() + i * 4, &one, 4) == 0);
+    }
+  }
 }

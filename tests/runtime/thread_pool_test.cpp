@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -181,4 +182,32 @@ TEST_CASE("ThreadPool accepts submissions from several threads at once", "[threa
       });
   }
   CHECK(ran.load() == 4000);
+}
+
+// Issue 45: an exception leaving a worker would std::terminate the embedding process.
+TEST_CASE("ThreadPool hands a job's exception to its handler and keeps running jobs", "[thread_pool]") {
+  std::mutex mutex;
+  std::vector<std::string> caught;
+  std::atomic<int> ran{0};
+  {
+    ThreadPool pool(2, "throwing", [&](std::exception_ptr e) {
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& x) {
+        const std::lock_guard lock(mutex);
+        caught.emplace_back(x.what());
+      }
+    });
+    pool.submit([] { throw std::bad_alloc(); });
+    pool.submit([] { (void)std::vector<int>(std::size_t{1} << 63); });  // length_error
+    for (int i = 0; i < 10; ++i) pool.submit([&] { ++ran; });
+  }
+  CHECK(caught.size() == 2);
+  CHECK(ran == 10);
+  {
+    ThreadPool pool(1, "default");  // no handler: a line on stderr, the job after still runs
+    pool.submit([] { throw std::runtime_error("boom"); });
+    pool.submit([&] { ++ran; });
+  }
+  CHECK(ran == 11);
 }

@@ -114,7 +114,7 @@ TEST_CASE("decode: quantize on load makes weight + scale for linear weights only
         const DeviceTensor* w = model->find(name);
         REQUIRE(w != nullptr);
         const std::uint64_t rows = c.shapes[name][0], cols = c.shapes[name][1];
-        const formats::QuantizedLayout layout = formats::quantized_layout(rows, cols, target);
+        const formats::QuantizedLayout layout = formats::quantized_layout(rows, cols, target).value();
         const std::string scale_name = name.substr(0, name.size() - 6) + layout.scale_suffix;
         const DeviceTensor* s = model->find(scale_name);
         REQUIRE(s != nullptr);

@@ -5,10 +5,13 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <mutex>
+#include <new>
 #include <random>
 #include <stop_token>
 #include <thread>
+#include <vector>
 
 #include "io/io_test_support.hpp"
 #include "qload/io/fault_injector.hpp"
@@ -337,5 +340,45 @@ TEST_CASE("executor: reads run on the I/O thread; CPU tasks see their bytes; an 
         CHECK(thread_count() == threads_before);
       }
     }
+  }
+}
+
+// Issue 45: an exception escaping a worker thread would std::terminate the process embedding
+// qload (the CLI, Python, a C ABI caller). The task's exception is its error instead.
+TEST_CASE("executor: a task that throws fails the run with its error instead of terminating", "[scheduler][executor]") {
+  struct Case {
+    std::function<void()> thrower;
+    Errc code;
+    const char* text;
+  };
+  const std::vector<Case> cases = {
+      {[] { throw std::bad_alloc(); }, Errc::kOutOfMemory, "memory allocation failed"},
+      {[] { std::vector<int>(std::size_t{1} << 63); }, Errc::kInternal, "exception"},  // length_error
+      {[] { throw 42; }, Errc::kInternal, "not derived from std::exception"},
+  };
+  for (const Case& c : cases) {
+    TaskGraph g;
+    const ResourceId cpu = g.add_resource("cpu workers", 2);
+    std::atomic<int> after{0};
+    const TaskId bad = g.add({.lane = "decode",
+                              .name = "quantize w",
+                              .work = CpuWork{[&]() -> Status {
+                                c.thrower();
+                                return {};
+                              }},
+                              .claims = {{cpu, 1}}});
+    const TaskId next = g.add({.lane = "decode",
+                               .name = "next",
+                               .work = CpuWork{[&] {
+                                 ++after;
+                                 return Status{};
+                               }},
+                               .claims = {{cpu, 1}}});
+    g.depends_on(next, bad);
+    auto stats = execute(g, nullptr, {.cpu_threads = 2});
+    REQUIRE_FALSE(stats);
+    CHECK(stats.error().code() == c.code);
+    CHECK_THAT(stats.error().to_string(), Catch::Contains(c.text) && Catch::Contains("quantize w"));
+    CHECK(after == 0);
   }
 }

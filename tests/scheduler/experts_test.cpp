@@ -29,7 +29,7 @@ constexpr const char* kDown = "model.layers.0.mlp.experts.down_proj";  // plain 
 struct ExpertsCheckpoint {
   ScratchDir dir;
   std::vector<std::byte> weight, scale, down;  // as stored: [E, N, K] F8, [E, 4, 2] F32, [E, K, N/2] BF16
-  formats::QuantizedLayout layout = formats::quantized_layout(kN, kK, formats::QuantizeTarget::kFp8Block);
+  formats::QuantizedLayout layout = formats::quantized_layout(kN, kK, formats::QuantizeTarget::kFp8Block).value();
 
   ExpertsCheckpoint() {
     std::mt19937 rng(17);

@@ -67,7 +67,7 @@ void write_fp8_checkpoint(Fp8Checkpoint& c) {
       continue;
     }
     const formats::QuantizedLayout layout =
-        formats::quantized_layout(p.shape[0], p.shape[1], formats::QuantizeTarget::kFp8Row);
+        formats::quantized_layout(p.shape[0], p.shape[1], formats::QuantizeTarget::kFp8Row).value();
     auto& weight = storage.emplace_back(layout.weight_bytes);
     auto& scale = storage.emplace_back(layout.scale_bytes);
     REQUIRE(formats::quantize(std::as_bytes(std::span(p.values)), DType::kBF16, p.shape[0], p.shape[1],
@@ -84,7 +84,7 @@ void write_fp8_checkpoint(Fp8Checkpoint& c) {
 void check_requantized(const Model& model, const DeviceTensor& decoded, formats::QuantizeTarget target) {
   INFO(decoded.name << " on " << decoded.device);
   const std::uint64_t rows = decoded.shape[0], cols = decoded.shape[1];
-  const formats::QuantizedLayout layout = formats::quantized_layout(rows, cols, target);
+  const formats::QuantizedLayout layout = formats::quantized_layout(rows, cols, target).value();
   std::vector<std::byte> weight(layout.weight_bytes), scale(layout.scale_bytes);
   REQUIRE(formats::quantize(decoded.bytes(), decoded.dtype, rows, cols, target, weight, scale));
   const std::string prefix = decoded.name.substr(0, decoded.name.size() - std::string_view("weight").size());

@@ -33,7 +33,8 @@ std::vector<std::byte> to_f32(std::span<const std::byte> bf16) {
 // The FP8 per-tensor weight and scale of the BF16 [rows, cols] `values`.
 std::pair<std::vector<std::byte>, std::vector<std::byte>> fp8(std::span<const std::byte> values, std::uint64_t rows,
                                                               std::uint64_t cols) {
-  const formats::QuantizedLayout layout = formats::quantized_layout(rows, cols, formats::QuantizeTarget::kFp8Tensor);
+  const formats::QuantizedLayout layout =
+      formats::quantized_layout(rows, cols, formats::QuantizeTarget::kFp8Tensor).value();
   std::vector<std::byte> w(layout.weight_bytes), s(layout.scale_bytes);
   REQUIRE(formats::quantize(values, DType::kBF16, rows, cols, formats::QuantizeTarget::kFp8Tensor, w, s));
   return {w, s};

@@ -273,7 +273,7 @@ TEST_CASE("parallel: weights quantized on load under tp, dp and several processe
   using formats::QuantizeTarget;
   for (const QuantizeTarget target :
        {QuantizeTarget::kFp8Tensor, QuantizeTarget::kFp8Row, QuantizeTarget::kFp8Block, QuantizeTarget::kInt8Row}) {
-    const formats::QuantizedLayout names = formats::quantized_layout(1, 1, target);
+    const formats::QuantizedLayout names = formats::quantized_layout(1, 1, target).value();
     for (const auto& [tp, dp, processes] : {std::tuple{2u, 1u, 1u}, std::tuple{4u, 1u, 1u}, std::tuple{2u, 2u, 4u}}) {
       const std::uint32_t per_process = tp * dp / processes;
       for (std::uint32_t p = 0; p < processes; ++p) {
@@ -301,7 +301,7 @@ TEST_CASE("parallel: weights quantized on load under tp, dp and several processe
                 const std::byte* from = plain.data + row * row_bytes + e.col_begin * 2;
                 slice.insert(slice.end(), from, from + width * 2);
               }
-              const formats::QuantizedLayout layout = formats::quantized_layout(e.rows.size(), width, target);
+              const formats::QuantizedLayout layout = formats::quantized_layout(e.rows.size(), width, target).value();
               std::vector<std::byte> want_weight(layout.weight_bytes), want_scale(layout.scale_bytes);
               REQUIRE(formats::quantize(slice, DType::kBF16, e.rows.size(), width, target, want_weight, want_scale));
               const DeviceTensor* weight = model->find(plain.name, device);

@@ -218,8 +218,10 @@ Status dequantize_bnb8(const LogicalTensor& t, std::span<const PartBytes> parts,
                        std::uint64_t row_end, std::span<float> out) {
   QLOAD_ASSIGN_OR_RETURN(const PartBytes* weight, find_part(t, parts, "weight"));
   QLOAD_ASSIGN_OR_RETURN(const PartBytes* scb, find_part(t, parts, "SCB"));
-  if (weight->dtype != DType::kI8 || weight->bytes.size() != t.rows * t.cols || scb->dtype != DType::kF32 ||
-      scb->bytes.size() != t.rows * 4)
+  // Checked: with K = 0 the weight is 0 bytes whatever N is, and N * 4 could wrap to the SCB's size.
+  const auto weight_bytes = checked_mul(t.rows, t.cols), scb_bytes = checked_mul(t.rows, 4);
+  if (weight->dtype != DType::kI8 || !weight_bytes || weight->bytes.size() != *weight_bytes ||
+      scb->dtype != DType::kF32 || !scb_bytes || scb->bytes.size() != *scb_bytes)
     return fail(Error(Errc::kCorrupt, fmt::format("bitsandbytes 8-bit parts of {} and {} bytes for [{}, {}]",
                                                   weight->bytes.size(), scb->bytes.size(), t.rows, t.cols))
                     .with_tensor(t.name));

@@ -112,6 +112,9 @@ Status check_quantized_parts(const LogicalTensor& tensor, std::span<const PartBy
     for (std::uint64_t e = 0; e < tensor.experts; ++e) {
       QLOAD_ASSIGN_OR_RETURN(const ExpertView view, expert_view(tensor, parts, e));
       QLOAD_TRY(check_quantized_parts(view.tensor, view.parts));
+      // No elements: every expert's view has the same (empty) geometry and nothing of theirs
+      // is read; the expert count itself is bounded by nothing then.
+      if (tensor.rows == 0 || tensor.cols == 0) break;
     }
     return {};
   }
@@ -130,10 +133,15 @@ Status dequantize_rows(const LogicalTensor& tensor, std::span<const PartBytes> p
     return fail(Errc::kInvalidArgument, fmt::format("dequantize to {}: only F32, BF16, F16", dtype_name(out_dtype)));
   const std::uint64_t elem = dtype_info(out_dtype).block_bytes;
   const std::uint64_t cols = tensor.cols;
-  if (out.size() != (row_end - row_begin) * cols * elem)
+  auto elems = checked_mul(row_end - row_begin, cols);
+  auto bytes = elems ? checked_mul(*elems, elem) : elems;
+  if (!bytes || out.size() != *bytes)
     return fail(Error(Errc::kInvalidArgument, fmt::format("output of {} bytes for {} rows of {} {}", out.size(),
                                                           row_end - row_begin, cols, dtype_name(out_dtype)))
                     .with_tensor(tensor.name));
+  // No elements to write (K = 0 with any number of rows, or no rows): the parts are checked, and
+  // no decoder loops over rows that have nothing in them.
+  if (*bytes == 0) return check_quantized_parts(tensor, parts);
   if (tensor.experts > 0 && !detail::stacked_rows_are_flat(tensor))
     return decode_experts(tensor, parts, row_begin, row_end, out_dtype, out);
   const bool aligned = reinterpret_cast<std::uintptr_t>(out.data()) % alignof(float) == 0;

@@ -122,7 +122,12 @@ Result<LogicalTensor> ggml_weight(const Catalog& catalog, std::uint32_t index) {
       t.params.bits = static_cast<std::uint32_t>(c - '0');
       break;
     }
-  for (std::size_t d = 0; d + 1 < dims.size(); ++d) t.rows *= dims[d];  // the parser bounded numel
+  // The parser bounded numel, not this product: with K = 0 the other dims may be anything.
+  for (std::size_t d = 0; d + 1 < dims.size(); ++d) {
+    auto rows = checked_mul(t.rows, dims[d]);
+    if (!rows) return fail(Error(Errc::kOverflow, "its row count exceeds 2^64").with_tensor(e.name));
+    t.rows = *rows;
+  }
   if (dims.size() == 3) t.experts = dims[0];
   return t;
 }

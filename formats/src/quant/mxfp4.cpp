@@ -44,7 +44,9 @@ Status detect_mxfp4(const Catalog& catalog, QuantizedCatalog& out) {
                                            dtype_name(blocks.dtype), blocks.shape.to_string(),
                                            dtype_name(scales->dtype), scales->shape.to_string())));
     std::vector<std::uint64_t> dims(blocks.shape.dims().begin(), blocks.shape.dims().end() - 1);
-    dims.back() *= 32;  // G blocks of 32 elements
+    auto cols = checked_mul(dims.back(), 32);  // G blocks of 32 elements
+    if (!cols) return fail(Error(Errc::kOverflow, "the MXFP4 weight's column count exceeds 2^64").with_tensor(name));
+    dims.back() = *cols;
     LogicalTensor t{.name = name,
                     .params = {.scheme = QuantScheme::kMxfp4,
                                .bits = 4,
@@ -55,7 +57,12 @@ Status detect_mxfp4(const Catalog& catalog, QuantizedCatalog& out) {
                     .cols = dims.back(),
                     .shape = Shape(dims),
                     .parts = {{"blocks", i}, {"scales", static_cast<std::uint32_t>(scales - catalog.tensors.data())}}};
-    for (std::size_t d = 0; d + 1 < dims.size(); ++d) t.rows *= dims[d];  // bounded by the blocks' byte size
+    // Bounded by the blocks' byte size, unless a dim is 0: then the others may be anything.
+    for (std::size_t d = 0; d + 1 < dims.size(); ++d) {
+      auto rows = checked_mul(t.rows, dims[d]);
+      if (!rows) return fail(Error(Errc::kOverflow, "the MXFP4 weight's row count exceeds 2^64").with_tensor(name));
+      t.rows = *rows;
+    }
     if (dims.size() == 3) t.experts = dims[0];
     out.logical.push_back(std::move(t));
   }

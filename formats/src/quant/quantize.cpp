@@ -195,7 +195,7 @@ Result<QuantizeTarget> parse_quantize_target(std::string_view text) {
                           escape_for_terminal(text)));
 }
 
-QuantizedLayout quantized_layout(std::uint64_t rows, std::uint64_t cols, QuantizeTarget target) {
+Result<QuantizedLayout> quantized_layout(std::uint64_t rows, std::uint64_t cols, QuantizeTarget target) {
   QuantizedLayout layout;
   layout.weight_dtype = target == QuantizeTarget::kInt8Row ? DType::kI8 : DType::kF8_E4M3;
   layout.scale_suffix = target == QuantizeTarget::kFp8Block ? "weight_scale_inv" : "weight_scale";
@@ -207,14 +207,25 @@ QuantizedLayout quantized_layout(std::uint64_t rows, std::uint64_t cols, Quantiz
       layout.scale_shape = Shape{rows, 1};
       scales = rows;
       break;
-    case QuantizeTarget::kFp8Block:
+    case QuantizeTarget::kFp8Block: {
       layout.scale_shape = Shape{ceil_div(rows, kBlock), ceil_div(cols, kBlock)};
-      scales = ceil_div(rows, kBlock) * ceil_div(cols, kBlock);
+      QLOAD_ASSIGN_OR_RETURN(scales, checked_mul(ceil_div(rows, kBlock), ceil_div(cols, kBlock)));
       break;
+    }
   }
-  // The caller's rows * cols comes from a tensor already in memory, so these products fit.
-  layout.weight_bytes = rows * cols;
-  layout.scale_bytes = scales * sizeof(float);
+  // Rows and columns come from a file: a zero-element weight is not in memory, so nothing
+  // bounds them but these checks (one byte per element, four per scale).
+  auto weight_bytes = checked_mul(rows, cols);
+  if (!weight_bytes)
+    return fail(Errc::kOverflow, fmt::format("quantizing [{}, {}] to {}: the weight's size exceeds 2^64", rows, cols,
+                                             quantize_target_name(target)));
+  if (scales > std::max(*weight_bytes, kMaxScalesBeyondElements))
+    return fail(Errc::kUnsupported,
+                fmt::format("quantizing [{}, {}] to {} needs {} scales, more than the weight's {} elements and the "
+                            "{} a weight with fewer may have",
+                            rows, cols, quantize_target_name(target), scales, *weight_bytes, kMaxScalesBeyondElements));
+  layout.weight_bytes = *weight_bytes;
+  layout.scale_bytes = scales * sizeof(float);  // scales <= max(rows * cols, 2^16): fits
   return layout;
 }
 
@@ -225,12 +236,18 @@ Status quantize(std::span<const std::byte> in, DType in_dtype, std::uint64_t row
                                                     quantize_target_name(target), dtype_name(in_dtype)));
   QLOAD_ASSIGN_OR_RETURN(const std::uint64_t numel, checked_mul(rows, cols));
   QLOAD_ASSIGN_OR_RETURN(const std::uint64_t in_bytes, checked_mul(numel, dtype_info(in_dtype).block_bytes));
-  const QuantizedLayout layout = quantized_layout(rows, cols, target);
+  QLOAD_ASSIGN_OR_RETURN(const QuantizedLayout layout, quantized_layout(rows, cols, target));
   if (in.size() != in_bytes || weight.size() != layout.weight_bytes || scale.size() != layout.scale_bytes)
     return fail(Errc::kInvalidArgument,
                 fmt::format("quantize [{}, {}] {} to {}: buffers of {} / {} / {} bytes, expected {} / {} / {}", rows,
                             cols, dtype_name(in_dtype), quantize_target_name(target), in.size(), weight.size(),
                             scale.size(), in_bytes, layout.weight_bytes, layout.scale_bytes));
+  // No elements: no row to read (cols or rows may be huge, a row buffer or a loop over them
+  // would be too), and every scale is that of an all-zero block, 1.
+  if (numel == 0) {
+    for (std::uint64_t i = 0; i < layout.scale_bytes / sizeof(float); ++i) store_scale(scale, i, 1.0f);
+    return {};
+  }
   RowReader reader(in, in_dtype, cols);
   auto* w = reinterpret_cast<std::uint8_t*>(weight.data());
   switch (target) {

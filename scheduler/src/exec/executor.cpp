@@ -18,6 +18,7 @@
 #include "exec/completion_queue.hpp"
 #include "exec/io_thread.hpp"
 #include "exec/stage_recorder.hpp"
+#include "qload/runtime/exception_error.hpp"
 #include "qload/runtime/thread_pool.hpp"
 
 namespace qload::scheduler {
@@ -27,6 +28,18 @@ using detail::Clock;
 using detail::Completion;
 
 enum class State : std::uint8_t { kWaiting, kReady, kRunning, kDone };
+
+// A task's body, its exception (std::bad_alloc, a container's length_error: qload code reports
+// errors as values, but a library it calls may throw) made the task's error: one escaping a
+// worker thread would terminate the process that embeds qload. finish() names the task.
+template <typename Work>
+auto guarded(const Work& work) -> decltype(work()) {
+  try {
+    return work();
+  } catch (...) {
+    return fail(error_from_exception(std::current_exception(), "its work threw"));
+  }
+}
 
 using ReadyQueue =
     std::priority_queue<std::pair<std::int64_t, TaskId>, std::vector<std::pair<std::int64_t, TaskId>>, std::greater<>>;
@@ -173,7 +186,7 @@ void Run::start(TaskId t) {
   stages_.started(t);
   TaskSpec& spec = graph_.nodes()[t].spec;
   if (auto* io_work = std::get_if<IoWork>(&spec.work)) {
-    auto request = io_work->prepare();
+    Result<io::ReadRequest> request = guarded(io_work->prepare);
     if (!request)
       return queue_.push(Completion{.task = t, .status = fail(std::move(request.error())), .end = Clock::now()});
     request->tag = t;
@@ -187,7 +200,7 @@ void Run::start(TaskId t) {
     if (cancelled_.load(std::memory_order_relaxed))
       return queue_.push(Completion{.task = t, .status = fail(Errc::kCancelled, "cancelled"), .end = Clock::now()});
     const Clock::time_point begin = Clock::now();
-    Status status = (*run)();
+    Status status = guarded(*run);
     queue_.push(Completion{.task = t, .status = std::move(status), .start = begin, .end = Clock::now()});
   });
 }

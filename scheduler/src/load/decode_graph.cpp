@@ -34,6 +34,12 @@ std::vector<formats::PartBytes> part_bytes(const ReadLoadState& s, const formats
   return parts;
 }
 
+// memcpy of dst.size() bytes, none when empty: an empty vector's data() may be null, which
+// memcpy may not take even for 0 bytes.
+void copy_bytes(std::span<std::byte> dst, const std::byte* src) {
+  if (!dst.empty()) std::memcpy(dst.data(), src, dst.size());
+}
+
 // Writes through `fill` straight into a host arena, or into host memory then to the GPU
 // (quantize and repack outputs; dequantize runs on the GPU itself, see dequantize_task).
 template <typename Fill>
@@ -119,7 +125,7 @@ Status quantize_into_outputs(ReadLoadState& s, const DecodeJob& job, std::span<c
     return formats::quantize(in, in_dtype, weight.shape[0], weight.shape[1], job.target, dst, scale_host);
   }));
   return produce(s, scale, 0, scale.bytes, [&](std::span<std::byte> dst) {
-    std::memcpy(dst.data(), scale_host.data(), dst.size());
+    copy_bytes(dst, scale_host.data());
     return Status{};
   });
 }
@@ -169,7 +175,8 @@ Status contiguous_task(ReadLoadState& s, const DecodeJob& job) {
 Status requantize_task(ReadLoadState& s, const DecodeJob& job) {
   const auto [lt, parts] = decoded_weight(s, job);
   const Shape& shape = job.outputs[0].shape;
-  std::vector<std::byte> decoded(static_cast<std::size_t>(shape[0] * shape[1] * dtype_info(job.through).block_bytes));
+  QLOAD_ASSIGN_OR_RETURN(const std::uint64_t bytes, shape.nbytes(job.through));  // K = 0: N may be anything
+  std::vector<std::byte> decoded(static_cast<std::size_t>(bytes));
   QLOAD_TRY(formats::dequantize_rows(lt, parts, 0, shape[0], job.through, decoded));
   return quantize_into_outputs(s, job, decoded, job.through);
 }
@@ -190,20 +197,20 @@ Status repack_task(ReadLoadState& s, const DecodeJob& job) {
   } else if (lt.params.gptq_version == 1) {
     QLOAD_TRY(formats::gptq_v1_zeros_to_v2(lt, part("qzeros"), out["qzeros"]));
   } else {
-    std::memcpy(out["qzeros"].data(), part("qzeros").data(), out["qzeros"].size());
+    copy_bytes(out["qzeros"], part("qzeros").data());
   }
-  std::memcpy(out["scales"].data(), part("scales").data(), out["scales"].size());
+  copy_bytes(out["scales"], part("scales").data());
   if (out.contains("perm")) {
     std::vector<std::int32_t> perm(static_cast<std::size_t>(lt.cols));
     QLOAD_TRY(formats::gptq_act_order_sort(gptq, part("g_idx"), part("qweight"), perm, out["qweight"], out["g_idx"]));
-    std::memcpy(out["perm"].data(), perm.data(), out["perm"].size());
+    copy_bytes(out["perm"], reinterpret_cast<const std::byte*>(perm.data()));
   } else if (lt.params.scheme == formats::QuantScheme::kGptq) {
-    std::memcpy(out["qweight"].data(), part("qweight").data(), out["qweight"].size());
+    copy_bytes(out["qweight"], part("qweight").data());
   }
   for (const DecodeOutput& o : job.outputs) {
     const std::vector<std::byte>& bytes = out[o.role];
     QLOAD_TRY(produce(s, o, 0, o.bytes, [&](std::span<std::byte> dst) {
-      std::memcpy(dst.data(), bytes.data(), dst.size());
+      copy_bytes(dst, bytes.data());
       return Status{};
     }));
   }
@@ -268,8 +275,18 @@ std::vector<std::vector<TaskId>> add_decode_tasks(TaskGraph& g, ReadLoadState& s
       add(fmt::format("requantize {}", out.name), out.bytes, [&s, &job] { return requantize_task(s, job); });
       continue;
     }
+    // No elements (a dim is 0, the others may be anything): one task checks the parts, as a
+    // decode would; no task per block of rows that hold nothing.
+    if (out.bytes == 0) {
+      add(fmt::format("check {} (no elements)", out.name), 0, [&s, &job] {
+        const auto [lt, parts] = decoded_weight(s, job);
+        return formats::check_quantized_parts(lt, parts);
+      });
+      continue;
+    }
     // Rows of the weight or of the rank's shard: all dims but the last (GGML weights may be
-    // [K] or [E, N, K]).
+    // [K] or [E, N, K]). out.bytes, not 0, is the product of every dim and the element size
+    // (checked when planned), so these products fit and the tasks are at most one per 8 MiB.
     const std::size_t rank = out.shape.rank();
     const std::uint64_t cols = rank == 0 ? 1 : out.shape[rank - 1];
     std::uint64_t rows = 1;

@@ -101,6 +101,13 @@ bool is_quantizable_name(std::string_view n) {
          !is_router_name(n);
 }
 
+Result<formats::QuantizedLayout> named_quantized_layout(const std::string& name, std::uint64_t rows, std::uint64_t cols,
+                                                        formats::QuantizeTarget target) {
+  auto layout = formats::quantized_layout(rows, cols, target);
+  if (!layout) return fail(std::move(layout.error()).with_tensor(name));
+  return layout;
+}
+
 bool is_quantizable_weight(const formats::TensorEntry& t) {
   return is_floating(t.dtype) && t.shape.rank() == 2 && is_quantizable_name(t.name);
 }
@@ -172,7 +179,7 @@ Result<std::vector<DecodeOutput>> quantize_outputs(const formats::Catalog& catal
                                                    std::uint64_t rows, std::uint64_t cols,
                                                    formats::QuantizeTarget target,
                                                    const formats::LogicalTensor* source = nullptr) {
-  const formats::QuantizedLayout layout = formats::quantized_layout(rows, cols, target);
+  QLOAD_ASSIGN_OR_RETURN(const formats::QuantizedLayout layout, named_quantized_layout(name, rows, cols, target));
   const std::string scale_name = sibling_name(name, layout.scale_suffix);
   if (catalog.find(scale_name) != nullptr && (source == nullptr || !is_own_part(catalog, *source, scale_name)))
     return fail(

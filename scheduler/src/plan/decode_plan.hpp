@@ -6,6 +6,7 @@
 
 #include "qload/formats/catalog.hpp"
 #include "qload/formats/quant.hpp"
+#include "qload/formats/quant_codec.hpp"
 #include "qload/scheduler/plan.hpp"
 
 namespace qload::scheduler::detail {
@@ -22,6 +23,10 @@ bool needs_repack(const formats::LogicalTensor& lt);
 formats::QuantParams repacked_params(const formats::LogicalTensor& lt);
 Result<std::vector<DecodeOutput>> repack_outputs(const formats::LogicalTensor& lt, DType scales_dtype,
                                                  const Shape& scales_shape);
+
+// formats::quantized_layout with the weight's name on its error (too many scales, overflow).
+Result<formats::QuantizedLayout> named_quantized_layout(const std::string& name, std::uint64_t rows, std::uint64_t cols,
+                                                        formats::QuantizeTarget target);
 
 // Whether quantize-on-load applies to this tensor (see PlanOptions::quantize).
 bool is_quantizable_weight(const formats::TensorEntry& t);

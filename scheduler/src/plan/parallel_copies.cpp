@@ -196,7 +196,8 @@ Status shard_quantize_job(const formats::Catalog& catalog, const PlanOptions& op
                          shard_slices(t, split, options.parallel.tensor, geometry));
   const ShardSlice& slice = slices[rank];
   if (slice.shape.rank() != 2) return fail(Errc::kInternal, "a weight to quantize is not 2-D");
-  const formats::QuantizedLayout layout = formats::quantized_layout(slice.shape[0], slice.shape[1], copy.target);
+  QLOAD_ASSIGN_OR_RETURN(const formats::QuantizedLayout layout,
+                         detail::named_quantized_layout(t.name, slice.shape[0], slice.shape[1], copy.target));
   copy.outputs[0].shape = slice.shape;
   copy.outputs[0].bytes = layout.weight_bytes;
   copy.outputs[1].shape = layout.scale_shape;
@@ -239,7 +240,9 @@ Status shard_decode_outputs(const formats::Catalog& catalog, const Plan& plan, s
     return {};
   }
   if (copy.kind == DecodeJob::Kind::kRequantize) {  // the shard quantized alone, as shard_quantize_job's
-    const formats::QuantizedLayout layout = formats::quantized_layout(rows, cols, copy.target);
+    QLOAD_ASSIGN_OR_RETURN(
+        const formats::QuantizedLayout layout,
+        detail::named_quantized_layout(plan.decode.quant->logical[copy.logical].name, rows, cols, copy.target));
     copy.outputs[0].shape = Shape{rows, cols};
     copy.outputs[0].bytes = layout.weight_bytes;
     copy.outputs[1].shape = layout.scale_shape;

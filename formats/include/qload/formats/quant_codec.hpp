@@ -59,12 +59,17 @@ struct QuantizedLayout {
   std::uint64_t weight_bytes = 0;
   std::uint64_t scale_bytes = 0;
 };
-QuantizedLayout quantized_layout(std::uint64_t rows, std::uint64_t cols, QuantizeTarget target);
+// kOverflow when N * K does not fit in 64 bits. The scale may have at most
+// max(N * K, kMaxScalesBeyondElements) entries, else kUnsupported: only a zero-element weight
+// can ask for more scales than it has elements ([N, 0] per-channel has N), and nothing else
+// bounds its N (it is not in memory).
+inline constexpr std::uint64_t kMaxScalesBeyondElements = std::uint64_t{1} << 16;
+Result<QuantizedLayout> quantized_layout(std::uint64_t rows, std::uint64_t cols, QuantizeTarget target);
 
 // Quantizes `in` ([rows, cols] of in_dtype) into `weight` and `scale` (sizes from
-// quantized_layout). FP8: scale = amax / 448 per tensor / row / block (1 where amax is 0),
-// value = fp8_e4m3(round-to-nearest-even(x / scale)) saturated to +-448; int8: scale = amax / 127,
-// q = clamp(round_half_even(x / scale), -127, 127). Dequantized = q * scale.
+// quantized_layout). A zero-element weight has every scale 1 (that of an all-zero row or block). FP8: scale = amax /
+// 448 per tensor / row / block (1 where amax is 0), value = fp8_e4m3(round-to-nearest-even(x / scale)) saturated to
+// +-448; int8: scale = amax / 127, q = clamp(round_half_even(x / scale), -127, 127). Dequantized = q * scale.
 Status quantize(std::span<const std::byte> in, DType in_dtype, std::uint64_t rows, std::uint64_t cols,
                 QuantizeTarget target, std::span<std::byte> weight, std::span<std::byte> scale);
 
