@@ -28,6 +28,16 @@ struct PickleBytes {
   }
   PickleBytes& str(const std::string& s) { return op('X').u32(static_cast<std::uint32_t>(s.size())).raw(s); }
   PickleBytes& integer(std::int32_t v) { return op('J').u32(static_cast<std::uint32_t>(v)); }
+  PickleBytes& long8(std::int64_t v) {  // LONG1 of 8 bytes
+    op(0x8a).op(8);
+    for (int i = 0; i < 8; ++i) op(static_cast<std::uint8_t>(static_cast<std::uint64_t>(v) >> (8 * i)));
+    return *this;
+  }
+  PickleBytes& tuple8(const std::vector<std::int64_t>& values) {
+    op('(');
+    for (const std::int64_t v : values) long8(v);
+    return op('t');
+  }
   PickleBytes& global(const std::string& module, const std::string& name) {
     return op('c').raw(module + "\n" + name + "\n");
   }

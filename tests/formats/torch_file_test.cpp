@@ -276,3 +276,61 @@ TEST_CASE("torch: pickles reusing a big object are refused in linear time and me
     refused(p, Errc::kUnsupported, "a global named by 1048576 and 1 bytes");
   }
 }
+
+TEST_CASE("torch: sizes, offsets and strides from the pickle are checked, never wrapping", "[formats][torch]") {
+  ScratchDir dir;
+  const auto open = [&](const std::vector<std::int64_t>& size, const std::vector<std::int64_t>& stride,
+                        std::int32_t offset = 0, const char* storage = "LongStorage") {
+    PickleBytes p;
+    p.begin_dict()
+        .str("big")
+        .rebuild_with(storage, "0", 1, offset, [&](PickleBytes& q) { q.tuple8(size).tuple8(stride); })
+        .end_dict();
+    write_file(dir.file("m.pt"), zip_stored({{"a/data.pkl", p.bytes}, {"a/data/0", std::vector<std::byte>(8)}}));
+    return formats::open_catalog(dir.file("m.pt"));
+  };
+  const auto refused = [&](const Result<formats::Catalog>& r, Errc code, const char* message) {
+    REQUIRE_FALSE(r);
+    CHECK(r.error().code() == code);
+    CHECK(r.error().file() == dir.file("m.pt"));
+    CHECK(r.error().tensor() == std::optional<std::string_view>("big"));
+    CHECK_THAT(r.error().message(), Catch::Contains(message));
+  };
+  // 2^61 I64 elements are 2^64 bytes: once listed as 0 bytes over a one-element storage.
+  refused(open({std::int64_t{1} << 30, std::int64_t{1} << 31}, {std::int64_t{1} << 31, 1}), Errc::kOverflow,
+          "does not fit in 64 bits");
+  refused(open({std::int64_t{1} << 62, 4}, {4, 1}), Errc::kOverflow, "element count");
+  refused(open({std::int64_t{1} << 62, 2}, {2, 1}), Errc::kCorrupt, "a tensor of 9223372036854775808 elements");
+  // Row-major, one element, from element 2^31 - 1: past the storage.
+  refused(open({1}, {1}, 0x7fffffff), Errc::kCorrupt, "run past its storage");
+  // A view reaching 2^64 elements.
+  refused(open({2, 2}, {std::int64_t{1} << 62, std::int64_t{1} << 62}), Errc::kOverflow, "exceeds 2^64");
+  REQUIRE(open({1}, {1}));
+}
+
+TEST_CASE("torch: a view whose elements overlap gathers to at most 16x its stored bytes or 1 MiB", "[formats][torch]") {
+  ScratchDir dir;
+  const auto open = [&](const std::vector<std::int32_t>& size, const std::vector<std::int32_t>& stride,
+                        std::int32_t numel) {
+    PickleBytes p;
+    p.begin_dict().tensor("expanded", "FloatStorage", "0", numel, 0, size, stride).end_dict();
+    write_file(dir.file("m.pt"),
+               zip_stored({{"a/data.pkl", p.bytes},
+                           {"a/data/0", std::vector<std::byte>(static_cast<std::size_t>(numel) * 4)}}));
+    return formats::open_catalog(dir.file("m.pt"));
+  };
+  // One float as [32768, 16384] (the issue's 373-byte file: 2 GB once gathered).
+  const auto bomb = open({32768, 16384}, {0, 0}, 1);
+  REQUIRE_FALSE(bomb);
+  CHECK(bomb.error().code() == Errc::kUnsupported);
+  CHECK(bomb.error().file() == dir.file("m.pt"));
+  CHECK(bomb.error().tensor() == std::optional<std::string_view>("expanded"));
+  CHECK_THAT(bomb.error().message(), Catch::Contains("elements overlap"));
+  // A row repeated 16 times is read; 17 times a 64 Ki-float row is not.
+  const auto sixteen = open({16, 65536}, {0, 1}, 65536);
+  if (!sixteen) FAIL(sixteen.error().to_string());
+  CHECK(sixteen->find("expanded")->nbytes == 65536 * 4);
+  CHECK(open({17, 65536}, {0, 1}, 65536).error().code() == Errc::kUnsupported);
+  // Small expansions (a bias broadcast over a few rows) stay under the 1 MiB floor.
+  CHECK(open({1024, 256}, {0, 1}, 256));
+}
