@@ -14,7 +14,7 @@ mkdir -p "$work/artifacts"
 
 declare -A dict=([safetensors_header]=json [gguf_header]=gguf [torch_zip]=torch [index_json]=json [model_config]=json [lockfile]=json [recipe]=lua [cli_args]=cli)
 failed=()
-read -r -a targets <<<"${FUZZ_TARGETS:-safetensors_header gguf_header torch_zip index_json model_config lockfile recipe cli_args quant_rows}"
+read -r -a targets <<<"${FUZZ_TARGETS:-safetensors_header gguf_header torch_zip index_json model_config lockfile recipe cli_args quant_rows torch_views}"
 for target in "${targets[@]}"; do
   bin="$build/fuzz/fuzz_$target"
   [ -x "$bin" ] || { echo "fuzz: $bin is not built (configure with -DQLOAD_FUZZ=ON)" >&2; exit 2; }
@@ -25,7 +25,7 @@ for target in "${targets[@]}"; do
   started=$SECONDS
   seeds=("fuzz/corpus/$target")
   [ "$target" = recipe ] && seeds+=(examples/recipes)  # the example recipes seed it too
-  dict_arg=()  # quant_rows reads raw blocks: no dictionary
+  dict_arg=()  # quant_rows reads raw blocks, torch_views numbers: no dictionary
   [ -n "${dict[$target]:-}" ] && dict_arg=(-dict="fuzz/dict/${dict[$target]}.dict")
   "$bin" "$work/corpus/$target" "${seeds[@]}" "${dict_arg[@]}" \
     -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
