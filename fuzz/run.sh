@@ -26,7 +26,7 @@ for target in "${targets[@]}"; do
   started=$SECONDS
   seeds=("fuzz/corpus/$target")
   [ "$target" = recipe ] && seeds+=(examples/recipes)  # the example recipes seed it too
-  dict_arg=()  # quant_rows and quant_plan read raw bytes: no dictionary
+  dict_arg=()  # quant_rows and quant_plan read raw bytes, torch_views numbers: no dictionary
   [ -n "${dict[$target]:-}" ] && dict_arg=(-dict="fuzz/dict/${dict[$target]}.dict")
   "$bin" "$work/corpus/$target" "${seeds[@]}" "${dict_arg[@]}" \
     -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \

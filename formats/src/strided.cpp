@@ -1,5 +1,6 @@
 #include "qload/formats/strided.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -44,6 +45,19 @@ Result<std::uint64_t> strided_span_bytes(const Shape& shape, std::span<const std
   return bytes;
 }
 
+Status check_view_expansion(const Shape& shape, DType dtype, std::uint64_t span_bytes) {
+  QLOAD_ASSIGN_OR_RETURN(const std::uint64_t dense, shape.nbytes(dtype));
+  const std::uint64_t allowed =
+      std::max(kViewExpansionFloorBytes, checked_mul(span_bytes, kMaxViewExpansion).value_or(UINT64_MAX));
+  if (dense > allowed)
+    return fail(Errc::kUnsupported,
+                fmt::format("a view whose elements overlap (a stride of 0, as expand() makes): {} bytes row-major "
+                            "from {} stored; qload gathers a view to at most {}x the bytes it spans or {} bytes "
+                            "(save it with .contiguous())",
+                            dense, span_bytes, kMaxViewExpansion, kViewExpansionFloorBytes));
+  return {};
+}
+
 bool is_row_major(const Shape& shape, std::span<const std::uint64_t> strides) {
   if (strides.size() != shape.rank()) return false;
   std::uint64_t expected = 1;
@@ -78,21 +92,31 @@ Status gather_strided(const TensorEntry& t, std::span<const std::byte> stored, s
   }
   // An odometer over the outer dims; the innermost dim is one memcpy when its stride is 1,
   // else one element at a time (a transposed weight: the slow path, taken only for views).
+  // Each dim's step in bytes: a dim of one element never steps, so its stride (any value, even
+  // one whose product with the element size wraps) is never multiplied; every other step is at
+  // most the span, which strided_span_bytes checked fits in 64 bits, and so is every offset
+  // (index[d] * step[d] <= (shape[d] - 1) * step[d] <= span).
+  std::vector<std::uint64_t> step(rank, 0);
+  for (std::size_t d = 0; d < rank; ++d)
+    if (t.shape[d] > 1) step[d] = t.strides[d] * element;
   const std::uint64_t inner = t.shape[rank - 1];
-  const std::uint64_t inner_stride = t.strides[rank - 1] * element;
+  const std::uint64_t inner_stride = step[rank - 1];
   std::vector<std::uint64_t> index(rank - 1, 0);
   std::byte* out = dense.data();
   std::uint64_t from = 0;  // byte offset of the current row's first element in `stored`
   for (std::uint64_t rows = want / (inner * element); rows-- > 0;) {
-    if (inner_stride == element)
+    if (inner_stride == element || inner == 1)
       std::memcpy(out, stored.data() + from, inner * element);
     else
       copy_strided(out, stored.data() + from, inner, inner_stride, element);
     out += inner * element;
     for (std::size_t d = rank - 1; d-- > 0;) {  // next row: bump the odometer
-      from += t.strides[d] * element;
-      if (++index[d] < t.shape[d]) break;
-      from -= t.shape[d] * t.strides[d] * element;
+      if (index[d] + 1 < t.shape[d]) {
+        ++index[d];
+        from += step[d];
+        break;
+      }
+      from -= index[d] * step[d];
       index[d] = 0;
     }
   }

@@ -84,3 +84,25 @@ TEST_CASE("strided: a view gathered row-major equals indexing its storage", "[fo
     CHECK(gather_strided(t, std::span(storage).first(40), dense).error().code() == Errc::kInvalidArgument);
   }
 }
+
+TEST_CASE("strided: a view expands when gathered only within its bound", "[formats][strided]") {
+  const auto floats = [](std::uint64_t n) { return n * 4; };
+  // Non-overlapping views never exceed their span; overlapping ones up to the floor or 16x.
+  CHECK(check_view_expansion(Shape{4, 3}, DType::kF32, floats(12)));
+  CHECK(check_view_expansion(Shape{512, 512}, DType::kF32, 4));               // 1 MiB from one float: the floor
+  CHECK(check_view_expansion(Shape{16, 65536}, DType::kF32, floats(65536)));  // 16x a row
+  const auto past = check_view_expansion(Shape{17, 65536}, DType::kF32, floats(65536));
+  REQUIRE_FALSE(past);
+  CHECK(past.error().code() == Errc::kUnsupported);
+  CHECK_THAT(past.error().message(), Catch::Contains("elements overlap"));
+  // One float as [32768, 16384] (2 GB), and a shape whose bytes do not fit in 64 bits.
+  CHECK(check_view_expansion(Shape{32768, 16384}, DType::kF32, 4).error().code() == Errc::kUnsupported);
+  CHECK(check_view_expansion(Shape{std::uint64_t{1} << 62, 4}, DType::kF32, 4).error().code() == Errc::kOverflow);
+}
+
+TEST_CASE("strided: a dim of one element steps nowhere, whatever its stride", "[formats][strided]") {
+  // Its stride times the element size wraps 2^64: it is never multiplied.
+  const std::vector<std::byte> storage = counting(8);
+  CHECK(gather(view(Shape{1, 2, 3}, {std::uint64_t{1} << 62, 1, 2}, 1), storage) ==
+        std::vector<std::int32_t>{1, 3, 5, 2, 4, 6});
+}

@@ -28,6 +28,16 @@ struct PickleBytes {
   }
   PickleBytes& str(const std::string& s) { return op('X').u32(static_cast<std::uint32_t>(s.size())).raw(s); }
   PickleBytes& integer(std::int32_t v) { return op('J').u32(static_cast<std::uint32_t>(v)); }
+  PickleBytes& long8(std::int64_t v) {  // LONG1 of 8 bytes
+    op(0x8a).op(8);
+    for (int i = 0; i < 8; ++i) op(static_cast<std::uint8_t>(static_cast<std::uint64_t>(v) >> (8 * i)));
+    return *this;
+  }
+  PickleBytes& tuple8(const std::vector<std::int64_t>& values) {
+    op('(');
+    for (const std::int64_t v : values) long8(v);
+    return op('t');
+  }
   PickleBytes& global(const std::string& module, const std::string& name) {
     return op('c').raw(module + "\n" + name + "\n");
   }
@@ -36,14 +46,26 @@ struct PickleBytes {
     for (const std::int32_t v : values) integer(v);
     return op('t');
   }
-  // `name`: _rebuild_tensor_v2 over storage `key` (`storage_class`, `storage_numel` elements).
+  PickleBytes& put(std::uint8_t memo) { return op('q').op(memo); }  // BINPUT
+  PickleBytes& get(std::uint8_t memo) { return op('h').op(memo); }  // BINGET
+  // _rebuild_tensor_v2 over storage `key` (`storage_class`, `storage_numel` elements) whose size
+  // and stride tuples `sizes(*this)` pushes (memo entries of hostile pickles, say).
+  template <class PushSizes>
+  PickleBytes& rebuild_with(const std::string& storage_class, const std::string& key, std::int32_t storage_numel,
+                            std::int32_t offset, const PushSizes& sizes) {
+    global("torch._utils", "_rebuild_tensor_v2").op('(');
+    op('(').str("storage").global("torch", storage_class).str(key).str("cpu").integer(storage_numel).op('t').op('Q');
+    integer(offset);
+    sizes(*this);
+    op(0x89).global("collections", "OrderedDict").op(')').op('R');
+    return op('t').op('R');
+  }
+  // `name`: a tensor of sizes `size` and strides `stride`.
   PickleBytes& tensor(const std::string& name, const std::string& storage_class, const std::string& key,
                       std::int32_t storage_numel, std::int32_t offset, const std::vector<std::int32_t>& size,
                       const std::vector<std::int32_t>& stride) {
-    str(name).global("torch._utils", "_rebuild_tensor_v2").op('(');
-    op('(').str("storage").global("torch", storage_class).str(key).str("cpu").integer(storage_numel).op('t').op('Q');
-    integer(offset).tuple(size).tuple(stride).op(0x89).global("collections", "OrderedDict").op(')').op('R');
-    return op('t').op('R');
+    return str(name).rebuild_with(storage_class, key, storage_numel, offset,
+                                  [&](PickleBytes& p) { p.tuple(size).tuple(stride); });
   }
   PickleBytes& begin_dict() { return op(0x80).op(2).op('}').op('('); }
   PickleBytes& end_dict() { return op('u').op('.'); }

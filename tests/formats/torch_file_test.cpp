@@ -202,3 +202,135 @@ TEST_CASE("torch: a non-contiguous view is cataloged over the bytes it spans, wi
   CHECK(unit->strides.empty());
   CHECK(unit->nbytes == 16);
 }
+
+TEST_CASE("torch: a tensor has at most torch's 64 dimensions, named when it has more", "[formats][torch]") {
+  ScratchDir dir;
+  const auto open = [&](const std::vector<std::int32_t>& size) {
+    PickleBytes p;
+    p.begin_dict().tensor("deep", "FloatStorage", "0", 1, 0, size, size).end_dict();
+    write_file(dir.file("m.pt"), zip_stored({{"a/data.pkl", p.bytes}, {"a/data/0", std::vector<std::byte>(4)}}));
+    return formats::open_catalog(dir.file("m.pt"));
+  };
+  const auto deepest = open(std::vector<std::int32_t>(64, 1));
+  if (!deepest) FAIL(deepest.error().to_string());
+  CHECK(deepest->find("deep")->shape.rank() == 64);
+  const auto deeper = open(std::vector<std::int32_t>(65, 1));
+  REQUIRE_FALSE(deeper);
+  CHECK(deeper.error().code() == Errc::kCorrupt);
+  CHECK(deeper.error().file() == dir.file("m.pt"));
+  CHECK(deeper.error().tensor() == std::optional<std::string_view>("deep"));
+  CHECK_THAT(deeper.error().message(), Catch::Contains("65 dimensions (torch allows at most 64)"));
+}
+
+// Pickles that reuse one big object many times (BINGET costs 2 bytes): each ends in one error
+// after work linear in its size, not in gigabytes copied or hours of hashing.
+TEST_CASE("torch: pickles reusing a big object are refused in linear time and memory", "[formats][torch]") {
+  const auto refused = [](const PickleBytes& p, Errc code, const char* message) {
+    const auto r = unpickle(p);
+    REQUIRE_FALSE(r);
+    CHECK(r.error().code() == code);
+    CHECK(r.error().file() == "t.pkl");
+    CHECK_THAT(r.error().message(), Catch::Contains(message));
+    return std::string(r.error().tensor().value_or(""));  // the tensor named, if any
+  };
+  SECTION("one long size tuple as the sizes and strides of many tensors") {
+    PickleBytes p;
+    p.op(0x80).op(2).tuple(std::vector<std::int32_t>(formats::kMaxPickleTupleItems, 1)).put(0).op('}').op('(');
+    for (int i = 0; i < 2000; ++i)
+      p.str("t" + std::to_string(i)).rebuild_with("FloatStorage", "0", 1, 0, [](PickleBytes& q) { q.get(0).get(0); });
+    p.end_dict();
+    CHECK(refused(p, Errc::kCorrupt, "4096 dimensions (torch allows at most 64)") == "t0");
+  }
+  SECTION("a tuple longer than any a state dict holds") {
+    PickleBytes p;
+    p.op(0x80).op(2).tuple(std::vector<std::int32_t>(formats::kMaxPickleTupleItems + 1, 1)).op('.');
+    refused(p, Errc::kUnsupported, "a tuple of 4097 items");
+  }
+  SECTION("a big key set again and again") {
+    PickleBytes p;
+    p.op(0x80).op(2).op('}').op('(').str(std::string(std::size_t{64} << 10, 'k')).put(0);
+    p.rebuild_with("FloatStorage", "0", 1, 0, [](PickleBytes& q) { q.tuple({1}).tuple({1}); }).put(1);
+    for (int i = 0; i < 100'000; ++i) p.get(0).get(1);
+    p.end_dict();
+    refused(p, Errc::kUnsupported, "more copying and hashing than");
+  }
+  SECTION("a big storage key named by many tensors") {
+    PickleBytes p;
+    p.op(0x80).op(2).str(std::string(std::size_t{128} << 10, 's')).put(1).op('}').op('(');
+    for (int i = 0; i < 1000; ++i) {
+      p.str("t" + std::to_string(i)).global("torch._utils", "_rebuild_tensor_v2").op('(');
+      p.op('(').str("storage").global("torch", "FloatStorage").get(1).str("cpu").integer(1).op('t').op('Q');
+      p.integer(0).tuple({1}).tuple({1}).op(0x89).global("collections", "OrderedDict").op(')').op('R').op('t').op('R');
+    }
+    p.end_dict();
+    refused(p, Errc::kUnsupported, "more copying and hashing than");
+  }
+  SECTION("a call with more arguments than any rebuilder takes") {
+    PickleBytes p;
+    p.op(0x80).op(2).global("collections", "OrderedDict").tuple(std::vector<std::int32_t>(9, 0)).op('R').op('.');
+    refused(p, Errc::kCorrupt, "REDUCE with 9 arguments");
+  }
+  SECTION("a global named by megabyte strings") {
+    PickleBytes p;
+    p.op(0x80).op(2).str(std::string(std::size_t{1} << 20, 'm')).str("n").op(0x93).op('.');
+    refused(p, Errc::kUnsupported, "a global named by 1048576 and 1 bytes");
+  }
+}
+
+TEST_CASE("torch: sizes, offsets and strides from the pickle are checked, never wrapping", "[formats][torch]") {
+  ScratchDir dir;
+  const auto open = [&](const std::vector<std::int64_t>& size, const std::vector<std::int64_t>& stride,
+                        std::int32_t offset = 0, const char* storage = "LongStorage") {
+    PickleBytes p;
+    p.begin_dict()
+        .str("big")
+        .rebuild_with(storage, "0", 1, offset, [&](PickleBytes& q) { q.tuple8(size).tuple8(stride); })
+        .end_dict();
+    write_file(dir.file("m.pt"), zip_stored({{"a/data.pkl", p.bytes}, {"a/data/0", std::vector<std::byte>(8)}}));
+    return formats::open_catalog(dir.file("m.pt"));
+  };
+  const auto refused = [&](const Result<formats::Catalog>& r, Errc code, const char* message) {
+    REQUIRE_FALSE(r);
+    CHECK(r.error().code() == code);
+    CHECK(r.error().file() == dir.file("m.pt"));
+    CHECK(r.error().tensor() == std::optional<std::string_view>("big"));
+    CHECK_THAT(r.error().message(), Catch::Contains(message));
+  };
+  // 2^61 I64 elements are 2^64 bytes: once listed as 0 bytes over a one-element storage.
+  refused(open({std::int64_t{1} << 30, std::int64_t{1} << 31}, {std::int64_t{1} << 31, 1}), Errc::kOverflow,
+          "does not fit in 64 bits");
+  refused(open({std::int64_t{1} << 62, 4}, {4, 1}), Errc::kOverflow, "element count");
+  refused(open({std::int64_t{1} << 62, 2}, {2, 1}), Errc::kCorrupt, "a tensor of 9223372036854775808 elements");
+  // Row-major, one element, from element 2^31 - 1: past the storage.
+  refused(open({1}, {1}, 0x7fffffff), Errc::kCorrupt, "run past its storage");
+  // A view reaching 2^64 elements.
+  refused(open({2, 2}, {std::int64_t{1} << 62, std::int64_t{1} << 62}), Errc::kOverflow, "exceeds 2^64");
+  REQUIRE(open({1}, {1}));
+}
+
+TEST_CASE("torch: a view whose elements overlap gathers to at most 16x its stored bytes or 1 MiB", "[formats][torch]") {
+  ScratchDir dir;
+  const auto open = [&](const std::vector<std::int32_t>& size, const std::vector<std::int32_t>& stride,
+                        std::int32_t numel) {
+    PickleBytes p;
+    p.begin_dict().tensor("expanded", "FloatStorage", "0", numel, 0, size, stride).end_dict();
+    write_file(dir.file("m.pt"),
+               zip_stored({{"a/data.pkl", p.bytes},
+                           {"a/data/0", std::vector<std::byte>(static_cast<std::size_t>(numel) * 4)}}));
+    return formats::open_catalog(dir.file("m.pt"));
+  };
+  // One float as [32768, 16384] (the issue's 373-byte file: 2 GB once gathered).
+  const auto bomb = open({32768, 16384}, {0, 0}, 1);
+  REQUIRE_FALSE(bomb);
+  CHECK(bomb.error().code() == Errc::kUnsupported);
+  CHECK(bomb.error().file() == dir.file("m.pt"));
+  CHECK(bomb.error().tensor() == std::optional<std::string_view>("expanded"));
+  CHECK_THAT(bomb.error().message(), Catch::Contains("elements overlap"));
+  // A row repeated 16 times is read; 17 times a 64 Ki-float row is not.
+  const auto sixteen = open({16, 65536}, {0, 1}, 65536);
+  if (!sixteen) FAIL(sixteen.error().to_string());
+  CHECK(sixteen->find("expanded")->nbytes == 65536 * 4);
+  CHECK(open({17, 65536}, {0, 1}, 65536).error().code() == Errc::kUnsupported);
+  // Small expansions (a bias broadcast over a few rows) stay under the 1 MiB floor.
+  CHECK(open({1024, 256}, {0, 1}, 256));
+}

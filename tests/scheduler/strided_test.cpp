@@ -106,7 +106,8 @@ TEST_CASE("strided: tensor parallel cuts each view as its row-major values", "[s
   }
 }
 
-TEST_CASE("strided: mmap mode refuses a view by name; a view past its file is truncated", "[scheduler][strided]") {
+TEST_CASE("strided: mmap mode refuses a view by name, and loads refuse a view past its file or its expansion bound",
+          "[scheduler][strided]") {
   StridedCheckpoint c;
   LoadOptions o = host_devices(1);
   o.plan.mode = LoadMode::kMmap;
@@ -121,6 +122,16 @@ TEST_CASE("strided: mmap mode refuses a view by name; a view past its file is tr
   REQUIRE_FALSE(past);
   CHECK(past.error().code() == Errc::kTruncated);
   CHECK(past.error().tensor() == std::optional<std::string_view>(kQ));
+  const Shape shape = q.shape;
+  q.shape = Shape{32768, 16384};  // one element as 1 GB: refused before anything is allocated
+  q.strides = {0, 0};
+  q.nbytes = 2;
+  auto expanded = load(c.catalog, host_devices(1));
+  REQUIRE_FALSE(expanded);
+  CHECK(expanded.error().code() == Errc::kUnsupported);
+  CHECK(expanded.error().tensor() == std::optional<std::string_view>(kQ));
+  CHECK_THAT(expanded.error().message(), Catch::Contains("elements overlap"));
+  q.shape = shape;
   q.strides = {1, kCols};
   q.nbytes = kRows * kCols * 2 - 2;  // a span that disagrees with shape and strides
   auto wrong = load(c.catalog, host_devices(1));

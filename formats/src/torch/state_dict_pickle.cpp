@@ -4,6 +4,10 @@
 // floats, strings and globals, and only these callables: collections.OrderedDict,
 // torch._utils._rebuild_tensor_v2 / _rebuild_tensor_v3 / _rebuild_parameter. A global is
 // checked when it is named, so `os.system` is refused before anything could call it.
+// Work is linear in the input: an opcode that reuses an object (BINGET of a big tuple or string)
+// never copies it whole; what must look at a reused object's bytes (hashing a dict key, copying a
+// name, a storage key or a size tuple into the result) is charged to a budget proportional to the
+// pickle's size (kPickleWorkPerByte), so 8 MB of pickle cannot ask for gigabytes or hours.
 #include <array>
 #include <bit>
 #include <cstring>
@@ -35,9 +39,9 @@ enum class Kind : std::uint8_t {
 
 struct Object {
   Kind kind = Kind::kNone;
-  std::int64_t i = 0;                // kBool, kInt; kTensor: index into Machine::tensors
+  std::int64_t i = 0;                // kBool, kInt; kTensor: index into Machine::tensors; kStorage: its key's id
   double f = 0;                      // kFloat
-  std::string s;                     // kString; kGlobal: "module.name"; kStorage: its key
+  std::string s;                     // kString; kGlobal: "module.name"
   std::vector<std::uint32_t> items;  // kTuple, kList; kDict: key, value, key, value...
   DType dtype = DType::kU8;          // kStorage (typed storages), kGlobal naming a dtype
   std::uint64_t bytes = 0;           // kStorage: declared size in bytes
@@ -84,6 +88,22 @@ constexpr std::string_view kRebuildV3 = "torch._utils._rebuild_tensor_v3";
 constexpr std::string_view kRebuildParameter = "torch._utils._rebuild_parameter";
 constexpr std::string_view kUntypedStorage = "torch.storage.UntypedStorage";
 
+// A _rebuild_tensor call. Its tuples and storage key stay objects (by id) until the state dict
+// names the tensor: a size tuple reused by many tensors is checked and copied once per named
+// tensor, at most kMaxTensorDims items, never per REDUCE.
+struct RebuiltTensor {
+  std::uint32_t storage = 0;  // a kStorage object
+  std::uint32_t size = 0;     // kTuple objects of equal length
+  std::uint32_t stride = 0;
+  std::uint64_t storage_offset = 0;
+  DType dtype = DType::kF32;
+};
+
+// The most arguments any accepted callable takes (_rebuild_tensor_v3 with its metadata: 8).
+constexpr std::size_t kMaxCallArguments = 8;
+// The longest module or class name of a global ('c' reads names up to this long too).
+constexpr std::size_t kMaxGlobalNameBytes = 256;
+
 template <std::size_t N>
 std::optional<DType> lookup(const std::array<NamedDtype, N>& table, std::string_view name) {
   for (const NamedDtype& e : table)
@@ -106,13 +126,32 @@ class Machine {
   std::vector<std::uint32_t> stack_;
   std::vector<std::size_t> marks_;
   std::unordered_map<std::uint64_t, std::uint32_t> memo_;
-  std::vector<PickledTensor> tensors_;
+  std::vector<RebuiltTensor> tensors_;
+  std::uint64_t work_left_ = 0;  // bytes still to copy, hash or compare (set by run())
 
   Error corrupt(std::string message) const {
     return located(Errc::kCorrupt, "pickle: " + std::move(message), path_, {}, op_at_);
   }
   Error unsupported(std::string message) const {
     return located(Errc::kUnsupported, "pickle: " + std::move(message), path_, {}, op_at_);
+  }
+
+  // Spends `bytes` of the work budget: the bytes of a (possibly reused) object that an operation
+  // hashes, compares or copies.
+  Status charge(std::uint64_t bytes) {
+    if (bytes > work_left_)
+      return fail(
+          unsupported(fmt::format("more copying and hashing than {} bytes of pickle can need (at most {} "
+                                  "bytes per byte of pickle, plus {})",
+                                  in_.size(), kPickleWorkPerByte, kPickleWorkBaseBytes)));
+    work_left_ -= bytes;
+    return {};
+  }
+  // A dict's new items: each key is hashed and compared when the state dict is built, so each
+  // setting of a key is charged its bytes (a huge key set a million times is a million charges).
+  Status charge_keys(const std::vector<std::uint32_t>& items) {
+    for (std::size_t k = 0; k < items.size(); k += 2) QLOAD_TRY(charge(1 + objects_[items[k]].s.size()));
+    return {};
   }
 
   Result<std::span<const std::byte>> take(std::uint64_t n) {
@@ -161,6 +200,11 @@ class Machine {
   }
   // Adds `items` to container `into` (its depth grows with theirs).
   Status extend(std::uint32_t into, const std::vector<std::uint32_t>& items) {
+    if (objects_[into].kind == Kind::kTuple && items.size() > kMaxPickleTupleItems)
+      return fail(
+          unsupported(fmt::format("a tuple of {} items (a state dict's tuples are sizes, strides and call "
+                                  "arguments: at most {})",
+                                  items.size(), kMaxPickleTupleItems)));
     std::uint32_t depth = objects_[into].depth;
     for (const std::uint32_t i : items) depth = std::max(depth, objects_[i].depth + 1);
     if (depth > kMaxPickleDepth)
@@ -176,12 +220,13 @@ class Machine {
     return {};
   }
 
-  Status global(std::string module, std::string name);
+  Status global(const std::string& module, const std::string& name);
   Status persistent_id();
   Status reduce();
   Status set_items(std::vector<std::uint32_t> items);
   Status step(std::uint8_t op, bool& stop);
   Result<std::vector<PickledTensor>> state_dict(std::uint32_t root);
+  Result<PickledTensor> named_tensor(const std::string& name, const RebuiltTensor& r);
 
   const Object& at(std::uint32_t id) const { return objects_[id]; }
   Result<std::int64_t> int_arg(std::uint32_t id, std::string_view what) const {
@@ -190,7 +235,10 @@ class Machine {
   }
 };
 
-Status Machine::global(std::string module, std::string name) {
+Status Machine::global(const std::string& module, const std::string& name) {
+  if (module.size() > kMaxGlobalNameBytes || name.size() > kMaxGlobalNameBytes)
+    return fail(unsupported(fmt::format("a global named by {} and {} bytes (at most {} each)", module.size(),
+                                        name.size(), kMaxGlobalNameBytes)));
   std::string full = module + "." + name;
   Object g{.kind = Kind::kGlobal, .s = full};
   if (const auto d = lookup(kStorageTypes, full)) {
@@ -225,7 +273,7 @@ Status Machine::persistent_id() {
   if (numel < 0 || static_cast<std::uint64_t>(numel) > (std::uint64_t{1} << 62) / element)
     return fail(corrupt(fmt::format("a storage of {} elements", numel)));
   return push_new(Object{.kind = Kind::kStorage,
-                         .s = key.s,
+                         .i = t.items[2],  // the key by id: a reused multi-megabyte key is not copied here
                          .dtype = type.s == kUntypedStorage ? DType::kU8 : type.dtype,
                          .bytes = static_cast<std::uint64_t>(numel) * element});
 }
@@ -233,28 +281,30 @@ Status Machine::persistent_id() {
 Status Machine::reduce() {
   QLOAD_ASSIGN_OR_RETURN(const std::uint32_t args_id, pop());
   QLOAD_ASSIGN_OR_RETURN(const std::uint32_t fn_id, pop());
-  const Object& fn = at(fn_id);
-  const Object& args = at(args_id);
-  if (fn.kind != Kind::kGlobal || args.kind != Kind::kTuple) return fail(corrupt("REDUCE of a non-callable"));
-  const std::vector<std::uint32_t> a = args.items;
-  if (fn.s == kOrderedDict) {
+  if (at(fn_id).kind != Kind::kGlobal || at(args_id).kind != Kind::kTuple)
+    return fail(corrupt("REDUCE of a non-callable"));
+  if (at(args_id).items.size() > kMaxCallArguments)
+    return fail(corrupt(fmt::format("REDUCE with {} arguments", at(args_id).items.size())));
+  // Copies (at most kMaxCallArguments ids, and the name): push_new may move the arena.
+  const std::vector<std::uint32_t> a = at(args_id).items;
+  const std::string fn = at(fn_id).s;
+  if (fn == kOrderedDict) {
     if (!a.empty()) return fail(unsupported("OrderedDict built from arguments"));
     return push_new(Object{.kind = Kind::kDict});
   }
-  if (fn.s == kRebuildParameter) {  // (tensor, requires_grad, backward_hooks): the tensor
+  if (fn == kRebuildParameter) {  // (tensor, requires_grad, backward_hooks): the tensor
     if (a.size() < 1 || at(a[0]).kind != Kind::kTensor) return fail(corrupt("_rebuild_parameter of a non-tensor"));
     stack_.push_back(a[0]);
     return {};
   }
-  const bool v3 = fn.s == kRebuildV3;
-  if (fn.s != kRebuildV2 && !v3)
-    return fail(unsupported(fmt::format("calls {}, which is not a tensor rebuilder", quote_name(fn.s))));
+  const bool v3 = fn == kRebuildV3;
+  if (fn != kRebuildV2 && !v3)
+    return fail(unsupported(fmt::format("calls {}, which is not a tensor rebuilder", quote_name(fn))));
   // (storage, storage_offset, size, stride, requires_grad, backward_hooks[, dtype (v3)][, metadata])
   if (a.size() < (v3 ? 7u : 6u) || at(a[0]).kind != Kind::kStorage || at(a[2]).kind != Kind::kTuple ||
       at(a[3]).kind != Kind::kTuple || at(a[2]).items.size() != at(a[3]).items.size())
-    return fail(corrupt(fmt::format("{} with arguments that do not describe a tensor", fn.s)));
-  const Object& storage = at(a[0]);
-  PickledTensor t{.storage_key = storage.s, .dtype = storage.dtype, .storage_bytes = storage.bytes};
+    return fail(corrupt(fmt::format("{} with arguments that do not describe a tensor", fn)));
+  RebuiltTensor t{.storage = a[0], .size = a[2], .stride = a[3], .dtype = at(a[0]).dtype};
   if (v3) {
     if (at(a[6]).kind != Kind::kGlobal || !lookup(kDtypes, at(a[6]).s))
       return fail(corrupt("_rebuild_tensor_v3 without a dtype"));
@@ -263,14 +313,7 @@ Status Machine::reduce() {
   QLOAD_ASSIGN_OR_RETURN(const std::int64_t offset, int_arg(a[1], "a storage offset"));
   if (offset < 0) return fail(corrupt("a negative storage offset"));
   t.storage_offset = static_cast<std::uint64_t>(offset);
-  for (std::size_t d = 0; d < at(a[2]).items.size(); ++d) {
-    QLOAD_ASSIGN_OR_RETURN(const std::int64_t n, int_arg(at(a[2]).items[d], "a size"));
-    QLOAD_ASSIGN_OR_RETURN(const std::int64_t s, int_arg(at(a[3]).items[d], "a stride"));
-    if (n < 0) return fail(corrupt("a negative size"));
-    t.size.push_back(static_cast<std::uint64_t>(n));
-    t.stride.push_back(s);
-  }
-  tensors_.push_back(std::move(t));
+  tensors_.push_back(t);
   return push_new(Object{.kind = Kind::kTensor, .i = static_cast<std::int64_t>(tensors_.size() - 1)});
 }
 
@@ -278,6 +321,7 @@ Status Machine::set_items(std::vector<std::uint32_t> items) {
   QLOAD_ASSIGN_OR_RETURN(const std::uint32_t dict, top());
   if (at(dict).kind != Kind::kDict) return fail(corrupt("SETITEMS on a non-dict"));
   if (items.size() % 2 != 0) return fail(corrupt("SETITEMS with a key and no value"));
+  QLOAD_TRY(charge_keys(items));
   return extend(dict, items);
 }
 
@@ -312,6 +356,7 @@ Status Machine::step(std::uint8_t op, bool& stop) {
     case 'd': {
       QLOAD_ASSIGN_OR_RETURN(auto items, pop_mark());
       if (items.size() % 2 != 0) return fail(corrupt("DICT with a key and no value"));
+      QLOAD_TRY(charge_keys(items));
       return push_container(Kind::kDict, items);
     }
     case 0x85:
@@ -390,7 +435,7 @@ Status Machine::step(std::uint8_t op, bool& stop) {
         part.assign(reinterpret_cast<const char*>(in_.data() + pos_), end - pos_);
         pos_ = end + 1;
       }
-      return global(std::move(parts[0]), std::move(parts[1]));
+      return global(parts[0], parts[1]);
     }
     case 0x93: {  // STACK_GLOBAL
       QLOAD_ASSIGN_OR_RETURN(const std::uint32_t name, pop());
@@ -435,26 +480,60 @@ Status Machine::step(std::uint8_t op, bool& stop) {
   }
 }
 
+// A tensor the state dict names: its sizes and strides (at most torch's 64 dims) and storage
+// key copied out of the pickle's objects, each copy charged.
+Result<PickledTensor> Machine::named_tensor(const std::string& name, const RebuiltTensor& r) {
+  const std::vector<std::uint32_t>& size = at(r.size).items;
+  const std::vector<std::uint32_t>& stride = at(r.stride).items;
+  const auto refuse = [&](Errc code, std::string message) {
+    return fail(located(code, "pickle: " + std::move(message), path_, name));
+  };
+  if (size.size() > kMaxTensorDims)
+    return refuse(Errc::kCorrupt,
+                  fmt::format("a tensor of {} dimensions (torch allows at most {})", size.size(), kMaxTensorDims));
+  const std::string& key = at(at(r.storage).i).s;
+  QLOAD_TRY(charge(name.size() + key.size() + 16 * size.size()));
+  PickledTensor t{.name = name,
+                  .storage_key = key,
+                  .dtype = r.dtype,
+                  .storage_bytes = at(r.storage).bytes,
+                  .storage_offset = r.storage_offset};
+  for (std::size_t d = 0; d < size.size(); ++d) {
+    if (at(size[d]).kind != Kind::kInt || at(stride[d]).kind != Kind::kInt)
+      return refuse(Errc::kCorrupt, "a size or stride that is not an int");
+    if (at(size[d]).i < 0) return refuse(Errc::kCorrupt, "a negative size");
+    t.size.push_back(static_cast<std::uint64_t>(at(size[d]).i));
+    t.stride.push_back(at(stride[d]).i);
+  }
+  return t;
+}
+
 Result<std::vector<PickledTensor>> Machine::state_dict(std::uint32_t root) {
   const Object& dict = at(root);
   if (dict.kind != Kind::kDict)
     return fail(
         unsupported("the pickle holds something other than a dict of tensors (a whole model or a training "
                     "checkpoint: save its state_dict())"));
-  std::vector<PickledTensor> out;
-  std::unordered_map<std::string_view, std::size_t> seen;  // a key set twice keeps its last value, as in Python
+  // Each name's last value, as in Python, by id: hashing the keys was charged as they were set,
+  // and nothing is copied until each name's final tensor is known.
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> slots;  // key, tensor
+  std::unordered_map<std::string_view, std::size_t> seen;
   for (std::size_t i = 0; i + 1 < dict.items.size(); i += 2) {
     const Object& key = at(dict.items[i]);
     const Object& value = at(dict.items[i + 1]);
     if (key.kind != Kind::kString) return fail(unsupported("a state dict key that is not a string"));
     if (value.kind != Kind::kTensor)
       return fail(located(Errc::kUnsupported, "pickle: the state dict's value is not a tensor", path_, key.s));
-    PickledTensor t = tensors_[static_cast<std::size_t>(value.i)];
-    t.name = key.s;
-    if (const auto [it, fresh] = seen.emplace(key.s, out.size()); !fresh) {
-      out[it->second] = std::move(t);
-      continue;
-    }
+    const auto [it, fresh] = seen.emplace(key.s, slots.size());
+    if (fresh)
+      slots.emplace_back(dict.items[i], dict.items[i + 1]);
+    else
+      slots[it->second].second = dict.items[i + 1];
+  }
+  std::vector<PickledTensor> out;
+  out.reserve(slots.size());
+  for (const auto& [key, value] : slots) {
+    QLOAD_ASSIGN_OR_RETURN(PickledTensor t, named_tensor(at(key).s, tensors_[static_cast<std::size_t>(at(value).i)]));
     out.push_back(std::move(t));
   }
   return out;
@@ -463,6 +542,7 @@ Result<std::vector<PickledTensor>> Machine::state_dict(std::uint32_t root) {
 Result<std::vector<PickledTensor>> Machine::run() {
   if (in_.size() > kMaxPickleBytes)
     return fail(located(Errc::kUnsupported, fmt::format("a pickle of {} bytes", in_.size()), path_));
+  work_left_ = kPickleWorkPerByte * in_.size() + kPickleWorkBaseBytes;  // in_.size() <= 2^30: no overflow
   bool stop = false;
   while (!stop) {
     if (pos_ >= in_.size()) return fail(corrupt("the pickle ends without STOP"));

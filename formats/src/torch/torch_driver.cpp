@@ -3,7 +3,8 @@
 // directory and pickled state dict are read (torch_file.hpp); every tensor becomes a catalog
 // entry over its storage's bytes in the file, so loading is the same read path as safetensors.
 // A strided view (a transposed or stepped tensor) spans the bytes from its first element to its
-// last and keeps its strides; the load gathers it row-major, as `.contiguous()` would.
+// last and keeps its strides (torch_view.hpp); the load gathers it row-major, as `.contiguous()`
+// would.
 #include "torch_driver.hpp"
 
 #include <algorithm>
@@ -15,7 +16,6 @@
 #include <tuple>
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "../embedded_metadata.hpp"
 #include "../file_io.hpp"
@@ -23,8 +23,8 @@
 #include "../model_dir.hpp"
 #include "../path_guard.hpp"
 #include "qload/formats/safetensors_index.hpp"
-#include "qload/formats/strided.hpp"
 #include "qload/formats/torch_file.hpp"
+#include "torch_view.hpp"
 
 namespace qload::formats {
 namespace fs = std::filesystem;
@@ -61,54 +61,6 @@ Result<std::vector<std::byte>> read_entry(const OpenedFile& file, const ZipEntry
   QLOAD_ASSIGN_OR_RETURN(std::vector<std::byte> bytes, allocate_bytes(e.size, path));
   QLOAD_TRY(pread_exact(file.fd.get(), bytes, e.data_offset, path));
   return bytes;
-}
-
-// Where tensor `t`'s elements lie in its storage entry: the bytes from its first element to the
-// end of its last, and its strides when it is not row-major (strided.hpp).
-struct StoredView {
-  std::uint64_t offset = 0;  // in the file
-  std::uint64_t bytes = 0;
-  std::vector<std::uint64_t> strides;  // empty: row-major
-};
-
-Result<StoredView> stored_view(const PickledTensor& t, const ZipEntry& storage, const std::string& path) {
-  const Shape shape(t.size);
-  if (t.stride.size() != t.size.size())
-    return fail(
-        located(Errc::kCorrupt, fmt::format("{} strides for {} dims", t.stride.size(), t.size.size()), path, t.name));
-  std::uint64_t numel = 1;
-  for (const std::uint64_t n : t.size)
-    if (__builtin_mul_overflow(numel, n, &numel))
-      return fail(located(Errc::kCorrupt, "the tensor's size overflows", path, t.name));
-  if (numel > (std::uint64_t{1} << 62))
-    return fail(located(Errc::kCorrupt, fmt::format("a tensor of {} elements", numel), path, t.name));
-  std::vector<std::uint64_t> strides;
-  for (const std::int64_t stride : t.stride) {
-    if (stride < 0)
-      return fail(
-          located(Errc::kCorrupt, fmt::format("a negative stride ({})", fmt::join(t.stride, ", ")), path, t.name));
-    strides.push_back(static_cast<std::uint64_t>(stride));
-  }
-  if (formats::is_row_major(shape, strides)) strides.clear();
-  const std::uint64_t element = dtype_info(t.dtype).block_bytes;
-  std::uint64_t bytes = 0, first = 0, end = 0;
-  if (strides.empty()) {
-    bytes = numel * element;  // numel < 2^62, element <= 8
-  } else {
-    auto span = formats::strided_span_bytes(shape, strides, t.dtype);
-    if (!span) return fail(located(Errc::kCorrupt, span.error().message(), path, t.name));
-    bytes = *span;
-  }
-  if (bytes == 0) return StoredView{.offset = storage.data_offset, .bytes = 0, .strides = std::move(strides)};
-  const bool overflow =
-      __builtin_mul_overflow(t.storage_offset, element, &first) || __builtin_add_overflow(first, bytes, &end);
-  if (overflow || end > storage.size || end > t.storage_bytes)
-    return fail(located(Errc::kCorrupt,
-                        fmt::format("the tensor's elements ({} bytes from element {}) run past its storage {} ({} "
-                                    "bytes)",
-                                    bytes, t.storage_offset, quote_name(storage.name), storage.size),
-                        path, t.name, storage.data_offset));
-  return StoredView{.offset = storage.data_offset + first, .bytes = bytes, .strides = std::move(strides)};
 }
 
 // One torch.save file's tensors, appended to `catalog` as file `index`.
@@ -151,14 +103,8 @@ Status add_file(const std::string& path, Catalog& catalog) {
                           t.name));
     if (storage->second->method != 0)
       return fail(located(Errc::kUnsupported, "its storage entry is compressed", path, t.name));
-    QLOAD_ASSIGN_OR_RETURN(StoredView view, stored_view(t, *storage->second, path));
-    catalog.tensors.push_back(TensorEntry{.name = t.name,
-                                          .file = index,
-                                          .offset = view.offset,
-                                          .nbytes = view.bytes,
-                                          .dtype = t.dtype,
-                                          .shape = Shape(t.size),
-                                          .strides = std::move(view.strides)});
+    QLOAD_ASSIGN_OR_RETURN(TensorEntry entry, torch_tensor_entry(t, *storage->second, index, path));
+    catalog.tensors.push_back(std::move(entry));
   }
   return {};
 }

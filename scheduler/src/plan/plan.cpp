@@ -25,7 +25,8 @@ namespace {
 using detail::tensor_error;
 using detail::TensorRoles;
 
-// The tensor's bytes lie inside its file's validated size and agree with dtype x shape.
+// The tensor's bytes lie inside its file's validated size and agree with dtype x shape; a
+// view's gathered bytes stay within formats::check_view_expansion's bound of its stored ones.
 Status validate_tensor(const formats::Catalog& catalog, const formats::TensorEntry& t) {
   if (t.file >= catalog.files.size())
     return fail(tensor_error(catalog, t, Errc::kCorrupt,
@@ -46,9 +47,9 @@ Status validate_tensor(const formats::Catalog& catalog, const formats::TensorEnt
         tensor_error(catalog, t, Errc::kCorrupt,
                      fmt::format("{} bytes stored, but {} {}{} needs {}", t.nbytes, dtype_name(t.dtype),
                                  t.shape.to_string(), t.strides.empty() ? "" : " (a strided view)", *expected)));
-  if (!t.strides.empty()) {  // gathered into a row-major tensor of dtype x shape bytes
-    auto dense = t.shape.nbytes(t.dtype);
-    if (!dense) return fail(tensor_error(catalog, t, dense.error().code(), dense.error().message()));
+  if (!t.strides.empty()) {  // gathered into a row-major tensor of dtype x shape bytes, within a bound
+    const Status bounded = formats::check_view_expansion(t.shape, t.dtype, t.nbytes);
+    if (!bounded) return fail(tensor_error(catalog, t, bounded.error().code(), bounded.error().message()));
   }
   return {};
 }

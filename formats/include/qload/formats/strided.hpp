@@ -15,6 +15,17 @@ namespace qload::formats {
 // elements, 0 when it has none. kOverflow past 2^64; kInvalidArgument when the ranks differ.
 Result<std::uint64_t> strided_span_bytes(const Shape& shape, std::span<const std::uint64_t> strides, DType dtype);
 
+// How far a view may expand when gathered: its row-major bytes (dtype x shape) may be at most
+// kMaxViewExpansion times the bytes it spans, or kViewExpansionFloorBytes when that is more.
+// Only a view whose elements overlap (a stride of 0, as `expand()` makes) can exceed 1x, and one
+// float viewed as [32768, 16384] would otherwise become 2 GB from a 373-byte file.
+inline constexpr std::uint64_t kMaxViewExpansion = 16;
+inline constexpr std::uint64_t kViewExpansionFloorBytes = std::uint64_t{1} << 20;
+
+// Checks the bound above for a view of `shape` and `strides` (each in elements) spanning
+// `span_bytes`. kUnsupported past it, kOverflow when dtype x shape exceeds 2^64 bytes.
+Status check_view_expansion(const Shape& shape, DType dtype, std::uint64_t span_bytes);
+
 // Whether `strides` are the row-major strides of `shape` (a dim of size 1 may have any stride):
 // such a view is an ordinary contiguous tensor.
 bool is_row_major(const Shape& shape, std::span<const std::uint64_t> strides);

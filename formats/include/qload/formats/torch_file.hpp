@@ -60,11 +60,21 @@ struct PickledTensor {
 inline constexpr std::uint64_t kMaxPickleObjects = std::uint64_t{1} << 22;  // objects, memo entries, marks, stack
 inline constexpr std::uint32_t kMaxPickleDepth = 64;                        // nesting of containers
 inline constexpr std::uint64_t kMaxPickleBytes = std::uint64_t{1} << 30;
+inline constexpr std::uint64_t kMaxPickleTupleItems = 4096;  // a state dict's tuples: sizes, strides, arguments
+inline constexpr std::size_t kMaxTensorDims = 64;            // torch's own limit on a tensor's dimensions
+// The work budget: bytes an unpickle may copy, hash or compare out of objects it reuses (dict
+// keys each time they are set, each named tensor's name, storage key and sizes), per byte of
+// pickle plus a base. A state dict torch wrote needs about one byte per byte; a pickle that
+// reuses one big object many times runs out and is kUnsupported.
+inline constexpr std::uint64_t kPickleWorkPerByte = 4;
+inline constexpr std::uint64_t kPickleWorkBaseBytes = std::uint64_t{64} << 20;
 
 // Runs `pickle` (protocols 2 to 5) in a restricted unpickler and returns the state dict it
 // builds: a dict or OrderedDict (possibly with `_metadata`, ignored) of names to tensors, in
-// the pickle's order. kUnsupported naming the global for any callable other than the state
-// dict's own; kCorrupt naming the opcode and offset for malformed input.
+// the pickle's order (a name set twice keeps its last tensor, in its first place). kUnsupported
+// naming the global for any callable other than the state dict's own, and for input past the
+// limits above; kCorrupt naming the opcode and offset for malformed input, and naming the tensor
+// for one of over kMaxTensorDims dimensions or with a negative size.
 Result<std::vector<PickledTensor>> read_state_dict_pickle(std::span<const std::byte> pickle, const std::string& path);
 
 }  // namespace qload::formats
