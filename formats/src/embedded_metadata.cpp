@@ -35,6 +35,10 @@ Status read_embedded_metadata(Catalog& catalog) {
     auto file = opened.find(t.file);
     if (file == opened.end()) {
       QLOAD_ASSIGN_OR_RETURN(OpenedFile f, open_regular_file(path));
+      // Only the inode whose header was read (and checked to be inside the model directory).
+      const std::optional<io::FileIdentity>& recorded = catalog.files[t.file].identity;
+      if (recorded && (f.identity.dev != recorded->dev || f.identity.ino != recorded->ino))
+        return fail(located(Errc::kFileChanged, "file replaced since its header was read", path, t.name, t.offset));
       file = opened.emplace(t.file, std::move(f)).first;
     }
     std::string bytes(static_cast<std::size_t>(t.nbytes), '\0');

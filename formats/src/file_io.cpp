@@ -1,6 +1,5 @@
 #include "file_io.hpp"
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,12 +15,8 @@
 namespace qload::formats {
 
 Result<OpenedFile> open_regular_file(const std::string& path) {
-  OpenedFile file;
-  file.fd.reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
-  if (!file.fd) return fail(Error::from_errno(errno, "open").with_file(path));
-  QLOAD_ASSIGN_OR_RETURN(const io::FileIdentity identity, io::identify(file.fd.get(), path));
-  file.size = identity.size;
-  return file;
+  QLOAD_ASSIGN_OR_RETURN(io::RegularFile opened, io::open_regular(path));
+  return OpenedFile{.fd = std::move(opened.fd), .size = opened.identity.size, .identity = opened.identity};
 }
 
 Status pread_exact(int fd, std::span<std::byte> out, std::uint64_t offset, const std::string& path) {
@@ -52,7 +47,12 @@ Result<std::vector<std::byte>> allocate_bytes(std::uint64_t n, const std::string
 }
 
 Result<std::vector<std::byte>> read_small_file(const std::string& path, std::uint64_t max_bytes) {
-  QLOAD_ASSIGN_OR_RETURN(OpenedFile file, open_regular_file(path));
+  QLOAD_ASSIGN_OR_RETURN(const OpenedFile file, open_regular_file(path));
+  return read_small_file(file, path, max_bytes);
+}
+
+Result<std::vector<std::byte>> read_small_file(const OpenedFile& file, const std::string& path,
+                                               std::uint64_t max_bytes) {
   if (file.size > max_bytes)
     return fail(located(Errc::kUnsupported,
                         fmt::format("file is {} bytes; qload reads at most {} bytes of it", file.size, max_bytes),

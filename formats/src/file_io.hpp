@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "qload/io/input_file.hpp"
 #include "qload/runtime/error.hpp"
 #include "qload/runtime/unique_fd.hpp"
 
@@ -16,10 +17,12 @@ namespace qload::formats {
 struct OpenedFile {
   UniqueFd fd;
   std::uint64_t size = 0;
+  io::FileIdentity identity;  // of `fd`: what the catalog records (CatalogFile::identity)
 };
 
-// Opens `path` read-only. O_NONBLOCK keeps a FIFO planted where a file should be from hanging
-// the open; anything that is not a regular file is then refused (kInvalidArgument).
+// Opens `path` read-only through io::open_regular: a FIFO planted where a file should be
+// cannot hang the open, and anything that is not a regular file is refused (kInvalidArgument).
+// Files of a model directory are opened with open_inside (path_guard.hpp) instead.
 Result<OpenedFile> open_regular_file(const std::string& path);
 
 // Reads exactly out.size() bytes at `offset`, retrying EINTR and short reads; end of file
@@ -31,5 +34,8 @@ Result<std::vector<std::byte>> allocate_bytes(std::uint64_t n, const std::string
 
 // The whole of a regular file no larger than `max_bytes` (kUnsupported beyond).
 Result<std::vector<std::byte>> read_small_file(const std::string& path, std::uint64_t max_bytes);
+// The same through a file already open (`path` names it in errors).
+Result<std::vector<std::byte>> read_small_file(const OpenedFile& file, const std::string& path,
+                                               std::uint64_t max_bytes);
 
 }  // namespace qload::formats

@@ -71,10 +71,12 @@ bool has_safetensors_files(const fs::path& dir) {
   return false;
 }
 
-Status read_model_config(const std::string& resolved_path, Catalog& catalog) {
+Status read_model_config(const ModelRoot& root, Catalog& catalog) {
+  QLOAD_ASSIGN_OR_RETURN(const std::string resolved_path, resolve_inside(root, "config.json"));
   std::error_code ec;
   if (!fs::exists(resolved_path, ec)) return {};
-  QLOAD_ASSIGN_OR_RETURN(const std::vector<std::byte> bytes, read_small_file(resolved_path, kMaxConfigBytes));
+  QLOAD_ASSIGN_OR_RETURN(const OpenedFile file, open_inside(root, resolved_path));
+  QLOAD_ASSIGN_OR_RETURN(const std::vector<std::byte> bytes, read_small_file(file, resolved_path, kMaxConfigBytes));
   return set_model_config(std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size()), resolved_path,
                           catalog);
 }

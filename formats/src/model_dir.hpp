@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "path_guard.hpp"
 #include "qload/formats/catalog.hpp"
 #include "qload/runtime/error.hpp"
 
@@ -32,11 +33,11 @@ Result<ModelLayout> choose_layout(const std::filesystem::path& dir);
 // Whether `dir` has at least one file matching either suffix (cheap: stops at the first).
 bool has_safetensors_files(const std::filesystem::path& dir);
 
-// Reads `dir/config.json` when present into catalog.config_json, and its
+// Reads the model directory's `config.json` when present into catalog.config_json, and its
 // `quantization_config` object (re-serialised) into catalog.quantization_config. The file
-// must be a JSON object of at most kMaxConfigBytes; `resolved_path` is where it may be read
-// from (already checked to be inside the model directory).
-Status read_model_config(const std::string& resolved_path, Catalog& catalog);
+// must be a JSON object of at most kMaxConfigBytes, opened with open_inside (kCorrupt when it
+// resolves outside the directory).
+Status read_model_config(const ModelRoot& root, Catalog& catalog);
 // The same over config.json's text (`resolved_path` labels errors): the fuzzing entry point.
 Status set_model_config(std::string text, const std::string& resolved_path, Catalog& catalog);
 

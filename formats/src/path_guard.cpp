@@ -62,4 +62,15 @@ Result<std::string> resolve_inside(const ModelRoot& root, std::string_view name)
                       joined.string()));
 }
 
+Result<OpenedFile> open_inside(const ModelRoot& root, const std::string& path) {
+  QLOAD_ASSIGN_OR_RETURN(OpenedFile file, open_regular_file(path));
+  QLOAD_ASSIGN_OR_RETURN(const std::string real, io::descriptor_path(file.fd.get(), path));
+  for (const fs::path& allowed : root.allowed)
+    if (is_within(fs::path(real), allowed)) return file;
+  return fail(located(Errc::kCorrupt,
+                      fmt::format("the file opened is {}, outside the model directory {}", quote_name(real),
+                                  quote_name(root.allowed.front().string())),
+                      path));
+}
+
 }  // namespace qload::formats

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "file_io.hpp"
 #include "qload/runtime/error.hpp"
 
 namespace qload::formats {
@@ -27,7 +28,14 @@ Result<ModelRoot> model_root(const std::filesystem::path& dir);
 Status check_relative_name(std::string_view name, const std::string& source, std::string_view tensor);
 
 // `root.dir / name` as a string, after checking that the path resolves inside an allowed root
-// (kCorrupt otherwise). A missing file passes here and fails when it is opened.
+// (kCorrupt otherwise). A missing file passes here and fails when it is opened. A check on a
+// path only: a file of the model directory is then opened with open_inside.
 Result<std::string> resolve_inside(const ModelRoot& root, std::string_view name);
+
+// Opens `path` (resolve_inside's result) as open_regular_file does, then checks the descriptor
+// itself: where the kernel says it points (/proc/self/fd) must be inside an allowed root
+// (kCorrupt otherwise). A symlink renamed over the file after resolve_inside looked cannot
+// slip through: no byte is read before this check, and every read then goes through `fd`.
+Result<OpenedFile> open_inside(const ModelRoot& root, const std::string& path);
 
 }  // namespace qload::formats

@@ -54,7 +54,8 @@ Result<Catalog> build_catalog(std::vector<LoadedFile> files, const std::string& 
     catalog.files.push_back(CatalogFile{.path = std::move(files[i].path),
                                         .size = header.file_size,
                                         .data_offset = header.data_offset,
-                                        .metadata = std::move(header.metadata)});
+                                        .metadata = std::move(header.metadata),
+                                        .identity = files[i].identity});
   }
   // Each file's tensors already come in this order; sorting keeps the invariant explicit.
   std::sort(catalog.tensors.begin(), catalog.tensors.end(), [](const TensorEntry& a, const TensorEntry& b) {

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "file_io.hpp"
 #include "qload/formats/catalog.hpp"
 #include "qload/formats/safetensors.hpp"
 #include "qload/formats/safetensors_index.hpp"
@@ -15,7 +16,12 @@ namespace qload::formats {
 struct LoadedFile {
   std::string path;  // as it will be opened for reading
   SafetensorsHeader header;
+  io::FileIdentity identity;  // of the descriptor the header was read through
 };
+
+// read_safetensors_header over a file already open (`path` names it in errors).
+Result<SafetensorsHeader> read_safetensors_header(const OpenedFile& file, const std::string& path,
+                                                  const SafetensorsLimits& limits = {});
 
 // Files in the given order, tensors sorted by (file, offset, nbytes, name), names indexed.
 // kCorrupt if a tensor name appears in two files.

@@ -18,26 +18,29 @@ namespace qload::formats {
 namespace fs = std::filesystem;
 namespace {
 
-// Reads and validates each named file of the model directory, in order.
+// Reads and validates each named file of the model directory, in order, each through the one
+// descriptor checked to be inside the directory (closed once its header is read: a 100,000
+// shard index must not hold a descriptor per shard here).
 Result<std::vector<LoadedFile>> load_files(const ModelRoot& root, const std::vector<std::string>& names) {
   std::vector<LoadedFile> files;
   files.reserve(names.size());
   for (const std::string& name : names) {
     QLOAD_ASSIGN_OR_RETURN(std::string path, resolve_inside(root, name));
-    QLOAD_ASSIGN_OR_RETURN(SafetensorsHeader header, read_safetensors_header(path));
-    files.push_back(LoadedFile{.path = std::move(path), .header = std::move(header)});
+    QLOAD_ASSIGN_OR_RETURN(const OpenedFile file, open_inside(root, path));
+    QLOAD_ASSIGN_OR_RETURN(SafetensorsHeader header, read_safetensors_header(file, path));
+    files.push_back(LoadedFile{.path = std::move(path), .header = std::move(header), .identity = file.identity});
   }
   return files;
 }
 
 Status read_config(const ModelRoot& root, Catalog& catalog) {
-  QLOAD_ASSIGN_OR_RETURN(const std::string path, resolve_inside(root, "config.json"));
-  return read_model_config(path, catalog);
+  return read_model_config(root, catalog);
 }
 
 Result<Catalog> open_indexed(const ModelRoot& root, const std::string& index_name, const std::string& source) {
   QLOAD_ASSIGN_OR_RETURN(const std::string index_path, resolve_inside(root, index_name));
-  QLOAD_ASSIGN_OR_RETURN(const std::vector<std::byte> bytes, read_small_file(index_path, kMaxIndexBytes));
+  QLOAD_ASSIGN_OR_RETURN(const OpenedFile index_file, open_inside(root, index_path));
+  QLOAD_ASSIGN_OR_RETURN(const std::vector<std::byte> bytes, read_small_file(index_file, index_path, kMaxIndexBytes));
   QLOAD_ASSIGN_OR_RETURN(const SafetensorsIndex index, parse_safetensors_index(bytes, index_path));
   std::set<std::string> unique;
   for (const auto& [tensor, shard] : index.weight_map) unique.insert(shard);
@@ -62,9 +65,10 @@ Result<Catalog> open_directory(const fs::path& dir, const std::string& source) {
 // A single file named by the user: no directory rules, and no config.json (the file's folder
 // need not be a model directory).
 Result<Catalog> open_single(const std::string& source) {
-  QLOAD_ASSIGN_OR_RETURN(SafetensorsHeader header, read_safetensors_header(source));
+  QLOAD_ASSIGN_OR_RETURN(const OpenedFile file, open_regular_file(source));
+  QLOAD_ASSIGN_OR_RETURN(SafetensorsHeader header, read_safetensors_header(file, source));
   std::vector<LoadedFile> files;
-  files.push_back(LoadedFile{.path = source, .header = std::move(header)});
+  files.push_back(LoadedFile{.path = source, .header = std::move(header), .identity = file.identity});
   return build_catalog(std::move(files), source);
 }
 

@@ -5,11 +5,17 @@
 #include "file_io.hpp"
 #include "header_length.hpp"
 #include "qload/formats/safetensors.hpp"
+#include "safetensors_catalog.hpp"
 
 namespace qload::formats {
 
 Result<SafetensorsHeader> read_safetensors_header(const std::string& path, const SafetensorsLimits& limits) {
-  QLOAD_ASSIGN_OR_RETURN(OpenedFile file, open_regular_file(path));
+  QLOAD_ASSIGN_OR_RETURN(const OpenedFile file, open_regular_file(path));
+  return read_safetensors_header(file, path, limits);
+}
+
+Result<SafetensorsHeader> read_safetensors_header(const OpenedFile& file, const std::string& path,
+                                                  const SafetensorsLimits& limits) {
   QLOAD_TRY(check_length_field(file.size, path));
   std::array<std::byte, 8> length{};
   QLOAD_TRY(pread_exact(file.fd.get(), length, 0, path));

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 
 #include <fmt/format.h>
 
@@ -72,18 +73,70 @@ Result<FileIdentity> identify(int fd, const std::string& path) {
                       std::int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec};
 }
 
-Result<InputFile> InputFile::open(std::string path, DirectMode direct) {
+Result<RegularFile> open_regular(const std::string& path) {
+  RegularFile file;
+  file.fd.reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
+  if (!file.fd) return fail(Error::from_errno(errno, "open").with_file(path));
+  QLOAD_ASSIGN_OR_RETURN(file.identity, identify(file.fd.get(), path));
+  const int flags = ::fcntl(file.fd.get(), F_GETFL);
+  if (flags < 0 || ::fcntl(file.fd.get(), F_SETFL, flags & ~O_NONBLOCK) != 0)
+    return fail(Error::from_errno(errno, "clear O_NONBLOCK").with_file(path));
+  return file;
+}
+
+Result<std::string> descriptor_path(int fd, const std::string& path) {
+  const std::string link = fmt::format("/proc/self/fd/{}", fd);
+  std::string target(PATH_MAX, '\0');
+  const ssize_t n = ::readlink(link.c_str(), target.data(), target.size());
+  if (n < 0)
+    return fail(
+        Error::from_errno(errno, "resolve the opened file through /proc/self/fd (is /proc mounted?)").with_file(path));
+  if (static_cast<std::size_t>(n) >= target.size())
+    return fail(Error(Errc::kUnsupported, "the opened file's path is longer than PATH_MAX").with_file(path));
+  target.resize(static_cast<std::size_t>(n));
+  return target;
+}
+
+namespace {
+
+// A second descriptor on the very inode `fd` holds, with O_DIRECT: reopened through
+// /proc/self/fd, so a path renamed meanwhile cannot substitute another file. Invalid when the
+// file system refuses O_DIRECT (errno says why) or /proc is missing.
+UniqueFd reopen_direct(int fd, const FileIdentity& identity) {
+  const std::string link = fmt::format("/proc/self/fd/{}", fd);
+  // No O_NONBLOCK needed: the inode behind `fd` is already known to be a regular file.
+  UniqueFd direct(::open(link.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT));
+  if (!direct) return direct;
+  struct stat st {};
+  if (::fstat(direct.get(), &st) != 0 || st.st_dev != identity.dev || st.st_ino != identity.ino) {
+    errno = ESTALE;
+    return UniqueFd();
+  }
+  return direct;
+}
+
+}  // namespace
+
+Result<InputFile> InputFile::open(std::string path, DirectMode direct, const std::optional<FileIdentity>& expected) {
   InputFile file;
-  file.fd_.reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!file.fd_) return fail(Error::from_errno(errno, "open").with_file(std::move(path)));
-  QLOAD_ASSIGN_OR_RETURN(file.identity_, identify(file.fd_.get(), path));
+  QLOAD_ASSIGN_OR_RETURN(RegularFile opened, open_regular(path));
+  file.fd_ = std::move(opened.fd);
+  file.identity_ = opened.identity;
+  // Before anything else touches the descriptor: it must be the inode the catalog checked.
+  if (expected && (file.identity_.dev != expected->dev || file.identity_.ino != expected->ino))
+    return fail(Error(Errc::kFileChanged, "file replaced since its header was read (another inode at this path)")
+                    .with_file(std::move(path)));
+  if (expected && file.identity_.size != expected->size)
+    return fail(Error(Errc::kFileChanged, fmt::format("file is {} bytes now, {} when its header was read",
+                                                      file.identity_.size, expected->size))
+                    .with_file(std::move(path)));
   if (direct == DirectMode::kAuto) {
     // A file that cannot be asked about is treated as cold: O_DIRECT, as before.
     file.resident_at_open_ = page_cache_resident_fraction(file.fd_.get(), file.identity_.size).value_or(0.0);
     if (file.resident_at_open_ >= kCachedEnoughForBuffered) direct = DirectMode::kOff;
   }
   if (direct != DirectMode::kOff) {
-    file.direct_fd_.reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT));
+    file.direct_fd_ = reopen_direct(file.fd_.get(), file.identity_);
     if (file.direct_fd_) {
       file.direct_alignment_ = direct_alignment_of(file.direct_fd_.get());
     } else if (direct == DirectMode::kOn) {
@@ -102,9 +155,7 @@ void InputFile::disable_direct() noexcept {
 }
 
 Status InputFile::check_unchanged() const {
-  UniqueFd now(::open(path_.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!now) return fail(Error::from_errno(errno, "reopen to check for changes").with_file(path_));
-  QLOAD_ASSIGN_OR_RETURN(const FileIdentity current, identify(now.get(), path_));
+  QLOAD_ASSIGN_OR_RETURN(const FileIdentity current, identify(fd_.get(), path_));
   if (current != identity_)
     return fail(Error(Errc::kFileChanged,
                       fmt::format("file changed while loading (size {} -> {})", identity_.size, current.size))

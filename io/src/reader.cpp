@@ -29,8 +29,8 @@ Result<EngineKind> parse_engine(std::string_view text) {
   return fail(Errc::kInvalidArgument, fmt::format("unknown I/O engine '{}' (expected auto, uring or pread)", text));
 }
 
-Result<FileId> Reader::open_file(const std::string& path) {
-  QLOAD_ASSIGN_OR_RETURN(InputFile file, InputFile::open(path, direct_));
+Result<FileId> Reader::open_file(const std::string& path, const std::optional<FileIdentity>& expected) {
+  QLOAD_ASSIGN_OR_RETURN(InputFile file, InputFile::open(path, direct_, expected));
   return add_file(std::move(file));
 }
 

@@ -297,3 +297,53 @@ TEST_CASE("gguf: a split GGUF opens from any of its files or its directory, and 
     CHECK_FALSE(formats::find_driver("gguf")->recognizes(dir.path().string()));  // two of three
   }
 }
+
+TEST_CASE("gguf: a split part or a directory's one file that links out of the directory is refused",
+          "[formats][gguf][security]") {
+  ScratchDir dir, outside;
+  const auto path = [&](unsigned i) { return dir.file(fmt::format("m-{:05}-of-00002.gguf", i)); };
+  SECTION("a split part") {
+    write_file(path(1), split(1, 2, "t1", 0).bytes);
+    write_file(outside.file("secret.gguf"), split(2, 2, "t2", 1).bytes);
+    std::filesystem::create_symlink(outside.file("secret.gguf"), path(2));
+    for (const std::string& source : {dir.path().string(), path(1)}) {
+      INFO(source);
+      const auto catalog = formats::open_catalog(source);
+      REQUIRE_FALSE(catalog);
+      CHECK(catalog.error().code() == Errc::kCorrupt);
+      CHECK(catalog.error().file() == path(2));
+      CHECK_THAT(catalog.error().to_string(), Catch::Contains("outside the model directory"));
+    }
+  }
+  SECTION("the one .gguf of a directory") {
+    write_file(outside.file("secret.gguf"), valid().bytes);
+    std::filesystem::create_symlink(outside.file("secret.gguf"), dir.file("model.gguf"));
+    const auto catalog = formats::open_catalog(dir.path().string());
+    REQUIRE_FALSE(catalog);
+    CHECK(catalog.error().code() == Errc::kCorrupt);
+    CHECK(catalog.error().file() == dir.file("model.gguf"));
+    // Named by the user, the link is read as named (the user chose that file).
+    CHECK(formats::open_catalog(dir.file("model.gguf")));
+  }
+}
+
+TEST_CASE("gguf: a Hugging Face cache snapshot's links into its blobs are accepted", "[formats][gguf][security]") {
+  ScratchDir cache;
+  const std::filesystem::path repo = cache.path() / "models--org--tiny-gguf";
+  const std::filesystem::path snapshot = repo / "snapshots" / "abc123";
+  std::filesystem::create_directories(repo / "blobs");
+  std::filesystem::create_directories(snapshot);
+  for (unsigned i = 1; i <= 2; ++i) {
+    write_file((repo / "blobs" / fmt::format("h{}", i)).string(), split(i, 2, fmt::format("t{}", i), i - 1).bytes);
+    std::filesystem::create_symlink(fmt::format("../../blobs/h{}", i),
+                                    snapshot / fmt::format("m-{:05}-of-00002.gguf", i));
+  }
+  for (const std::string& source : {snapshot.string(), (snapshot / "m-00001-of-00002.gguf").string()}) {
+    INFO(source);
+    const auto catalog = formats::open_catalog(source);
+    if (!catalog) FAIL(catalog.error().to_string());
+    CHECK(catalog->tensors.size() == 2);
+    REQUIRE(catalog->files.size() == 2);
+    CHECK(catalog->files[1].identity.has_value());
+  }
+}

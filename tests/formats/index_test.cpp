@@ -2,10 +2,15 @@
 // may reach outside the model directory (security.md test 43).
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
+
 #include <filesystem>
+#include <optional>
 
 #include "formats_test_support.hpp"
+#include "path_guard.hpp"
 #include "qload/formats/safetensors_index.hpp"
+#include "support/fifo.hpp"
 
 using namespace qload;
 using namespace qload::testing;
@@ -135,6 +140,46 @@ TEST_CASE("symlinks that stay inside, and Hugging Face cache snapshots, are acce
   fs::create_symlink("../../other/2222", snapshot / kShard2);
   check_error(safetensors().open(snapshot.string()), {Errc::kCorrupt, "outside the model directory",
                                                       (snapshot / kShard2).string(), std::nullopt, std::nullopt});
+}
+
+TEST_CASE("the descriptor opened is checked, not the path alone: a link swapped in after the path check is refused",
+          "[formats][index][security]") {
+  ScratchDir dir, outside;
+  write_two_shards(dir.path());
+  const auto root = formats::model_root(dir.path());
+  REQUIRE(root);
+  const auto path = formats::resolve_inside(*root, kShard1);
+  REQUIRE(path);
+  // Between the path check and the open, a symlink out of the directory is renamed over the shard.
+  write_shard(outside.file("secret"), {{"a", DType::kU8, Shape{4}}, {"b", DType::kF32, Shape{2}}});
+  fs::create_symlink(outside.file("secret"), dir.path() / "swap");
+  fs::rename(dir.path() / "swap", *path);
+  const auto opened = formats::open_inside(*root, *path);
+  REQUIRE_FALSE(opened);
+  CHECK(opened.error().code() == Errc::kCorrupt);
+  CHECK(opened.error().file() == *path);
+  CHECK_THAT(opened.error().to_string(), Catch::Contains("outside the model directory"));
+  // A FIFO swapped in instead: refused without blocking.
+  plant_fifo(*path);
+  std::optional<Result<formats::OpenedFile>> fifo;
+  REQUIRE(returns_within([&] { fifo.emplace(formats::open_inside(*root, *path)); }, *path));
+  REQUIRE_FALSE(*fifo);
+  CHECK(fifo->error().code() == Errc::kInvalidArgument);
+  // The file the catalog reads is the inode whose identity it records.
+  const auto catalog = safetensors().open(dir.path().string());
+  REQUIRE_FALSE(catalog);  // the index's shard 1 is a FIFO now
+  fs::remove(*path);
+  write_shard(*path, {{"a", DType::kU8, Shape{4}}, {"b", DType::kF32, Shape{2}}});
+  write_text(index_path(dir), index_json(good_map()));
+  const auto good = safetensors().open(dir.path().string());
+  REQUIRE(good);
+  for (const formats::CatalogFile& f : good->files) {
+    REQUIRE(f.identity.has_value());
+    struct stat st {};
+    REQUIRE(::stat(f.path.c_str(), &st) == 0);
+    CHECK(f.identity->ino == st.st_ino);
+    CHECK(f.identity->size == f.size);
+  }
 }
 
 TEST_CASE("index and shards must agree", "[formats][index]") {

@@ -6,12 +6,18 @@
 #include <sys/stat.h>
 
 #include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <optional>
 #include <thread>
 
 #include "io/io_test_support.hpp"
+#include "qload/formats/driver.hpp"
+#include "qload/formats/safetensors_writer.hpp"
 #include "qload/io/fault_injector.hpp"
 #include "qload/scheduler/load.hpp"
 #include "scheduler/scheduler_test_support.hpp"
+#include "support/fifo.hpp"
 
 using namespace qload;
 using namespace qload::scheduler;
@@ -165,6 +171,53 @@ TEST_CASE("load failure: a file modified during the load fails the identity chec
   CHECK(model.error().code() == Errc::kFileChanged);
   CHECK_THAT(model.error().message(), Catch::Contains("while loading"));  // the check at the end
   CHECK(model.error().file() == ckpt.catalog.files[0].path);
+}
+
+TEST_CASE("load failure: a shard replaced by a FIFO after the catalog fails cleanly without hanging",
+          "[scheduler][failure][security]") {
+  for (const LoadMode mode : {LoadMode::kRead, LoadMode::kMmap, LoadMode::kAuto}) {
+    SyntheticCheckpoint ckpt;
+    make_fixture(ckpt);
+    const std::string path = ckpt.catalog.files[0].path;
+    plant_fifo(path);
+    LoadOptions options = fixture_options();
+    options.plan.mode = mode;
+    std::optional<Result<Model>> model;
+    REQUIRE(returns_within([&] { model.emplace(load(ckpt.catalog, options)); }, path));
+    REQUIRE(!*model);
+    CHECK((*model).error().code() == Errc::kInvalidArgument);
+    CHECK_THAT((*model).error().message(), Catch::Contains("not a regular file"));
+    CHECK((*model).error().file() == path);
+  }
+}
+
+TEST_CASE("load failure: a same-size symlink to an outside file renamed over a shard after the catalog is refused",
+          "[scheduler][failure][security]") {
+  ScratchDir model_dir, outside;
+  const std::vector<std::byte> inside_bytes = random_bytes(64 << 10, 1), outside_bytes = random_bytes(64 << 10, 2);
+  const auto write = [](const std::string& path, const std::vector<std::byte>& bytes) {
+    const std::vector<formats::WriterTensor> tensors{
+        {.name = "w", .dtype = DType::kF32, .shape = Shape{bytes.size() / 4}, .bytes = bytes}};
+    REQUIRE(formats::write_safetensors(path, tensors));
+  };
+  const std::string shard = model_dir.file("model.safetensors");
+  write(shard, inside_bytes);
+  const auto catalog = formats::open_catalog(model_dir.path().string());
+  REQUIRE(catalog);
+  REQUIRE(catalog->files.at(0).identity.has_value());
+  // Same tensor, same size, other bytes: the catalog's size check alone would pass it.
+  write(outside.file("secret.safetensors"), outside_bytes);
+  REQUIRE(std::filesystem::file_size(outside.file("secret.safetensors")) == catalog->files[0].size);
+  std::filesystem::create_symlink(outside.file("secret.safetensors"), model_dir.file("swap"));
+  std::filesystem::rename(model_dir.file("swap"), shard);
+  for (const LoadMode mode : {LoadMode::kRead, LoadMode::kMmap, LoadMode::kAuto}) {
+    LoadOptions options;
+    options.plan.mode = mode;
+    auto model = load(*catalog, options);
+    REQUIRE(!model);  // no tensor, so no outside byte, comes back
+    CHECK(model.error().code() == Errc::kFileChanged);
+    CHECK(model.error().file() == shard);
+  }
 }
 
 TEST_CASE("load failure: conflicting or invalid options are refused before anything is opened",

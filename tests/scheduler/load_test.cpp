@@ -248,3 +248,24 @@ TEST_CASE("load: a safetensors file end to end, through open_source and by name"
     CHECK(model->size() == 0);
   }
 }
+
+TEST_CASE("load: a Hugging Face cache snapshot's shards, symlinks into its blobs, load", "[scheduler][load]") {
+  ScratchDir cache;
+  const std::filesystem::path repo = cache.path() / "models--org--tiny";
+  const std::filesystem::path snapshot = repo / "snapshots" / "abc123";
+  std::filesystem::create_directories(repo / "blobs");
+  std::filesystem::create_directories(snapshot);
+  const std::vector<std::byte> bytes = random_bytes(256 << 10, 17);
+  const std::vector<formats::WriterTensor> tensors{
+      {.name = "w", .dtype = DType::kF32, .shape = Shape{bytes.size() / 4}, .bytes = bytes}};
+  REQUIRE(formats::write_safetensors((repo / "blobs" / "0a1b").string(), tensors));
+  std::filesystem::create_symlink("../../blobs/0a1b", snapshot / "model.safetensors");
+  for (const LoadMode mode : {LoadMode::kRead, LoadMode::kMmap, LoadMode::kAuto}) {
+    LoadOptions options;
+    options.plan.mode = mode;
+    auto model = load_source(snapshot.string(), options);
+    if (!model) FAIL(model.error().to_string());
+    REQUIRE(model->find("w") != nullptr);
+    CHECK(std::memcmp(model->find("w")->data, bytes.data(), bytes.size()) == 0);
+  }
+}

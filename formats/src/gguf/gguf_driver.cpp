@@ -10,7 +10,9 @@
 #include <fmt/format.h>
 
 #include "../located_error.hpp"
+#include "../path_guard.hpp"
 #include "ggml_types.hpp"
+#include "gguf_file.hpp"
 #include "qload/formats/gguf.hpp"
 
 namespace qload::formats {
@@ -71,23 +73,39 @@ Status check_split_keys(const GgufHeader& h, const std::string& path, unsigned i
   return {};
 }
 
+// Where a GGUF's files must resolve: `root` for every file but `named`, the one the user named
+// (read as named, as a single safetensors file is). Null root: nothing to check.
+struct GgufGuard {
+  const ModelRoot* root = nullptr;
+  std::string_view named;
+};
+
+Result<OpenedFile> open_guarded(const std::string& path, const GgufGuard& guard) {
+  if (guard.root == nullptr || path == guard.named) return open_regular_file(path);
+  return open_inside(*guard.root, path);
+}
+
 // One catalog over `paths` (one file, or a split GGUF's files in order): tensors in numpy's
 // dims order (ggml's reversed), plain types as they are, block-quantized ones as their bytes
-// (TensorEntry::ggml_type). The metadata is the first file's.
-Result<Catalog> catalog_of(const std::vector<std::string>& paths, const std::string& source, bool split) {
+// (TensorEntry::ggml_type). The metadata is the first file's. Each file is read through the one
+// descriptor `guard` checked, and its identity recorded for the load.
+Result<Catalog> catalog_of(const std::vector<std::string>& paths, const std::string& source, bool split,
+                           const GgufGuard& guard) {
   Catalog catalog;
   catalog.format = "gguf";
   catalog.source = source;
   std::set<std::string, std::less<>> names;
   for (std::size_t f = 0; f < paths.size(); ++f) {
     const std::string& path = paths[f];
-    QLOAD_ASSIGN_OR_RETURN(GgufHeader header, read_gguf_header(path));
+    QLOAD_ASSIGN_OR_RETURN(const OpenedFile opened, open_guarded(path, guard));
+    QLOAD_ASSIGN_OR_RETURN(GgufHeader header, read_gguf_header(opened, path));
     if (split)
       QLOAD_TRY(check_split_keys(header, path, static_cast<unsigned>(f + 1), static_cast<unsigned>(paths.size())));
-    std::error_code ec;
-    const std::uint64_t size = fs::file_size(path, ec);
-    if (ec) return fail(Error::from_errno(ec.value(), "stat").with_file(path));
-    CatalogFile file{.path = path, .size = size, .data_offset = header.data_offset, .metadata = {}};
+    CatalogFile file{.path = path,
+                     .size = opened.size,
+                     .data_offset = header.data_offset,
+                     .metadata = {},
+                     .identity = opened.identity};
     for (GgufKeyValue& kv : header.metadata) file.metadata[std::move(kv.key)] = std::move(kv.value);
     catalog.files.push_back(std::move(file));
     for (const GgufTensorInfo& t : header.tensors) {
@@ -115,9 +133,17 @@ Result<Catalog> catalog_of(const std::vector<std::string>& paths, const std::str
 }
 
 // The files a `.gguf` path stands for: itself, or all the splits its name belongs to.
-Result<Catalog> open_file(const std::string& path, const std::string& source) {
+// `dir_root`: the model directory `path` was found in (every file must resolve inside it), or
+// null when the user named `path` itself: then it is read as named, and its other splits must
+// resolve inside its directory (a split is a shard, guarded as safetensors and torch shards are).
+Result<Catalog> open_file(const std::string& path, const std::string& source, const ModelRoot* dir_root) {
   const std::optional<SplitName> split = split_name(path);
-  if (!split) return catalog_of({path}, source, false);
+  if (!split) return catalog_of({path}, source, false, {.root = dir_root, .named = {}});
+  std::optional<ModelRoot> sibling_root;
+  if (dir_root == nullptr) {
+    const fs::path named(path);
+    QLOAD_ASSIGN_OR_RETURN(sibling_root, model_root(named.has_parent_path() ? named.parent_path() : fs::path(".")));
+  }
   std::vector<std::string> paths;
   for (unsigned i = 1; i <= split->count; ++i) {
     paths.push_back(split_path(*split, i));
@@ -127,7 +153,8 @@ Result<Catalog> open_file(const std::string& path, const std::string& source) {
                           fmt::format("split {} of {} is missing (a split GGUF needs all its files)", i, split->count),
                           paths.back()));
   }
-  return catalog_of(paths, source, true);
+  if (dir_root != nullptr) return catalog_of(paths, source, true, {.root = dir_root, .named = {}});
+  return catalog_of(paths, source, true, {.root = &*sibling_root, .named = path});
 }
 
 // A directory's GGUF: its one .gguf file, or the one split GGUF its files make up.
@@ -157,9 +184,12 @@ class GgufDriver final : public FormatDriver {
     std::error_code ec;
     const fs::file_status status = fs::status(source, ec);
     if (ec) return fail(Error::from_errno(ec.value(), "stat").with_file(source));
-    if (!fs::is_directory(status)) return open_file(source, source);
+    if (!fs::is_directory(status)) return open_file(source, source, nullptr);
     const std::vector<std::string> files = gguf_files(source);
-    if (const std::optional<std::string> entry = directory_entry_point(files)) return open_file(*entry, source);
+    if (const std::optional<std::string> entry = directory_entry_point(files)) {
+      QLOAD_ASSIGN_OR_RETURN(const ModelRoot root, model_root(source));
+      return open_file(*entry, source, &root);
+    }
     return fail(located(files.empty() ? Errc::kNotFound : Errc::kUnsupported,
                         files.empty() ? "no .gguf file in this directory"
                                       : fmt::format("{} .gguf files in this directory that are not one split GGUF "

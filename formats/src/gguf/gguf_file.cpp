@@ -3,14 +3,18 @@
 
 #include <fmt/format.h>
 
-#include "../file_io.hpp"
+#include "gguf_file.hpp"
+
 #include "../located_error.hpp"
-#include "qload/formats/gguf.hpp"
 
 namespace qload::formats {
 
 Result<GgufHeader> read_gguf_header(const std::string& path) {
-  QLOAD_ASSIGN_OR_RETURN(OpenedFile file, open_regular_file(path));
+  QLOAD_ASSIGN_OR_RETURN(const OpenedFile file, open_regular_file(path));
+  return read_gguf_header(file, path);
+}
+
+Result<GgufHeader> read_gguf_header(const OpenedFile& file, const std::string& path) {
   std::uint64_t want = std::min<std::uint64_t>(file.size, std::uint64_t{1} << 20);
   for (;;) {
     QLOAD_ASSIGN_OR_RETURN(std::vector<std::byte> prefix, allocate_bytes(want, path));

@@ -37,11 +37,17 @@ bool has_torch_suffix(std::string_view name) {
   return name.ends_with(".bin") || name.ends_with(".pt") || name.ends_with(".pth");
 }
 
+// The file at `path`, checked to be inside `root` when there is one (a model directory's file;
+// null: a file the user named, read as named).
+Result<OpenedFile> open_guarded(const std::string& path, const ModelRoot* root) {
+  return root == nullptr ? open_regular_file(path) : open_inside(*root, path);
+}
+
 // A `.bin` / `.pt` / `.pth` file that starts as a zip does: `.bin` is a common name for any
 // blob, so the suffix alone does not claim a file.
-bool is_torch_zip(const std::string& path) {
+bool is_torch_zip(const std::string& path, const ModelRoot* root) {
   if (!has_torch_suffix(path)) return false;
-  auto file = open_regular_file(path);
+  auto file = open_guarded(path, root);
   std::array<std::byte, 4> magic{};
   if (!file || file->size < magic.size() || !pread_exact(file->fd.get(), magic, 0, path)) return false;
   return magic == std::array{std::byte{'P'}, std::byte{'K'}, std::byte{3}, std::byte{4}};
@@ -63,9 +69,10 @@ Result<std::vector<std::byte>> read_entry(const OpenedFile& file, const ZipEntry
   return bytes;
 }
 
-// One torch.save file's tensors, appended to `catalog` as file `index`.
-Status add_file(const std::string& path, Catalog& catalog) {
-  QLOAD_ASSIGN_OR_RETURN(const OpenedFile file, open_regular_file(path));
+// One torch.save file's tensors, appended to `catalog`, all read through one descriptor
+// (checked to be inside `root` when there is one), whose identity the load is tied to.
+Status add_file(const std::string& path, const ModelRoot* root, Catalog& catalog) {
+  QLOAD_ASSIGN_OR_RETURN(const OpenedFile file, open_guarded(path, root));
   const ReadAt read = [&](std::uint64_t offset, std::span<std::byte> out) {
     return pread_exact(file.fd.get(), out, offset, path);
   };
@@ -94,7 +101,8 @@ Status add_file(const std::string& path, Catalog& catalog) {
   QLOAD_ASSIGN_OR_RETURN(const std::vector<std::byte> pickled, read_entry(file, *pickle, path, kMaxPickleBytes));
   QLOAD_ASSIGN_OR_RETURN(const std::vector<PickledTensor> tensors, read_state_dict_pickle(pickled, path));
   const auto index = static_cast<std::uint32_t>(catalog.files.size());
-  catalog.files.push_back(CatalogFile{.path = path, .size = file.size, .data_offset = 0, .metadata = {}});
+  catalog.files.push_back(
+      CatalogFile{.path = path, .size = file.size, .data_offset = 0, .metadata = {}, .identity = file.identity});
   for (const PickledTensor& t : tensors) {
     const auto storage = by_name.find(prefix + "data/" + t.storage_key);
     if (storage == by_name.end())
@@ -109,11 +117,11 @@ Status add_file(const std::string& path, Catalog& catalog) {
   return {};
 }
 
-Result<Catalog> catalog_of(const std::vector<std::string>& paths, const std::string& source) {
+Result<Catalog> catalog_of(const std::vector<std::string>& paths, const std::string& source, const ModelRoot* root) {
   Catalog catalog;
   catalog.format = "pytorch";
   catalog.source = source;
-  for (const std::string& path : paths) QLOAD_TRY(add_file(path, catalog));
+  for (const std::string& path : paths) QLOAD_TRY(add_file(path, root, catalog));
   // File order, as every catalog lists its tensors (reads walk files forwards); a pickle's
   // order is the state dict's. Tied tensors share bytes and keep their own names.
   std::ranges::stable_sort(catalog.tensors, [](const TensorEntry& a, const TensorEntry& b) {
@@ -132,7 +140,8 @@ Result<Catalog> catalog_of(const std::vector<std::string>& paths, const std::str
 // `*.bin.index.json`: the shards it names, each tensor where the map says.
 Result<Catalog> open_indexed(const ModelRoot& root, const std::string& index_name, const std::string& source) {
   QLOAD_ASSIGN_OR_RETURN(const std::string index_path, resolve_inside(root, index_name));
-  QLOAD_ASSIGN_OR_RETURN(const std::vector<std::byte> bytes, read_small_file(index_path, kMaxIndexBytes));
+  QLOAD_ASSIGN_OR_RETURN(const OpenedFile index_file, open_inside(root, index_path));
+  QLOAD_ASSIGN_OR_RETURN(const std::vector<std::byte> bytes, read_small_file(index_file, index_path, kMaxIndexBytes));
   QLOAD_ASSIGN_OR_RETURN(const SafetensorsIndex index, parse_safetensors_index(bytes, index_path));
   std::set<std::string> unique;
   for (const auto& [tensor, shard] : index.weight_map) unique.insert(shard);
@@ -141,7 +150,7 @@ Result<Catalog> open_indexed(const ModelRoot& root, const std::string& index_nam
     QLOAD_ASSIGN_OR_RETURN(std::string path, resolve_inside(root, shard));
     paths.push_back(std::move(path));
   }
-  QLOAD_ASSIGN_OR_RETURN(Catalog catalog, catalog_of(paths, source));
+  QLOAD_ASSIGN_OR_RETURN(Catalog catalog, catalog_of(paths, source, &root));
   for (const auto& [tensor, shard] : index.weight_map) {
     const TensorEntry* t = catalog.find(tensor);
     const std::string& path = paths[static_cast<std::size_t>(std::distance(unique.begin(), unique.find(shard)))];
@@ -155,8 +164,7 @@ Result<Catalog> open_indexed(const ModelRoot& root, const std::string& index_nam
         Errc::kCorrupt,
         fmt::format("the shards hold {} tensors, the index maps {}", catalog.tensors.size(), index.weight_map.size()),
         index_path));
-  QLOAD_ASSIGN_OR_RETURN(const std::string config, resolve_inside(root, "config.json"));
-  QLOAD_TRY(read_model_config(config, catalog));
+  QLOAD_TRY(read_model_config(root, catalog));
   return catalog;
 }
 
@@ -176,7 +184,9 @@ std::optional<std::string> directory_entry(const fs::path& dir) {
   if (indexes.size() == 1) return indexes.front();
   if (!indexes.empty()) return std::nullopt;
   if (std::ranges::find(files, kDefaultBin) != files.end()) return std::string(kDefaultBin);
-  if (files.size() == 1 && is_torch_zip((dir / files.front()).string())) return files.front();
+  if (files.size() != 1) return std::nullopt;
+  const Result<ModelRoot> root = model_root(dir);
+  if (root && is_torch_zip((dir / files.front()).string(), &*root)) return files.front();
   return std::nullopt;
 }
 
@@ -191,7 +201,7 @@ Result<Catalog> open_torch(const std::string& source) {
       QLOAD_ASSIGN_OR_RETURN(const ModelRoot root, model_root(dir));
       return open_indexed(root, index.filename().string(), source);
     }
-    return catalog_of({source}, source);  // a file named by the user: no config.json
+    return catalog_of({source}, source, nullptr);  // a file named by the user: no config.json
   }
   const std::optional<std::string> entry = directory_entry(source);
   if (!entry)
@@ -202,9 +212,8 @@ Result<Catalog> open_torch(const std::string& source) {
   QLOAD_ASSIGN_OR_RETURN(const ModelRoot root, model_root(source));
   if (entry->ends_with(kBinIndexSuffix)) return open_indexed(root, *entry, source);
   QLOAD_ASSIGN_OR_RETURN(const std::string path, resolve_inside(root, *entry));
-  QLOAD_ASSIGN_OR_RETURN(Catalog catalog, catalog_of({path}, source));
-  QLOAD_ASSIGN_OR_RETURN(const std::string config, resolve_inside(root, "config.json"));
-  QLOAD_TRY(read_model_config(config, catalog));
+  QLOAD_ASSIGN_OR_RETURN(Catalog catalog, catalog_of({path}, source, &root));
+  QLOAD_TRY(read_model_config(root, catalog));
   return catalog;
 }
 
@@ -216,7 +225,7 @@ class TorchDriver final : public FormatDriver {
     std::error_code ec;
     const fs::file_status status = fs::status(source, ec);
     if (ec) return false;
-    if (fs::is_regular_file(status)) return source.ends_with(kBinIndexSuffix) || is_torch_zip(source);
+    if (fs::is_regular_file(status)) return source.ends_with(kBinIndexSuffix) || is_torch_zip(source, nullptr);
     return fs::is_directory(status) && directory_entry(source).has_value();
   }
 

@@ -66,7 +66,8 @@ Result<Model> load_mmap(const formats::Catalog& catalog, const Plan& plan, const
   std::vector<io::InputFile> files;
   QLOAD_TRY(io::reserve_open_files(catalog.files.size()));
   for (const formats::CatalogFile& f : catalog.files) {
-    QLOAD_ASSIGN_OR_RETURN(io::InputFile file, io::InputFile::open(f.path, io::DirectMode::kOff));
+    // Tied to the inode the catalog validated: a file renamed or linked over it since is refused.
+    QLOAD_ASSIGN_OR_RETURN(io::InputFile file, io::InputFile::open(f.path, io::DirectMode::kOff, f.identity));
     // A mapping past the end of the file would fault (SIGBUS) on access: check first.
     QLOAD_TRY(check_catalog_size(f, file.size()));
     files.push_back(std::move(file));

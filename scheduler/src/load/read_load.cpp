@@ -60,7 +60,8 @@ Result<std::unique_ptr<io::Reader>> open_reader(const formats::Catalog& catalog,
   QLOAD_ASSIGN_OR_RETURN(std::unique_ptr<io::Reader> reader, io::make_reader(reader_options, options.log));
   QLOAD_TRY(io::reserve_open_files(catalog.files.size()));
   for (const formats::CatalogFile& file : catalog.files) {
-    QLOAD_ASSIGN_OR_RETURN(const io::FileId id, reader->open_file(file.path));
+    // Tied to the inode the catalog validated: a file renamed or linked over it since is refused.
+    QLOAD_ASSIGN_OR_RETURN(const io::FileId id, reader->open_file(file.path, file.identity));
     QLOAD_TRY(check_catalog_size(file, reader->file(id).size()));
   }
   return reader;

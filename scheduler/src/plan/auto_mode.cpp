@@ -1,11 +1,9 @@
 #include "plan/auto_mode.hpp"
 
-#include <fcntl.h>
-
 #include <algorithm>
 
+#include "qload/io/input_file.hpp"
 #include "qload/io/page_cache.hpp"
-#include "qload/runtime/unique_fd.hpp"
 #include "qload/scheduler/page_cache.hpp"
 
 namespace qload::scheduler {
@@ -14,9 +12,14 @@ double page_cache_fraction(const formats::Catalog& catalog) {
   double total = 0, resident = 0;
   for (const formats::CatalogFile& file : catalog.files) {
     total += static_cast<double>(file.size);
-    const UniqueFd fd(::open(file.path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (fd)
-      resident += io::page_cache_resident_fraction(fd.get(), file.size).value_or(0.0) * static_cast<double>(file.size);
+    // The same non-blocking open as the load's (a FIFO planted here cannot hang the choice); a
+    // file that is not the catalog's inode counts as cold, and the load itself refuses it.
+    const Result<io::RegularFile> opened = io::open_regular(file.path);
+    if (!opened) continue;
+    if (file.identity && (opened->identity.dev != file.identity->dev || opened->identity.ino != file.identity->ino))
+      continue;
+    resident +=
+        io::page_cache_resident_fraction(opened->fd.get(), file.size).value_or(0.0) * static_cast<double>(file.size);
   }
   return total == 0 ? 1.0 : resident / total;
 }

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "qload/io/input_file.hpp"
 #include "qload/runtime/dtype.hpp"
 #include "qload/runtime/shape.hpp"
 
@@ -24,6 +25,11 @@ struct CatalogFile {
   std::uint64_t size = 0;                       // bytes, at the time the header was validated
   std::uint64_t data_offset = 0;                // where the tensor data region starts (after the header)
   std::map<std::string, std::string> metadata;  // the file's own metadata (safetensors __metadata__)
+  // Device, inode, size and mtime of the descriptor the header was read through (and, for a
+  // model directory, checked to be inside it). The load opens `path` again and refuses any
+  // other inode (kFileChanged), so it reads only the file that was checked. Every driver sets
+  // it; a catalog made by hand may leave it unset, and is then tied by size alone.
+  std::optional<io::FileIdentity> identity;
 };
 
 struct TensorEntry {

@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "qload/runtime/error.hpp"
@@ -45,11 +46,33 @@ inline constexpr std::uint64_t kDescriptorsPerFile = 2;
 // than the hard limit allows, before anything is opened.
 Status reserve_open_files(std::uint64_t files);
 
+// A regular file opened read-only, and its identity taken from that descriptor.
+struct RegularFile {
+  UniqueFd fd;
+  FileIdentity identity;
+};
+
+// The one way a checkpoint file is opened (catalog, load, mmap load, auto mode): O_NONBLOCK
+// and O_NOCTTY so that a FIFO or a device planted where a file should be cannot hang the open,
+// then anything but a regular file is refused (kInvalidArgument) and O_NONBLOCK is cleared
+// (io_uring may honour it on a regular file with -EAGAIN). Errors name `path`.
+Result<RegularFile> open_regular(const std::string& path);
+
+// Where descriptor `fd` points now, as the kernel resolves it (/proc/self/fd/N): the real
+// path of the very inode that will be read, so a check on it cannot be raced by a rename.
+// Errors name `path` (the name it was opened by).
+Result<std::string> descriptor_path(int fd, const std::string& path);
+
 class InputFile {
  public:
-  // Opens `path` read-only. With kAuto, a file system that refuses O_DIRECT simply gets no
-  // direct descriptor; with kOn it is an error.
-  static Result<InputFile> open(std::string path, DirectMode direct = DirectMode::kAuto);
+  // Opens `path` read-only through open_regular. `expected`, when given (the identity the
+  // catalog took from the descriptor it validated), must match the opened file's device,
+  // inode and size, else kFileChanged naming `path`: a load reads only the inode that was
+  // checked, never one renamed or linked over it since. With kAuto, a file system that refuses
+  // O_DIRECT simply gets no direct descriptor; with kOn it is an error. The O_DIRECT
+  // descriptor reopens the same inode through /proc/self/fd, never the path.
+  static Result<InputFile> open(std::string path, DirectMode direct = DirectMode::kAuto,
+                                const std::optional<FileIdentity>& expected = std::nullopt);
 
   InputFile(InputFile&&) noexcept = default;
   InputFile& operator=(InputFile&&) noexcept = default;
@@ -67,8 +90,9 @@ class InputFile {
   // With kAuto: the fraction of the file the page cache held at open (1 when not asked).
   double resident_at_open() const noexcept { return resident_at_open_; }
 
-  // kFileChanged if the file at path() is no longer the one opened (replaced, resized or
-  // rewritten since).
+  // kFileChanged if the file opened has been resized or rewritten since (fstat of the
+  // descriptor held: no reopen by path, so nothing can block here and a file renamed over the
+  // path afterwards does not matter: it was never read).
   Status check_unchanged() const;
 
  private:

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -90,8 +91,8 @@ class Reader {
 
   // Takes ownership of `file`; ids are 0, 1, 2... in the order files are added.
   virtual Result<FileId> add_file(InputFile file) = 0;
-  // Opens `path` with this reader's direct mode and adds it.
-  Result<FileId> open_file(const std::string& path);
+  // Opens `path` with this reader's direct mode and adds it; `expected` as InputFile::open.
+  Result<FileId> open_file(const std::string& path, const std::optional<FileIdentity>& expected = std::nullopt);
   virtual const InputFile& file(FileId id) const = 0;
   virtual std::size_t file_count() const noexcept = 0;
 
