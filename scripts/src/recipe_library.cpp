@@ -173,8 +173,10 @@ int l_require(lua_State* L) {
       status = LUA_ERRRUN;
     } else {
       status = luaL_loadbuffer(L, text.data(), text.size(), chunk_name.c_str());
-      if (status == LUA_ERRSYNTAX) {  // the module's own bytes are not shown (lua_syntax_error.hpp)
-        const std::string message = without_quoted_token(lua_tostring(L, -1));
+      // The module's own bytes are not shown (lua_syntax_error.hpp).
+      if (status == LUA_ERRSYNTAX) {
+        const char* raw_message = lua_tostring(L, -1);  // always a string here; guarded all the same
+        const std::string message = without_quoted_token(raw_message != nullptr ? raw_message : "syntax error");
         lua_pop(L, 1);
         lua_pushlstring(L, message.data(), message.size());
       }
