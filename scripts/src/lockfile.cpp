@@ -76,7 +76,9 @@ namespace {
 
 Result<Lockfile> lock_from_json(const json& doc, const std::string& path) {
   QLOAD_ASSIGN_OR_RETURN(const std::string schema, field<std::string>(path, doc, "schema"));
-  if (schema != kSchema) return fail(lock_error(path, fmt::format("schema '{}', expected '{}'", schema, kSchema)));
+  // The value is not echoed: a file that is not a lock (some other JSON) may hold anything there.
+  if (schema != kSchema)
+    return fail(lock_error(path, fmt::format("the \"schema\" is not '{}' (not a qload lockfile?)", kSchema)));
   Lockfile lock;
   QLOAD_ASSIGN_OR_RETURN(lock.qload_version, field<std::string>(path, doc, "qload_version"));
   QLOAD_ASSIGN_OR_RETURN(lock.recipe, field<std::string>(path, doc, "recipe"));

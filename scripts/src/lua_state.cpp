@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "lua_pattern.hpp"
+#include "lua_syntax_error.hpp"
 
 namespace qload::scripts {
 
@@ -185,7 +186,7 @@ Status LuaState::run(const std::string& chunk, const std::string& chunk_name, in
     return fail(Error(Errc::kInvalidArgument, "precompiled bytecode is refused").with_file(chunk_name));
   const std::string name = "@" + chunk_name;
   if (luaL_loadbuffer(L, chunk.data(), chunk.size(), name.c_str()) != 0) {
-    std::string message = lua_tostring(L, -1) ? lua_tostring(L, -1) : "unknown Lua error";
+    std::string message = detail::without_quoted_token(lua_tostring(L, -1) ? lua_tostring(L, -1) : "unknown Lua error");
     lua_pop(L, 1);
     return fail(Error(Errc::kInvalidArgument, std::move(message)).with_file(chunk_name));
   }

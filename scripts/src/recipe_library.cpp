@@ -6,6 +6,7 @@
 #include <lua.hpp>
 #include <string_view>
 
+#include "lua_syntax_error.hpp"
 #include "qload/runtime/units.hpp"
 
 namespace qload::scripts::detail {
@@ -172,6 +173,13 @@ int l_require(lua_State* L) {
       status = LUA_ERRRUN;
     } else {
       status = luaL_loadbuffer(L, text.data(), text.size(), chunk_name.c_str());
+      // The module's own bytes are not shown (lua_syntax_error.hpp).
+      if (status == LUA_ERRSYNTAX) {
+        const char* raw_message = lua_tostring(L, -1);  // always a string here; guarded all the same
+        const std::string message = without_quoted_token(raw_message != nullptr ? raw_message : "syntax error");
+        lua_pop(L, 1);
+        lua_pushlstring(L, message.data(), message.size());
+      }
     }
   }  // no C++ object may be alive when lua_error unwinds
   if (status != 0) return lua_error(L);

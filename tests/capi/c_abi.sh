@@ -2,6 +2,7 @@
 # The C ABI end to end: a C99 program loads a synthetic checkpoint through libqload.so, reads
 # every tensor through DLPack after freeing the model and session, and streams it
 # (qload_load_stream); both lists of per-tensor XXH3-64 must equal the checkpoint's (qload hash, itself checked against xxhsum by cli.hash tests).
+source "$(dirname "${BASH_SOURCE[0]}")/../cli/clean_env.sh"  # only the QLOAD_* variables this test sets
 set -euo pipefail
 qload=$1
 program=$2

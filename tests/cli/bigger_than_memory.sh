@@ -2,6 +2,7 @@
 # A checkpoint bigger than this machine's memory (a sparse file: its holes cost no disk): `qload
 # plan` plans it, since a plan allocates nothing and may be made for a bigger machine, and
 # `qload load` refuses it as out of memory (exit 70) before allocating or reading anything.
+source "$(dirname "${BASH_SOURCE[0]}")/clean_env.sh"  # only the QLOAD_* variables this test sets
 set -euo pipefail
 qload=$1
 dir=$(mktemp -d); trap 'rm -rf "$dir"' EXIT

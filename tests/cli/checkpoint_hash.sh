@@ -2,6 +2,7 @@
 # `qload synth`, `inspect` and `hash` on a real checkpoint, checked against an independent
 # reference: xxhsum over the whole files, and xxhsum over each tensor's byte range (cut out
 # with dd at the offsets `inspect --json` reports).
+source "$(dirname "${BASH_SOURCE[0]}")/clean_env.sh"  # only the QLOAD_* variables this test sets
 set -euo pipefail
 qload=$1 xxhsum=$2
 dir=$(mktemp -d); trap 'rm -rf "$dir"' EXIT

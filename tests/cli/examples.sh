@@ -4,6 +4,7 @@
 # plan and plan hash), and where its devices exist here it loads and puts the right tensors
 # in the right places. Usage: examples.sh QLOAD REPO_ROOT
 # After an intended change of plans: UPDATE_GOLDEN=1 tests/cli/examples.sh build/qload .
+source "$(dirname "${BASH_SOURCE[0]}")/clean_env.sh"  # only the QLOAD_* variables this test sets
 set -euo pipefail
 qload=$(realpath "$1")
 root=$(realpath "$2")

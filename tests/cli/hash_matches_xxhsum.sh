@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # `qload hash` equals xxhsum -H2 (XXH128) and -H3 (XXH3-64), with both engines, text and JSON.
+source "$(dirname "${BASH_SOURCE[0]}")/clean_env.sh"  # only the QLOAD_* variables this test sets
 set -euo pipefail
 qload=$1 xxhsum=$2
 dir=$(mktemp -d); trap 'rm -rf "$dir"' EXIT

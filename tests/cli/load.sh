@@ -2,6 +2,7 @@
 # `qload load` end to end: a synthetic checkpoint loaded from a directory and through a
 # recipe, with both engines and mmap; the dump re-read by `qload hash` has exactly the
 # source's tensor digests; the trace is valid Chrome JSON; errors name the file.
+source "$(dirname "${BASH_SOURCE[0]}")/clean_env.sh"  # only the QLOAD_* variables this test sets
 set -euo pipefail
 qload=$1
 dir=$(mktemp -d); trap 'rm -rf "$dir"' EXIT

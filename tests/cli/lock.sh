@@ -3,6 +3,7 @@
 # recipe's `verify`) and `qload verify` pass on the same files, also copied elsewhere, and
 # fail, naming what differs and exposing nothing, when a tensor byte, the recipe, a helper
 # module, the plan or the set of files changes. Usage: lock.sh QLOAD
+source "$(dirname "${BASH_SOURCE[0]}")/clean_env.sh"  # only the QLOAD_* variables this test sets
 set -euo pipefail
 qload=$1
 dir=$(mktemp -d); trap 'rm -rf "$dir"' EXIT

@@ -17,6 +17,7 @@
 # NCCL failure, and a hang, in one process end both with errors naming the rank and the
 # broadcast (the hang at QLOAD_NCCL_TIMEOUT).
 # Usage: multiprocess.sh QLOAD [cpu|cuda]
+source "$(dirname "${BASH_SOURCE[0]}")/clean_env.sh"  # only the QLOAD_* variables this test sets
 set -euo pipefail
 qload=$1
 source "$(dirname "$0")/world_common.sh"

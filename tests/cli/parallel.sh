@@ -6,6 +6,7 @@
 # Quantizing and repacking on load under tp 2 write each device its shard in the new format.
 # Usage: parallel.sh QLOAD [cpu|cuda]   (cuda: the same on 8 GPUs, e.g. the simulated ones of a
 # QLOAD_CUDA_SIM build with QLOAD_CUDASIM_DEVICES=8; the dumps copy each GPU's bytes back)
+source "$(dirname "${BASH_SOURCE[0]}")/clean_env.sh"  # only the QLOAD_* variables this test sets
 set -euo pipefail
 qload=$1 kind=${2:-cpu}
 dir=$(mktemp -d); trap 'rm -rf "$dir"' EXIT

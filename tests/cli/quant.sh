@@ -4,6 +4,7 @@
 # tensors `load --dequantize --dump` produces. Quantize on load round trip: bf16 -> convert
 # --quantize (each target) -> load --dequantize f32 stays within the scheme's error bound of
 # the bf16 original (checked in Python from the raw safetensors bytes, no numpy needed).
+source "$(dirname "${BASH_SOURCE[0]}")/clean_env.sh"  # only the QLOAD_* variables this test sets
 set -euo pipefail
 qload=$1
 dir=$(mktemp -d); trap 'rm -rf "$dir"' EXIT

@@ -3,6 +3,7 @@
 # refused, QLOAD_SLOT_BYTES=4MiB alone failing, QLOAD_RENDEZVOUS_TIMEOUT=abc taken as 1 ms),
 # precedence default < recipe < environment < flag as `qload config` reports it and a load
 # uses it, did-you-mean for unknown variables, and docs/settings.md agreeing with the table.
+source "$(dirname "${BASH_SOURCE[0]}")/clean_env.sh"  # only the QLOAD_* variables this test sets
 set -euo pipefail
 qload=$1
 root=$2

@@ -15,6 +15,7 @@
 #     load, says while it waits for the others, and ends with that first error.
 # Nothing may hang: every world is bounded, and the test fails on a wait past its bound.
 # Usage: world_faults.sh QLOAD WORLD_RANK
+source "$(dirname "${BASH_SOURCE[0]}")/clean_env.sh"  # only the QLOAD_* variables this test sets
 set -euo pipefail
 qload=$1
 rank_bin=$2

@@ -8,6 +8,7 @@
 # every tensor byte from storage exactly once (one node), and each rank's report says what
 # reached it from the others.
 # Usage: world_layouts.sh QLOAD
+source "$(dirname "${BASH_SOURCE[0]}")/clean_env.sh"  # only the QLOAD_* variables this test sets
 set -euo pipefail
 qload=$1
 source "$(dirname "$0")/world_common.sh"

@@ -105,6 +105,55 @@ TEST_CASE("gguf: a header larger than the first read is read in more pieces", "[
   CHECK(h->tensors.at(0).name == "w");
 }
 
+// Issue 45 finding 10: GGUF keeps the header caps safetensors keeps (header_limits.hpp), where it
+// once checked counts only against the file size: 12 M zero-size tensors in a large enough
+// file took 39 s and 4.7 GB. Each cap is refused from a small prefix of a file said to be large,
+// before the parser stores anything or asks for more bytes.
+TEST_CASE("gguf: headers are held to the safetensors caps on bytes, entries and array lengths", "[formats][gguf]") {
+  constexpr std::uint64_t kHugeFile = std::uint64_t{1} << 40;  // the counts fit the file's bytes
+  const auto capped = [&](const GgufBytes& g, const std::string& text) {
+    std::uint64_t wanted = 0;
+    const auto h = formats::parse_gguf_bytes(g.bytes, kHugeFile, "t.gguf", &wanted);
+    REQUIRE_FALSE(h);
+    INFO(h.error().to_string());
+    CHECK(h.error().code() == Errc::kUnsupported);
+    CHECK_THAT(h.error().to_string(), Catch::Contains(text));
+    CHECK(h.error().file() == "t.gguf");
+    CHECK(wanted <= formats::kMaxHeaderBytes);  // never asks to read past the cap
+  };
+  GgufBytes tensors;
+  tensors.header(12'000'000, 0);
+  capped(tensors, "12000000 tensors and 0 key-values (qload reads at most 10000000 entries");
+  GgufBytes both;  // the sum counts: 5 M + 5 M + 1
+  both.header(5'000'000, 5'000'001);
+  capped(both, "at most 10000000 entries");
+  GgufBytes kvs;
+  kvs.header(0, formats::kMaxHeaderEntries + 1);
+  capped(kvs, "entries in all");
+  GgufBytes string;  // a 150 MB value
+  string.header(0, 1).str("k").u32(8).u64(150'000'000).data(zeros(64));
+  capped(string, "past 100000000 bytes");
+  GgufBytes array;  // 10 M + 1 u8 elements: 10 MB, but more elements than any header may have
+  array.header(0, 1).str("k").u32(9).u32(0).u64(formats::kMaxHeaderEntries + 1);
+  capped(array, "an array of 10000001 elements");
+  // The same through a file: a sparse file with a 101 MB string is refused, not read whole.
+  ScratchDir dir;
+  GgufBytes file;
+  file.header(0, 1).str("k").u32(8).u64(101'000'000).data(zeros(64));
+  write_file(dir.file("big.gguf"), file.bytes);
+  std::filesystem::resize_file(dir.file("big.gguf"), 128'000'000);
+  const auto big = formats::read_gguf_header(dir.file("big.gguf"));
+  REQUIRE_FALSE(big);
+  CHECK(big.error().code() == Errc::kUnsupported);
+  CHECK_THAT(big.error().to_string(), Catch::Contains("qload's limit for headers"));
+  // A header just under the caps still parses: 1,000 tensors and a 1 MB string.
+  GgufBytes ok;
+  ok.header(1000, 1).kv_str("k", std::string(1 << 20, 'x'));
+  for (int i = 0; i < 1000; ++i) ok.tensor(fmt::format("t{}", i), {0}, kF32, 0);
+  ok.pad_to(32);
+  CHECK(formats::parse_gguf_bytes(ok.bytes, ok.bytes.size(), "t.gguf"));
+}
+
 TEST_CASE("gguf: every broken rule is refused, naming the file, tensor and offset", "[formats][gguf]") {
   SECTION("not GGUF, or a version qload does not read") {
     GgufBytes g = valid();

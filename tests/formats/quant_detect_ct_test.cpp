@@ -3,6 +3,8 @@
 // and the formats and options qload refuses. Shapes follow ../shared/formats.md section 4.
 #include <catch2/catch.hpp>
 
+#include <fmt/format.h>
+
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -251,4 +253,62 @@ TEST_CASE("compressed-tensors formats and options qload does not decode", "[quan
       kW4A16 + "}}}";
   check_error(detect_quantization(make_catalog(packed, narrow)),
               {.code = Errc::kCorrupt, .message_has = "no config_groups target", .tensor = "l.weight_packed"});
+}
+
+// Issue 45 finding 8: a config's patterns cost per pattern x module with no overall bound:
+// 1,000 `ignore` expressions took 2.7 GB and 28 s, 300 over 7 modules 48 s. Now the config's
+// patterns are capped in all (kMaxPatterns, kMaxRegexPatterns), each expression compiled once
+// in bounded memory, and patterns x modules charged to a work budget (detect.hpp kMaxMatchWork);
+// beyond, a clean kUnsupported naming the config file and the key.
+TEST_CASE("compressed-tensors patterns x modules are bounded in count, memory and work", "[quant][detect]") {
+  const auto quoted_list = [](const std::vector<std::string>& items) {
+    std::string out;
+    for (const std::string& item : items) out += (out.empty() ? "\"" : ",\"") + item + "\"";
+    return out;
+  };
+  const auto config = [&](const std::vector<std::string>& ignore, const std::vector<std::string>& targets) {
+    return R"({"quant_method":"compressed-tensors","format":"pack-quantized","quantization_status":"compressed",)"
+           R"("ignore":[)" +
+           quoted_list(ignore) + R"(],"config_groups":{"g":{"targets":[)" + quoted_list(targets) + R"(],"weights":)" +
+           kW4A16 + "}}}";
+  };
+  std::vector<T> ts;
+  ct_packed(ts, "model.layers.0.mlp.up_proj", 256, 64, 4, 128);
+  // 1,000 expressions of 8,000 instructions each: the 257th is refused, before it is compiled.
+  const std::vector<std::string> heavy(1000, "re:.{1000}x");
+  check_error(detect_quantization(make_catalog(ts, config(heavy, {"Linear"}))),
+              {.code = Errc::kUnsupported, .message_has = "ignore: the config has more than 256 regular expressions"});
+  // 300 expressions, split between targets and ignore: the cap is for the config in all.
+  std::vector<std::string> distinct;
+  for (int i = 0; i < 300; ++i) distinct.push_back(fmt::format("re:(.*a){{100}}{}", i));
+  check_error(detect_quantization(make_catalog(
+                  ts, config({distinct.begin(), distinct.begin() + 200}, {distinct.begin() + 200, distinct.end()}))),
+              {.code = Errc::kUnsupported, .message_has = "targets: the config has more than 256 regular expressions"});
+  // One expression too large for its memory is refused, not compiled in 8 MiB.
+  check_error(detect_quantization(make_catalog(ts, config({"re:.{1000}.{1000}.{1000}x"}, {"Linear"}))),
+              {.code = Errc::kUnsupported, .message_has = "is not a regular expression qload can use"});
+  // 4,097 exact names in all (2,049 ignored, 2,048 targets).
+  std::vector<std::string> names;
+  for (int i = 0; i < 4097; ++i) names.push_back(fmt::format("model.layers.{}.mlp.gate", i));
+  check_error(detect_quantization(
+                  make_catalog(ts, config({names.begin(), names.begin() + 2049}, {names.begin() + 2049, names.end()}))),
+              {.code = Errc::kUnsupported, .message_has = "more than 4096 module patterns in all"});
+  // Under the caps, patterns x modules is charged: 200 expressions of ~2,400 instructions over 7
+  // module names of 4,000 bytes is ~13 G steps of worst-case work, refused once the budget is spent.
+  std::vector<T> long_names;
+  for (int m = 0; m < 7; ++m)
+    ct_packed(long_names, fmt::format("model.layers.{}.{}", m, std::string(4000, 'a')), 256, 64, 4, 128);
+  std::vector<std::string> wide;
+  for (int i = 0; i < 200; ++i) wide.push_back(fmt::format("re:.{{300}}x{}", i));
+  const auto refused = detect_quantization(make_catalog(long_names, config(wide, {"Linear"})));
+  check_error(refused, {.code = Errc::kUnsupported, .message_has = "qload's budget for a config's patterns x modules"});
+  CHECK_THAT(refused.error().message(), Catch::Contains("(ignore)"));
+  REQUIRE(refused.error().file().has_value());
+  // What real configs hold is accepted: 1,000 exact names and a few short expressions.
+  std::vector<std::string> real(names.begin(), names.begin() + 1000);
+  real.push_back("lm_head");
+  real.push_back("re:.*mlp.gate$");
+  const auto q = detect_quantization(make_catalog(ts, config(real, {"re:.*_proj$", "Linear"})));
+  REQUIRE(q);
+  CHECK(q->logical.size() == 1);
 }

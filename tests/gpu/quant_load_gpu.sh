@@ -4,6 +4,7 @@
 # the bytes of the same load on the CPU, for bf16, f16 and f32 outputs; and keeping the weights
 # packed on the GPU dumps the file's bytes. Usage: quant_load_gpu.sh QLOAD
 # SCHEMES="gptq4 fp8-block" checks only those (default: all ten).
+source "$(dirname "${BASH_SOURCE[0]}")/../cli/clean_env.sh"  # only the QLOAD_* variables this test sets
 set -euo pipefail
 qload=$1
 dir=$(mktemp -d)

@@ -4,6 +4,7 @@
 # find_package(qload) and once through pkg-config, and run on a synthetic checkpoint. Every
 # tensor's dtype and FNV-1a must equal what Python computes from the safetensors files
 # directly (no qload code in the reference).
+source "$(dirname "${BASH_SOURCE[0]}")/../cli/clean_env.sh"  # only the QLOAD_* variables this test sets
 set -euo pipefail
 build=$1
 source_dir=$2

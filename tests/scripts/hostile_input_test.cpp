@@ -130,7 +130,9 @@ TEST_CASE("a lockfile error never echoes the file's contents", "[scripts][lock][
   testing::ScratchDir dir;
   const std::string path = dir.file("passwd");
   const std::string secret = "root:x:0:0:secret-token-1234:/root:/bin/bash";
-  for (const std::string& text : {secret, "{" + secret + "}", "{\"a\": " + secret + "}", "{\"a\": \"" + secret}) {
+  // The last: some other JSON file whose "schema" is not a lock's (issue 45 finding 12).
+  for (const std::string& text : {secret, "{" + secret + "}", "{\"a\": " + secret + "}", "{\"a\": \"" + secret,
+                                  "{\"schema\": \"" + secret + "\"}"}) {
     INFO(text);
     write_text(path, text + "\n");
     auto lock = scripts::read_lockfile(path);
@@ -138,4 +140,33 @@ TEST_CASE("a lockfile error never echoes the file's contents", "[scripts][lock][
     CHECK_THAT(lock.error().to_string(), !Catch::Contains("secret-token"));
     CHECK_THAT(lock.error().to_string(), !Catch::Contains("root:x"));
   }
+}
+
+// Issue 45 finding 12: a file given as a recipe (or required as a module) that is not Lua, a
+// credentials file say, fails to parse; LuaJIT's message ends in "near '<token>'", the file's
+// own bytes. The error names the file and line and what was expected, never the text.
+TEST_CASE("a recipe that is not Lua fails without echoing its contents", "[scripts][recipe][hostile]") {
+  testing::ScratchDir dir;
+  const std::string recipe = dir.file("creds.txt");
+  for (const std::string& text : {std::string("password = hunter2 hunter3\n"), std::string("user: hunter2\n"),
+                                  std::string("x = \"hunter2\n"), std::string("\n\ntoken hunter2\n")}) {
+    INFO(text);
+    write_text(recipe, text);
+    auto r = scripts::load_recipe(recipe);
+    REQUIRE_FALSE(r);
+    CHECK(r.error().code() == Errc::kInvalidArgument);
+    CHECK(r.error().file() == recipe);
+    CHECK_THAT(r.error().to_string(), !Catch::Contains("hunter"));
+    CHECK_THAT(r.error().to_string(), Catch::Contains("creds.txt:"));
+  }
+  // The line and the expectation stay.
+  write_text(recipe, "\n\ntoken hunter2\n");
+  CHECK_THAT(scripts::load_recipe(recipe).error().to_string(), Catch::Contains("creds.txt:3: '=' expected"));
+  // The same through require: a module that is not Lua.
+  write_text(dir.file("secrets.lua"), "api_key: hunter2\n");
+  write_text(recipe, "local s = require('secrets')\nreturn qload.recipe { source = 'm' }\n");
+  auto r = scripts::load_recipe(recipe);
+  REQUIRE_FALSE(r);
+  CHECK_THAT(r.error().to_string(), Catch::Contains("secrets.lua:2: function arguments expected"));
+  CHECK_THAT(r.error().to_string(), !Catch::Contains("hunter"));
 }

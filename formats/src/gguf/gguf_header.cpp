@@ -11,6 +11,7 @@
 #include "../located_error.hpp"
 #include "ggml_types.hpp"
 #include "qload/formats/gguf.hpp"
+#include "qload/formats/header_limits.hpp"
 
 namespace qload::formats {
 namespace {
@@ -75,6 +76,13 @@ class Cursor {
       return fail(located(Errc::kTruncated,
                           fmt::format("{} needs {} bytes, the file has {} left", what, n, left_in_file()), path_,
                           tensor_, at_));
+    // The header cap every format keeps (header_limits.hpp), checked before more is read:
+    // at_ never passes it, so the subtraction cannot wrap.
+    if (n > kMaxHeaderBytes - at_)
+      return fail(located(
+          Errc::kUnsupported,
+          fmt::format("{}: the GGUF header runs past {} bytes, qload's limit for headers", what, kMaxHeaderBytes),
+          path_, tensor_, at_));
     if (at_ + n > bytes_.size()) {
       if (wanted_ != nullptr) *wanted_ = at_ + n;
       return fail(
@@ -179,6 +187,9 @@ Result<GgufKeyValue> key_value(Cursor& c) {
   if (count > c.left_in_file() / least)
     return fail(c.error(Errc::kCorrupt, fmt::format("key {}: {} elements cannot fit in the {} bytes left",
                                                     quote_name(kv.key), count, c.left_in_file())));
+  if (count > kMaxHeaderEntries)
+    return fail(c.error(Errc::kUnsupported, fmt::format("key {}: an array of {} elements (qload reads at most {})",
+                                                        quote_name(kv.key), count, kMaxHeaderEntries)));
   if (count > kShownElements) {
     kv.value = fmt::format("[{} x {}]", count, value_type_name(element));
     if (element != kString) {
@@ -267,6 +278,13 @@ Result<GgufHeader> parse_gguf_bytes(std::span<const std::byte> prefix, std::uint
     return fail(c.error(Errc::kCorrupt, fmt::format("{} key-values cannot fit in the file", kv_count), 16));
   if (tensor_count > c.left_in_file() / 24)
     return fail(c.error(Errc::kCorrupt, fmt::format("{} tensors cannot fit in the file", tensor_count), 8));
+  // Counts the file could hold are bounded as in every format (header_limits.hpp), before any
+  // entry is stored.
+  if (tensor_count > kMaxHeaderEntries || kv_count > kMaxHeaderEntries - tensor_count)
+    return fail(c.error(Errc::kUnsupported,
+                        fmt::format("{} tensors and {} key-values (qload reads at most {} entries in all)",
+                                    tensor_count, kv_count, kMaxHeaderEntries),
+                        8));
   std::set<std::string, std::less<>> keys;
   for (std::uint64_t i = 0; i < kv_count; ++i) {
     const std::uint64_t at = c.offset();

@@ -154,10 +154,29 @@ bool fits(const Catalog& catalog, const Rule& rule, const ModuleTensors& m) {
   }
 }
 
-Result<MatchRank> best_rank(const std::vector<ModulePattern>& patterns, std::string_view module) {
+// One match, charged to the config's work budget (detect.hpp kMaxMatchWork) before it runs:
+// patterns x modules is bounded however many of either the checkpoint and its config bring.
+// `rule`: the rule whose targets `p` is one of, or null for the exclusion list.
+Result<MatchRank> charged_match(const QuantConfig& config, const Rule* rule, const ModulePattern& p,
+                                std::string_view module, std::uint64_t& work_left) {
+  const std::uint64_t cost = match_cost(p, module);
+  if (cost > work_left)
+    return fail(Error(Errc::kUnsupported,
+                      fmt::format("matching the patterns of {} ({}) against the checkpoint's module names needs "
+                                  "more than {} steps, qload's budget for a config's patterns x modules (fewer or "
+                                  "simpler patterns fit)",
+                                  config.source, rule != nullptr ? "targets of " + rule->label : config.exclude_key,
+                                  kMaxMatchWork))
+                    .with_file(config.path));
+  work_left -= cost;
+  return match_module(p, module);
+}
+
+Result<MatchRank> best_rank(const QuantConfig& config, const Rule& rule, std::string_view module,
+                            std::uint64_t& work_left) {
   MatchRank best = MatchRank::kNone;
-  for (const ModulePattern& p : patterns) {
-    QLOAD_ASSIGN_OR_RETURN(const MatchRank rank, match_module(p, module));
+  for (const ModulePattern& p : rule.targets) {
+    QLOAD_ASSIGN_OR_RETURN(const MatchRank rank, charged_match(config, &rule, p, module, work_left));
     best = std::max(best, rank);
   }
   return best;
@@ -165,12 +184,13 @@ Result<MatchRank> best_rank(const std::vector<ModulePattern>& patterns, std::str
 
 // compressed-tensors: the group whose target matches most specifically (exact name, regex,
 // class name); a tie goes to the one group whose format fits the stored parts.
-Result<const Rule*> select_rule(const Catalog& catalog, const QuantConfig& config, const ModuleTensors& m) {
+Result<const Rule*> select_rule(const Catalog& catalog, const QuantConfig& config, const ModuleTensors& m,
+                                std::uint64_t& work_left) {
   if (config.rules.size() == 1 && config.rules.front().targets.empty()) return &config.rules.front();
   MatchRank best = MatchRank::kNone;
   std::vector<const Rule*> candidates;
   for (const Rule& rule : config.rules) {
-    QLOAD_ASSIGN_OR_RETURN(const MatchRank rank, best_rank(rule.targets, m.module));
+    QLOAD_ASSIGN_OR_RETURN(const MatchRank rank, best_rank(config, rule, m.module, work_left));
     if (rank == MatchRank::kNone || rank < best) continue;
     if (rank > best) candidates.clear();
     best = rank;
@@ -223,9 +243,9 @@ Status check_module(const Catalog& catalog, const QuantConfig& config, const Rul
   return {};
 }
 
-Result<const ModulePattern*> excluded_by(const QuantConfig& config, std::string_view module) {
+Result<const ModulePattern*> excluded_by(const QuantConfig& config, std::string_view module, std::uint64_t& work_left) {
   for (const ModulePattern& p : config.exclude) {
-    QLOAD_ASSIGN_OR_RETURN(const MatchRank rank, match_module(p, module));
+    QLOAD_ASSIGN_OR_RETURN(const MatchRank rank, charged_match(config, nullptr, p, module, work_left));
     if (rank == MatchRank::kExact || rank == MatchRank::kRegex) return &p;  // a class name cannot be resolved
   }
   return nullptr;
@@ -233,10 +253,11 @@ Result<const ModulePattern*> excluded_by(const QuantConfig& config, std::string_
 
 Status detect_with_config(const Catalog& catalog, const QuantConfig& config, const Modules& modules,
                           QuantizedCatalog& out) {
+  std::uint64_t work_left = kMaxMatchWork;
   for (const auto& [name, m] : modules) {
     if (!is_quantized(catalog, config, m)) continue;
     const std::string& tensor = catalog.tensors[evidence(m)].name;
-    QLOAD_ASSIGN_OR_RETURN(const ModulePattern* excluded, excluded_by(config, m.module));
+    QLOAD_ASSIGN_OR_RETURN(const ModulePattern* excluded, excluded_by(config, m.module, work_left));
     if (excluded != nullptr)
       return fail(Error(Errc::kCorrupt, fmt::format("module {} is excluded from quantization by {} entry {}, but "
                                                     "has quantized tensor {}",
@@ -250,7 +271,7 @@ Status detect_with_config(const Catalog& catalog, const QuantConfig& config, con
                                                     config.source, config.method, quote_name(tensor)))
                       .with_tensor(tensor)
                       .with_file(config.path));
-    QLOAD_ASSIGN_OR_RETURN(const Rule* rule, select_rule(catalog, config, m));
+    QLOAD_ASSIGN_OR_RETURN(const Rule* rule, select_rule(catalog, config, m, work_left));
     QLOAD_TRY(check_module(catalog, config, *rule, m));
     QLOAD_ASSIGN_OR_RETURN(LogicalTensor logical, build_logical(catalog, m, *rule));
     out.logical.push_back(std::move(logical));

@@ -26,9 +26,33 @@ namespace qload::formats::detail {
 // Side config files are small; anything larger is refused (kUnsupported, naming the file).
 inline constexpr std::uint64_t kMaxQuantConfigBytes = 1u << 20;
 // Bounds on what a config may list, and on the names matched against its regular expressions.
+// kMaxPatterns holds for each list and for the whole config (every compressed-tensors group's
+// targets and `ignore` together); at most kMaxRegexPatterns of those are regular expressions,
+// each compiled once with at most kRegexMaxMem bytes for its program and its DFA cache, so a
+// config's regular expressions hold at most 64 MiB (issue 45 finding 8: 1,000 entries under
+// RE2's 8 MiB took 2.7 GB).
 inline constexpr std::size_t kMaxPatterns = 4096;
+inline constexpr std::size_t kMaxRegexPatterns = 256;
+inline constexpr std::int64_t kRegexMaxMem = std::int64_t{256} << 10;
 inline constexpr std::size_t kMaxPatternBytes = 1024;
 inline constexpr std::size_t kMaxRegexSubjectBytes = 4096;
+// The work detection may spend matching a config's patterns against the checkpoint's module
+// names, in steps: a regular expression costs its program's instructions times the name's
+// bytes (RE2's linear-time bound, whatever its DFA cache does), a glob or substring its bytes
+// times the name's, an exact or class name one step per 16 bytes compared. Patterns x modules
+// beyond it are refused (kUnsupported naming the config file and the key), where 300
+// expressions over 7 names once took 48 s. A step took 0.001-15 ns measured (RE2 2022, one
+// core: 15 ns where its DFA cache thrashes), so it bounds matching at ~16 s in the worst case
+// measured and well under a second where RE2's DFA copes.
+// Real configs spend a fraction: three 25-instruction expressions over the 69 k quantized
+// modules (45-byte names) of a 384-expert MoE checkpoint is 0.23 G steps.
+inline constexpr std::uint64_t kMaxMatchWork = std::uint64_t{1} << 30;
+
+// The patterns one config has compiled so far, against the config-wide caps above.
+struct PatternTally {
+  std::size_t patterns = 0;
+  std::size_t regexes = 0;
+};
 
 // One entry of a list naming modules (an exclusion list or compressed-tensors targets).
 struct ModulePattern {
@@ -52,11 +76,14 @@ struct ModulePattern {
 // How specifically a pattern matched (compressed-tensors resolves overlapping targets by this).
 enum class MatchRank : std::uint8_t { kNone, kClass, kRegex, kExact };
 
-// Compiles `text` (kUnsupported naming `path` and `key` for a regex RE2 cannot take).
+// Compiles `text` (kUnsupported naming `path` and `key` for a regex RE2 cannot take, or one
+// past the caps `tally` counts against).
 Result<ModulePattern> make_pattern(ModulePattern::Kind kind, std::string text, const std::string& path,
-                                   std::string_view key);
+                                   std::string_view key, PatternTally& tally);
 // How `pattern` matches `module` (kUnsupported for a regex subject over kMaxRegexSubjectBytes).
 Result<MatchRank> match_module(const ModulePattern& pattern, std::string_view module);
+// What match_module(pattern, module) may cost at worst, in kMaxMatchWork's steps.
+std::uint64_t match_cost(const ModulePattern& pattern, std::string_view module);
 
 // Which stored parts a rule expects.
 // kCtFp4: compressed-tensors nvfp4-pack-quantized (group 16) and mxfp4-pack-quantized (group 32).

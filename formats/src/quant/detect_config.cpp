@@ -61,6 +61,7 @@ Result<bool> written_by_gptqmodel(const Json& config, const JsonPlace& place) {
 // GPTQModel `dynamic`: "-:<regex>" keys skip modules; per-module overrides are not supported.
 Result<std::vector<ModulePattern>> gptq_dynamic(const Json& config, const JsonPlace& place) {
   std::vector<ModulePattern> skip;
+  PatternTally tally;
   QLOAD_ASSIGN_OR_RETURN(const Json* dynamic, get_object(config, "dynamic", place));
   if (dynamic == nullptr) return skip;
   if (dynamic->size() > kMaxPatterns)
@@ -69,8 +70,8 @@ Result<std::vector<ModulePattern>> gptq_dynamic(const Json& config, const JsonPl
                              place.path));
   for (const auto& [key, value] : dynamic->items()) {
     if (key.starts_with("-:")) {
-      QLOAD_ASSIGN_OR_RETURN(
-          ModulePattern p, make_pattern(ModulePattern::Kind::kRegex, key.substr(2), place.path, place.key("dynamic")));
+      QLOAD_ASSIGN_OR_RETURN(ModulePattern p, make_pattern(ModulePattern::Kind::kRegex, key.substr(2), place.path,
+                                                           place.key("dynamic"), tally));
       skip.push_back(std::move(p));
     } else if (!value.is_object() || !value.empty()) {
       return fail(config_error(Errc::kUnsupported,
@@ -138,8 +139,9 @@ Result<QuantConfig> parse_awq(const Json& config, const JsonPlace& place) {
                              fmt::format("AWQ GEMV with group size {} (AutoAWQ supports 32, 64 and >= 128)", group),
                              place.path));
   QuantConfig out{.method = "awq", .exclude_key = "modules_to_not_convert"};
-  QLOAD_ASSIGN_OR_RETURN(out.exclude,
-                         get_patterns(config, "modules_to_not_convert", ModulePattern::Kind::kSubstringOrGlob, place));
+  PatternTally tally;  // this config's one list
+  QLOAD_ASSIGN_OR_RETURN(
+      out.exclude, get_patterns(config, "modules_to_not_convert", ModulePattern::Kind::kSubstringOrGlob, place, tally));
   out.rules.push_back(Rule{.label = "awq " + v,
                            .kind = v == "gemm" ? PartKind::kAwqGemm : PartKind::kAwqGemv,
                            .bits = 4,
@@ -169,16 +171,18 @@ Result<QuantConfig> parse_fp8(const Json& config, const JsonPlace& place) {
     rule.scale_inv_allowed = true;
   }
   QuantConfig out{.method = "fp8", .exclude_key = "modules_to_not_convert"};
-  QLOAD_ASSIGN_OR_RETURN(out.exclude,
-                         get_patterns(config, "modules_to_not_convert", ModulePattern::Kind::kSubstringOrGlob, place));
+  PatternTally tally;  // this config's one list
+  QLOAD_ASSIGN_OR_RETURN(
+      out.exclude, get_patterns(config, "modules_to_not_convert", ModulePattern::Kind::kSubstringOrGlob, place, tally));
   out.rules.push_back(std::move(rule));
   return out;
 }
 
 Result<QuantConfig> parse_fbgemm(const Json& config, const JsonPlace& place) {
   QuantConfig out{.method = "fbgemm_fp8", .exclude_key = "modules_to_not_convert"};
-  QLOAD_ASSIGN_OR_RETURN(out.exclude,
-                         get_patterns(config, "modules_to_not_convert", ModulePattern::Kind::kSubstringOrGlob, place));
+  PatternTally tally;  // this config's one list
+  QLOAD_ASSIGN_OR_RETURN(
+      out.exclude, get_patterns(config, "modules_to_not_convert", ModulePattern::Kind::kSubstringOrGlob, place, tally));
   out.rules.push_back(Rule{.label = "fbgemm_fp8", .kind = PartKind::kFp8, .bits = 8, .layouts = {ScaleLayout::kRow}});
   return out;
 }
@@ -193,9 +197,11 @@ Result<QuantConfig> parse_modelopt(const Json& config, const JsonPlace& outer) {
     return fail(config_error(Errc::kCorrupt, fmt::format("{} is missing", place.key("quant_algo")), place.path));
   QLOAD_ASSIGN_OR_RETURN(const auto algo, get_string(body, "quant_algo", place));
   QuantConfig out{.method = "modelopt", .exclude_key = "exclude_modules"};
+  PatternTally tally;  // this config's one list
   const char* exclude_key = body.contains("exclude_modules") ? "exclude_modules" : "ignore";
   out.exclude_key = exclude_key;
-  QLOAD_ASSIGN_OR_RETURN(out.exclude, get_patterns(body, exclude_key, ModulePattern::Kind::kSubstringOrGlob, place));
+  QLOAD_ASSIGN_OR_RETURN(out.exclude,
+                         get_patterns(body, exclude_key, ModulePattern::Kind::kSubstringOrGlob, place, tally));
   if (!algo) return out;  // null: only the KV cache is quantized; weights are plain
   const std::string a = lower_ascii(*algo);
   Rule rule{.label = "modelopt " + *algo, .kind = PartKind::kFp8, .bits = 8};

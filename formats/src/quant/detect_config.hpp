@@ -40,9 +40,10 @@ Result<std::vector<std::string>> get_string_list(const Json& object, const char*
 // A block shape: [rows, cols] of positive integers below 2^30, or the older "RxC" string.
 Result<std::optional<std::pair<std::uint32_t, std::uint32_t>>> get_block(const Json& object, const char* key,
                                                                          const JsonPlace& place);
-// A list of module patterns of `kind` (at most kMaxPatterns).
+// A list of module patterns of `kind` (at most kMaxPatterns), counted against the config's
+// `tally` (detect.hpp: the caps hold for all of a config's lists together).
 Result<std::vector<ModulePattern>> get_patterns(const Json& object, const char* key, ModulePattern::Kind kind,
-                                                const JsonPlace& place);
+                                                const JsonPlace& place, PatternTally& tally);
 
 // One config object whose method is known. `method` is lower-case ("gptq", "awq", "fp8",
 // "fbgemm_fp8", "modelopt", "compressed-tensors"); others are kUnsupported.

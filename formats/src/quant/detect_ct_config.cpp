@@ -130,12 +130,12 @@ Status set_kind(const std::string& format, const WeightArgs& args, const JsonPla
 
 // One config group, or nullopt when it quantizes no weights (activations only).
 Result<std::optional<Rule>> parse_group(const Json& group, const std::string& name, const std::string& global_format,
-                                        const JsonPlace& place) {
+                                        const JsonPlace& place, PatternTally& tally) {
   if (!group.is_object())
     return fail(config_error(Errc::kCorrupt,
                              fmt::format("{} is {}, expected an object", place.where, group.type_name()), place.path));
   QLOAD_ASSIGN_OR_RETURN(std::vector<ModulePattern> targets,
-                         get_patterns(group, "targets", ModulePattern::Kind::kCtTarget, place));
+                         get_patterns(group, "targets", ModulePattern::Kind::kCtTarget, place, tally));
   if (targets.empty())
     return fail(config_error(Errc::kCorrupt, fmt::format("{} is missing or empty", place.key("targets")), place.path));
   QLOAD_ASSIGN_OR_RETURN(const Json* weights, get_object(group, "weights", place));
@@ -183,14 +183,17 @@ Result<QuantConfig> parse_compressed_tensors(const Json& config, const JsonPlace
   QLOAD_ASSIGN_OR_RETURN(const auto status, get_string(config, "quantization_status", place));
   QLOAD_ASSIGN_OR_RETURN(const Json* groups, get_object(config, "config_groups", place));
   QuantConfig out{.method = "compressed-tensors", .exclude_key = "ignore"};
-  QLOAD_ASSIGN_OR_RETURN(out.exclude, get_patterns(config, "ignore", ModulePattern::Kind::kCtTarget, place));
+  // Every group's targets and the ignore list count against one tally: the caps (detect.hpp)
+  // bound the whole config, whose patterns are each compiled once, here.
+  PatternTally tally;
+  QLOAD_ASSIGN_OR_RETURN(out.exclude, get_patterns(config, "ignore", ModulePattern::Kind::kCtTarget, place, tally));
   if (groups == nullptr) return out;
   if (groups->size() > kMaxPatterns)
     return fail(unsupported(place, fmt::format("more than {} config_groups", kMaxPatterns)));
   const std::string format = lower_ascii(global_format.value_or("dense"));
   for (const auto& [name, group] : groups->items()) {
     const JsonPlace gplace{place.path, place.key("config_groups") + "." + escape_for_terminal(name.substr(0, 200))};
-    QLOAD_ASSIGN_OR_RETURN(std::optional<Rule> rule, parse_group(group, name, format, gplace));
+    QLOAD_ASSIGN_OR_RETURN(std::optional<Rule> rule, parse_group(group, name, format, gplace, tally));
     if (!rule) continue;
     if (rule->kind != PartKind::kDense && status && lower_ascii(*status) != "compressed")
       return fail(unsupported(place, fmt::format("quantization_status {}: only compressed checkpoints are "

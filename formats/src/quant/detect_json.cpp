@@ -124,12 +124,13 @@ Result<std::optional<std::pair<std::uint32_t, std::uint32_t>>> get_block(const J
 }
 
 Result<std::vector<ModulePattern>> get_patterns(const Json& object, const char* key, ModulePattern::Kind kind,
-                                                const JsonPlace& place) {
+                                                const JsonPlace& place, PatternTally& tally) {
   QLOAD_ASSIGN_OR_RETURN(std::vector<std::string> texts, get_string_list(object, key, place));
   std::vector<ModulePattern> out;
   out.reserve(texts.size());
   for (std::string& text : texts) {
-    QLOAD_ASSIGN_OR_RETURN(ModulePattern pattern, make_pattern(kind, std::move(text), place.path, place.key(key)));
+    QLOAD_ASSIGN_OR_RETURN(ModulePattern pattern,
+                           make_pattern(kind, std::move(text), place.path, place.key(key), tally));
     out.push_back(std::move(pattern));
   }
   return out;

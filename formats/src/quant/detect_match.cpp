@@ -6,7 +6,9 @@
 // recursion, bounds its memory, and caps repeat counts, where std::regex recursed per character,
 // built a{N} as N copies and overflowed a signed integer parsing a long count (found by
 // fuzz_model_config under UBSan).
+#include <algorithm>
 #include <cctype>
+#include <limits>
 
 #include <fmt/format.h>
 #include <re2/re2.h>
@@ -63,19 +65,31 @@ Result<bool> regex_matches(const ModulePattern& pattern, std::string_view module
 }  // namespace
 
 Result<ModulePattern> make_pattern(ModulePattern::Kind kind, std::string text, const std::string& path,
-                                   std::string_view key) {
+                                   std::string_view key, PatternTally& tally) {
   if (text.size() > kMaxPatternBytes || text.find('\0') != std::string::npos)
-    return fail(located(
-        Errc::kUnsupported,
-        fmt::format("{} entry {} is longer than {} bytes or has a NUL byte", key, quote_name(text), kMaxPatternBytes),
-        path));
+    return fail(located(Errc::kUnsupported,
+                        fmt::format("{} entry {} is longer than {} bytes or has a NUL byte", key,
+                                    quote_name(text.substr(0, 200)), kMaxPatternBytes),
+                        path));
+  if (++tally.patterns > kMaxPatterns)
+    return fail(located(Errc::kUnsupported,
+                        fmt::format("{}: the config lists more than {} module patterns in all (qload's limit, for "
+                                    "every list of the config together)",
+                                    key, kMaxPatterns),
+                        path));
   ModulePattern pattern{.kind = kind, .text = std::move(text), .regex = nullptr};
   const bool ct_regex = kind == ModulePattern::Kind::kCtTarget && pattern.text.starts_with("re:");
   if (kind == ModulePattern::Kind::kRegex || ct_regex) {
+    // Counted before compiling: the cap bounds the memory the config's expressions hold.
+    if (++tally.regexes > kMaxRegexPatterns)
+      return fail(located(Errc::kUnsupported,
+                          fmt::format("{}: the config has more than {} regular expressions in all (qload's limit)", key,
+                                      kMaxRegexPatterns),
+                          path));
     const std::string_view expr = std::string_view(pattern.text).substr(ct_regex ? 3 : 0);
     re2::RE2::Options options;
-    options.set_log_errors(false);  // the error goes into the message below, not to stderr
-    options.set_max_mem(std::int64_t{8} << 20);
+    options.set_log_errors(false);      // the error goes into the message below, not to stderr
+    options.set_max_mem(kRegexMaxMem);  // a program that does not fit is refused below
     auto regex = std::make_shared<const re2::RE2>(re2::StringPiece(expr.data(), expr.size()), options);
     if (!regex->ok())
       return fail(located(Errc::kUnsupported,
@@ -85,6 +99,18 @@ Result<ModulePattern> make_pattern(ModulePattern::Kind kind, std::string text, c
     pattern.regex = std::move(regex);
   }
   return pattern;
+}
+
+std::uint64_t match_cost(const ModulePattern& pattern, std::string_view module) {
+  // Saturating: a name longer than any real one only exhausts the budget sooner.
+  const auto times = [](std::uint64_t a, std::uint64_t b) {
+    return b != 0 && a > std::numeric_limits<std::uint64_t>::max() / b ? std::numeric_limits<std::uint64_t>::max()
+                                                                       : a * b;
+  };
+  const std::uint64_t bytes = std::uint64_t{module.size()} + 1;
+  if (pattern.regex) return times(bytes, static_cast<std::uint64_t>(pattern.regex->ProgramSize()) + 1);
+  if (pattern.kind == ModulePattern::Kind::kSubstringOrGlob) return times(bytes, pattern.text.size() + 1);
+  return 1 + std::min(pattern.text.size(), module.size()) / 16;
 }
 
 Result<MatchRank> match_module(const ModulePattern& pattern, std::string_view module) {

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "qload/formats/header_limits.hpp"
 #include "qload/runtime/error.hpp"
 
 namespace qload::formats {
@@ -53,8 +54,10 @@ Result<GgufHeader> parse_gguf_bytes(std::span<const std::byte> prefix, std::uint
                                     std::uint64_t* wanted = nullptr);
 
 // Reads and parses a file's header (reading more of the file as the header needs, up to
-// kMaxGgufHeaderBytes).
-inline constexpr std::uint64_t kMaxGgufHeaderBytes = std::uint64_t{1} << 30;
+// kMaxGgufHeaderBytes). The caps of header_limits.hpp hold as for safetensors: parse_gguf_bytes
+// refuses (kUnsupported) a header past kMaxHeaderBytes, more than kMaxHeaderEntries tensors
+// plus key-values, or an array longer than kMaxHeaderEntries, before storing any of it.
+inline constexpr std::uint64_t kMaxGgufHeaderBytes = kMaxHeaderBytes;
 Result<GgufHeader> read_gguf_header(const std::string& path);
 
 // The ggml type's name ("Q4_K"), or "type N" for an unknown one.

@@ -14,16 +14,17 @@
 #include <vector>
 
 #include "qload/formats/catalog.hpp"
+#include "qload/formats/header_limits.hpp"
 #include "qload/runtime/error.hpp"
 
 namespace qload::formats {
 
 struct SafetensorsLimits {
   // The format's own cap on the header length N (the reference rejects larger headers).
-  std::uint64_t max_header_bytes = 100'000'000;
+  std::uint64_t max_header_bytes = kMaxHeaderBytes;
   // qload's cap on entries, checked before each entry is stored, so a header of millions of
   // tiny aliasing entries costs bounded memory (security.md, test 38). kUnsupported beyond.
-  std::uint64_t max_tensors = 10'000'000;
+  std::uint64_t max_tensors = kMaxHeaderEntries;
 };
 
 struct SafetensorsHeader {
