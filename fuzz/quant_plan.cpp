@@ -124,7 +124,7 @@ void write_gguf(const std::string& path, std::uint32_t type, const std::vector<s
   put_u32(g, type);
   put_u64(g, 0);
   while (g.size() % 32 != 0) g.push_back(std::byte{0});
-  const gguf::GgmlType* t = gguf::find_ggml_type(type);
+  const formats::gguf::GgmlType* t = formats::gguf::find_ggml_type(type);
   const std::optional<std::uint64_t> bytes =
       t == nullptr ? std::nullopt : small_bytes(ne, t->block_bytes, t->block_elems);
   const std::vector<std::byte> data = data_of(rest, bytes.value_or(std::min<std::uint64_t>(rest.size(), kMaxData)));
