@@ -14,6 +14,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -63,7 +64,8 @@ std::optional<std::uint64_t> small_bytes(const std::vector<std::uint64_t>& dims,
 // `bytes` of data: the input's, then zeros.
 std::vector<std::byte> data_of(std::span<const std::uint8_t> rest, std::uint64_t bytes) {
   std::vector<std::byte> d(bytes);
-  std::memcpy(d.data(), rest.data(), std::min<std::size_t>(rest.size(), d.size()));
+  const std::size_t n = std::min<std::size_t>(rest.size(), d.size());
+  if (n > 0) std::memcpy(d.data(), rest.data(), n);
   return d;
 }
 
@@ -94,7 +96,9 @@ void write_safetensors(const std::string& path, const std::vector<StTensor>& ten
   const std::uint64_t size = header.size();
   out.write(reinterpret_cast<const char*>(&size), 8);
   out << header;
-  for (const StTensor& t : tensors) out.write(reinterpret_cast<const char*>(t.data.data()), t.data.size());
+  for (const StTensor& t : tensors)
+    if (!t.data.empty())
+      out.write(reinterpret_cast<const char*>(t.data.data()), static_cast<std::streamsize>(t.data.size()));
 }
 
 void put(std::vector<std::byte>& out, const void* p, std::size_t n) {
@@ -124,7 +128,7 @@ void write_gguf(const std::string& path, std::uint32_t type, const std::vector<s
   put_u32(g, type);
   put_u64(g, 0);
   while (g.size() % 32 != 0) g.push_back(std::byte{0});
-  const gguf::GgmlType* t = gguf::find_ggml_type(type);
+  const formats::gguf::GgmlType* t = formats::gguf::find_ggml_type(type);
   const std::optional<std::uint64_t> bytes =
       t == nullptr ? std::nullopt : small_bytes(ne, t->block_bytes, t->block_elems);
   const std::vector<std::byte> data = data_of(rest, bytes.value_or(std::min<std::uint64_t>(rest.size(), kMaxData)));
@@ -203,6 +207,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     options.plan.dequantize = kOut[(policy >> 4) % 3];
   }
   auto model = scheduler::load_source(source, options);
+  if (std::getenv("QLOAD_FUZZ_PRINT") != nullptr)  // what a seed reaches, for whoever writes seeds
+    std::fprintf(stderr, "quant_plan: %s\n", model ? "loaded" : model.error().to_string().c_str());
   if (model)  // every tensor's bytes are its shape's in its dtype
     for (const scheduler::DeviceTensor& t : model->tensors()) {
       auto bytes = t.shape.nbytes(t.dtype);
