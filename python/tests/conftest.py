@@ -7,6 +7,14 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+# The tests' qload sees only the QLOAD_* variables the tests set themselves: the caller's own
+# (an unrelated QLOAD_THREADS, a QLOAD_IO for their machine) would change what qload does or
+# add warnings to what a test reads. Kept: QLOAD_CLI (ctest's path to the built CLI) and the
+# harness's QLOAD_TEST_* / QLOAD_CUDASIM_*, never read as settings (tests/cli/clean_env.sh).
+for _name in [n for n in os.environ if n.startswith("QLOAD_")]:
+    if _name != "QLOAD_CLI" and not _name.startswith(("QLOAD_TEST_", "QLOAD_CUDASIM_")):
+        del os.environ[_name]
+
 
 def random_tensors(seed: int = 0) -> dict:
     rng = np.random.default_rng(seed)
