@@ -65,7 +65,9 @@ Result<std::optional<QuantConfig>> read_side_files(const fs::path& dir) {
   for (const std::string_view file : kFiles) {
     QLOAD_ASSIGN_OR_RETURN(const std::string path, resolve_inside(root, file));
     if (!fs::exists(path, ec)) continue;
-    QLOAD_ASSIGN_OR_RETURN(const std::vector<std::byte> bytes, read_small_file(path, kMaxQuantConfigBytes));
+    // Read through the descriptor checked to be inside the directory, not the path again.
+    QLOAD_ASSIGN_OR_RETURN(const OpenedFile opened, open_inside(root, path));
+    QLOAD_ASSIGN_OR_RETURN(const std::vector<std::byte> bytes, read_small_file(opened, path, kMaxQuantConfigBytes));
     const std::string text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
     QLOAD_ASSIGN_OR_RETURN(QuantConfig config, parse_file_config(text, path, file, ""));
     found.push_back(std::move(config));
