@@ -40,11 +40,12 @@ struct Lane {
 
 class CudaTarget final : public ArenaTarget {
  public:
-  CudaTarget(Device device, cuda::DeviceBuffer arena, std::vector<Lane> lanes)
-      : device_(device), arena_(std::move(arena)), lanes_(std::move(lanes)) {
+  // `arena` is empty for the caller's memory at `base` (an external arena): written, never owned.
+  CudaTarget(Device device, cuda::DeviceBuffer arena, std::byte* base, std::vector<Lane> lanes)
+      : device_(device), arena_(std::move(arena)), base_(base), lanes_(std::move(lanes)) {
     for (std::uint32_t i = 0; i < lanes_.size(); ++i) free_.push_back(i);
   }
-  std::byte* base() const noexcept override { return arena_.data(); }
+  std::byte* base() const noexcept override { return base_; }
   bool on_host() const noexcept override { return false; }
 
   Status deliver(std::span<const Delivery> deliveries) override {
@@ -69,7 +70,7 @@ class CudaTarget final : public ArenaTarget {
         used = at + p.bytes.size();
       }
       return formats::dequantize_on_device(tensor, parts, device_parts, row_begin, row_end, dtype,
-                                           arena_.data() + arena_offset, lane.stream);
+                                           base_ + arena_offset, lane.stream);
     });
   }
 
@@ -77,14 +78,14 @@ class CudaTarget final : public ArenaTarget {
 
   void release_into(std::vector<std::shared_ptr<HostBuffer>>&, std::vector<cuda::DeviceBuffer>& device) override {
     lanes_.clear();
-    device.push_back(std::move(arena_));
+    if (arena_.data() != nullptr) device.push_back(std::move(arena_));
   }
 
  private:
   Status enqueue(Lane& lane, std::span<const Delivery> deliveries) {
     std::uint64_t scratch_used = 0;
     for (const Delivery& d : deliveries) {
-      std::byte* out = arena_.data() + d.arena_offset;
+      std::byte* out = base_ + d.arena_offset;
       const std::uint64_t stored_bytes = d.stored.size() * d.rows;  // contiguous once copied
       // Rows land next to each other: in the arena, or in scratch for a conversion after.
       const auto copy = [&](std::byte* dst) -> Status {
@@ -169,6 +170,7 @@ class CudaTarget final : public ArenaTarget {
 
   Device device_;
   cuda::DeviceBuffer arena_;
+  std::byte* base_ = nullptr;
   std::vector<Lane> lanes_;
   std::mutex mutex_;
   std::vector<std::uint32_t> free_;  // lanes not delivering now
@@ -194,8 +196,12 @@ Result<std::unique_ptr<ArenaTarget>> make_cuda_target(const ArenaPlan& plan, std
                                                       std::uint64_t scratch_bytes, bool pageable_sources) {
   QLOAD_TRY(check_device(plan.device));
   const int device = plan.device.index;
-  QLOAD_ASSIGN_OR_RETURN(cuda::DeviceBuffer arena,
-                         cuda::DeviceBuffer::allocate(device, static_cast<std::size_t>(plan.bytes)));
+  cuda::DeviceBuffer arena;
+  if (!plan.external) {
+    QLOAD_ASSIGN_OR_RETURN(arena, cuda::DeviceBuffer::allocate(device, static_cast<std::size_t>(plan.bytes)));
+  }
+  // NOLINTNEXTLINE(performance-no-int-to-ptr): an external arena's address is the caller's, given as a number
+  std::byte* const base = plan.external ? reinterpret_cast<std::byte*>(plan.address) : arena.data();
   std::vector<Lane> made;
   for (std::uint32_t i = 0; i < lanes; ++i) {
     Lane lane;
@@ -212,7 +218,7 @@ Result<std::unique_ptr<ArenaTarget>> make_cuda_target(const ArenaPlan& plan, std
     }
     made.push_back(std::move(lane));
   }
-  return std::unique_ptr<ArenaTarget>(std::make_unique<CudaTarget>(plan.device, std::move(arena), std::move(made)));
+  return std::unique_ptr<ArenaTarget>(std::make_unique<CudaTarget>(plan.device, std::move(arena), base, std::move(made)));
 }
 
 }  // namespace qload::scheduler::detail

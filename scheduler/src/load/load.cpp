@@ -126,6 +126,7 @@ std::vector<DeviceTensor> describe_tensors(const formats::Catalog& catalog, cons
                                .data = region == kNoRegion ? nullptr : regions[region] + offset,
                                .writable = writable,
                                .host = device.is_cpu(),
+                               .caller_owned = !mmap && region != kNoRegion && plan.layout.arenas[region].external,
                                .dtype = dtype,
                                .shape = shape,
                                .strides = shape.contiguous_strides(),
@@ -204,6 +205,9 @@ std::vector<QuantizedWeight> describe_quantized(const formats::Catalog& catalog,
     const TensorPlacement& first_part = plan.layout.tensors[lt.parts.front().second];
     if (first_part.shard_count == 0) {  // kept whole (names are unique then), unless another process holds it
       if (plan.mode == LoadMode::kRead && first_part.region == kNoRegion) continue;
+      // Described only when every part was loaded (a load into destinations may take some parts only).
+      if (!std::ranges::all_of(lt.parts, [&](const auto& part) { return index.contains(catalog.tensors[part.second].name); }))
+        continue;
       QuantizedWeight w{.name = lt.name, .params = lt.params, .rows = lt.rows, .cols = lt.cols, .experts = lt.experts};
       for (const auto& [role, part] : lt.parts) w.parts.emplace_back(role, index.at(catalog.tensors[part].name));
       w.device = tensors[w.parts.front().second].device;
@@ -219,9 +223,13 @@ std::vector<QuantizedWeight> describe_quantized(const formats::Catalog& catalog,
         w.params.groups = dims->second.groups;
         w.experts = dims->second.experts;
       }
-      for (const auto& [role, part] : lt.parts)
-        w.parts.emplace_back(role, on_device.at({catalog.tensors[part].name, w.device}));
-      out.push_back(std::move(w));
+      bool complete = true;  // every part has a copy on this device (see above)
+      for (const auto& [role, part] : lt.parts) {
+        const auto found = on_device.find({catalog.tensors[part].name, w.device});
+        complete = complete && found != on_device.end();
+        if (complete) w.parts.emplace_back(role, found->second);
+      }
+      if (complete) out.push_back(std::move(w));
     }
   }
   return out;

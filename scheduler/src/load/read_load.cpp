@@ -31,7 +31,8 @@ Status check_host_memory(const Plan& plan, const PlanOptions& options) {
   if (options.max_arena_bytes != 0) return {};
   std::uint64_t host_bytes = 0;
   for (const ArenaPlan& arena : plan.layout.arenas)
-    if (arena.device.is_cpu()) host_bytes += arena.bytes;  // scratch and relay arenas are host memory too
+    // Scratch and relay arenas are host memory too; the caller's (external) memory exists already.
+    if (arena.device.is_cpu() && !arena.external) host_bytes += arena.bytes;
   if (host_bytes > physical_memory_bytes())
     return fail(Errc::kOutOfMemory, fmt::format("the host arenas need {} bytes, more than the {} bytes of memory",
                                                 host_bytes, physical_memory_bytes()));

@@ -66,6 +66,11 @@ Status place_in_arenas(const formats::Catalog& catalog, const std::vector<std::u
   bool any_scratch = false;
   for (const std::uint32_t i : order) {
     const formats::TensorEntry& t = catalog.tensors[i];
+    if (!roles.to_scratch[i] && (options.destinations.contains(t.name) || options.destinations_only)) {
+      // Into the caller's memory (bind_destinations, once the arenas are laid out), or not loaded.
+      plan.layout.tensors[i] = TensorPlacement{.region = kNoRegion, .dtype = t.dtype};
+      continue;
+    }
     if (roles.to_scratch[i] && !decoded_here[i]) {  // decoded by another process only
       plan.layout.tensors[i] = TensorPlacement{.region = kNoRegion, .dtype = t.dtype};
       continue;
@@ -98,6 +103,7 @@ Status place_in_arenas(const formats::Catalog& catalog, const std::vector<std::u
   }
   for (DecodeJob& job : plan.decode.jobs) {
     for (DecodeOutput& out : job.outputs) {
+      if (options.destinations.contains(out.name)) continue;  // bind_destinations places it
       QLOAD_ASSIGN_OR_RETURN(out.offset, take(cursor[out.region], out.bytes, options.tensor_alignment,
                                               options.devices[out.region].to_string()));
       QLOAD_ASSIGN_OR_RETURN(plan.layout.placed_bytes, checked_add(plan.layout.placed_bytes, out.bytes));

@@ -14,6 +14,7 @@
 #include "plan/auto_mode.hpp"
 #include "plan/chunker.hpp"
 #include "plan/decode_plan.hpp"
+#include "plan/destinations.hpp"
 #include "plan/plan_arith.hpp"
 #include "qload/formats/quant_codec.hpp"
 #include "qload/formats/strided.hpp"
@@ -91,6 +92,7 @@ Result<TensorRoles> plan_quantization(const formats::Catalog& catalog, const Pla
     roles.quantized_part = detail::quantized_parts(catalog, *plan.decode.quant);
     QLOAD_ASSIGN_OR_RETURN(plan.decode.jobs, detail::plan_decode_jobs(catalog, *plan.decode.quant, options));
   }
+  QLOAD_TRY(detail::drop_undestined_jobs(options, plan.decode.jobs));
   for (const DecodeJob& job : plan.decode.jobs)
     for (const std::uint32_t i : job.inputs) roles.to_scratch[i] = true;
   return roles;
@@ -167,7 +169,8 @@ Result<Plan> make_plan(const formats::Catalog& catalog, const PlanOptions& optio
   QLOAD_TRY(options.validate());
   if (options.mode == LoadMode::kAuto) {
     PlanOptions decided = options;
-    decided.mode = detail::choose_load_mode(catalog, options);
+    // Destinations are filled by reads: nothing maps into the caller's memory.
+    decided.mode = options.destinations.empty() ? detail::choose_load_mode(catalog, options) : LoadMode::kRead;
     return make_plan(catalog, decided);
   }
   if (catalog.tensors.size() >= kNoRegion)
@@ -197,6 +200,7 @@ Result<Plan> make_plan(const formats::Catalog& catalog, const PlanOptions& optio
   }
   QLOAD_ASSIGN_OR_RETURN(const TensorRoles roles, plan_quantization(catalog, options, plan));
   QLOAD_TRY(detail::place_in_arenas(catalog, order, options, roles, plan));
+  QLOAD_TRY(detail::bind_destinations(catalog, options, roles, plan));
   plan.reads.chunks = detail::make_chunks(catalog, order, plan.layout.tensors, plan.copies.shards, options);
   for (const ReadChunk& c : plan.reads.chunks) {
     plan.reads.read_bytes += c.bytes;  // at most tensor_bytes plus one gap and alignment per chunk

@@ -60,6 +60,14 @@ Status PlanOptions::validate() const {
     return fail(Errc::kUnsupported, "tensor regions are read for one device, with no parallel layout");
   if (region && (dequantize || quantize || repack || weight_policy))
     return fail(Errc::kUnsupported, "tensor regions are cut from stored tensors: nothing is decoded or quantized");
+  if (!destinations.empty() && mode == LoadMode::kMmap)
+    return fail(Errc::kUnsupported, "caller-owned destinations are filled in read mode, not mmap mode");
+  if (!destinations.empty() && !parallel.trivial())
+    return fail(Errc::kUnsupported,
+                "caller-owned destinations are filled by one process without a parallel layout (give each rank "
+                "its tensor regions instead)");
+  if (destinations_only && destinations.empty())
+    return fail(Errc::kInvalidArgument, "destinations_only without any destination would load nothing");
   if (dequantize && !is_float_policy_dtype(*dequantize))
     return fail(Errc::kInvalidArgument,
                 fmt::format("dequantize to {}: only F16, BF16 and F32", dtype_name(*dequantize)));

@@ -33,6 +33,8 @@ struct DeviceTensor {
   const std::byte* data = nullptr;  // first byte; never dereference when nbytes == 0 (may be null)
   bool writable = false;            // false in mmap mode: the file's pages (a write makes a private copy)
   bool host = true;                 // false: `data` is a device pointer (use Model::copy_to_host)
+  // In the caller's own memory (PlanOptions::destinations): the Model neither owns nor frees it.
+  bool caller_owned = false;
   DType dtype = DType::kU8;         // as placed (after any dtype conversion on load)
   Shape shape;
   std::vector<std::int64_t> strides;  // in elements, row-major (empty for a scalar)

@@ -72,6 +72,12 @@ struct ArenaPlan {
   Device device;
   std::uint64_t bytes = 0;      // exact: the end of the last tensor placed in it
   std::uint64_t alignment = 0;  // the arena's own start alignment (>= tensor_alignment)
+  // The caller's memory (PlanOptions::destinations) on `device`, from `address` for `bytes`:
+  // one such arena per device holds every destination there, each tensor at its address minus
+  // `address`. Never allocated, zeroed or freed by the load, and only the destinations' bytes
+  // are written (the gaps between them are someone else's memory).
+  bool external = false;
+  std::uintptr_t address = 0;
 };
 
 struct MappingPlan {

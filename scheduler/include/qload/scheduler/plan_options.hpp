@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -84,6 +85,17 @@ struct ParallelLayout {
   bool trivial() const noexcept { return devices() == 1; }
 };
 
+// Memory the caller owns for one tensor (PlanOptions::destinations): where the tensor's (or its
+// region's) placed bytes go, row-major and contiguous.
+struct Destination {
+  Device device;               // cpu (host memory), or cuda:N (device memory)
+  std::uintptr_t address = 0;  // the first byte: a host pointer, or a device pointer on `device`
+  std::uint64_t bytes = 0;     // room there: must equal the placed bytes
+  DType dtype = DType::kU8;    // the stored dtype, or F16 / BF16 / F32 for a plain float tensor
+  // Only this part of a stored tensor (as PlanOptions::region); nullopt: the whole tensor.
+  std::optional<TensorRegion> region;
+};
+
 struct PlanOptions {
   LoadMode mode = LoadMode::kRead;
   // Destinations, one arena each (no duplicates). mmap mode: exactly one cpu device.
@@ -137,6 +149,17 @@ struct PlanOptions {
   // One device, read mode, no parallel layout or placement hook, nothing decoded, quantized or
   // repacked (kUnsupported). An error fails the plan.
   std::function<Result<std::optional<TensorRegion>>(std::string_view name)> region;
+  // Caller-owned memory (load_into), by tensor name: a stored tensor, or a tensor decoding
+  // produces (a dequantized weight). Each is read, converted or decoded straight into the
+  // caller's memory; the load never allocates, zero-fills or frees it, and writes nothing outside
+  // it. Read mode, no parallel layout (kUnsupported). Checked at plan time, before any byte is
+  // read: the name exists and is not a decode input (kNotFound / kInvalidArgument), `bytes` is
+  // exactly what is placed, the dtype is the stored one or a float conversion of a plain float
+  // tensor, the address is aligned to the element, and no two destinations overlap.
+  std::map<std::string, Destination, std::less<>> destinations;
+  // Tensors without a destination: placed in arenas as usual (false), or not read at all (true;
+  // decode jobs none of whose outputs has a destination are dropped with them).
+  bool destinations_only = false;
   // Multi-process layouts and regions: a tensor this process holds any part of is read whole, so its digest
   // can be computed and checked (LoadOptions::expected_xxh3_64); otherwise only the byte ranges
   // its copies need are read, and such a tensor gets no digest.

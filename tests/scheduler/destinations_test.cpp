@@ -1,0 +1,242 @@
+// Caller-owned destinations (PlanOptions::destinations, load_into): each tensor, region or fused
+// part lands in memory the caller allocated, byte for byte (or converted), nothing is written
+// around it, nothing else is allocated for it, and destinations the load cannot honour are
+// refused at plan time, before any byte is read, naming the tensor.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <map>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "qload/scheduler/load.hpp"
+#include "support/llama_checkpoint.hpp"
+
+using namespace qload;
+using namespace qload::scheduler;
+using namespace qload::testing;
+
+namespace {
+
+constexpr std::byte kGuard{0xAB};
+constexpr std::size_t kGuardBytes = 64;
+
+// The caller's memory: one allocation holding every destination, each with guard bytes before
+// and after it, as separately allocated parameters would be surrounded by someone else's bytes.
+struct CallerMemory {
+  std::vector<std::byte> bytes;
+  std::map<std::string, std::pair<std::size_t, std::size_t>> at;  // name -> offset, size
+
+  std::byte* slot(const std::string& name) { return bytes.data() + at.at(name).first; }
+  // Whether every byte outside the destinations still holds the guard.
+  bool guards_intact() const {
+    std::vector<bool> inside(bytes.size(), false);
+    for (const auto& [name, where] : at)
+      for (std::size_t i = 0; i < where.second; ++i) inside[where.first + i] = true;
+    for (std::size_t i = 0; i < bytes.size(); ++i)
+      if (!inside[i] && bytes[i] != kGuard) return false;
+    return true;
+  }
+};
+
+// Room for each named size, 64-byte aligned, guards between.
+CallerMemory lay_out(const std::map<std::string, std::size_t>& sizes) {
+  CallerMemory m;
+  std::size_t cursor = kGuardBytes;
+  for (const auto& [name, size] : sizes) {
+    m.at[name] = {cursor, size};
+    cursor = (cursor + size + kGuardBytes + 63) / 64 * 64;
+  }
+  m.bytes.assign(cursor + kGuardBytes + 64, kGuard);
+  // Offsets relative to a 64-byte-aligned start inside the vector.
+  const auto misalign = reinterpret_cast<std::uintptr_t>(m.bytes.data()) % 64;
+  const std::size_t shift = misalign == 0 ? 0 : 64 - misalign;
+  for (auto& [name, where] : m.at) where.first += shift;
+  return m;
+}
+
+Destination into(CallerMemory& memory, const std::string& slot, DType dtype, std::size_t offset = 0) {
+  const auto [at, size] = memory.at.at(slot);
+  return Destination{.address = reinterpret_cast<std::uintptr_t>(memory.bytes.data() + at + offset),
+                     .bytes = size - offset,
+                     .dtype = dtype};
+}
+
+std::size_t bf16_bytes(const Llama& m, const std::string& name) { return m.values.at(name).size() * 2; }
+
+LoadOptions small_chunks(std::uint64_t direct) {
+  LoadOptions o;
+  o.plan.chunk_bytes = o.staging.slot_bytes = 4096;  // tensors span chunks
+  o.staging.total_bytes = 8 * 4096;
+  o.plan.direct_min_bytes = direct;
+  return o;
+}
+
+// The stored bf16 values of `name`, as bf16 bytes or converted to f32.
+std::vector<std::byte> expected_bytes(const Llama& m, const std::string& name, bool f32) {
+  const std::vector<std::uint16_t>& v = m.values.at(name);
+  std::vector<std::byte> out(v.size() * (f32 ? 4 : 2));
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (f32) {
+      const float x = as_float(v[i]);
+      std::memcpy(out.data() + 4 * i, &x, 4);
+    } else {
+      std::memcpy(out.data() + 2 * i, &v[i], 2);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("destinations: every tensor lands in the caller's memory, converted where asked, nothing around it written",
+          "[scheduler][destinations]") {
+  Llama m;
+  make_model(m);
+  // Direct reads straight into the destinations, and staged reads copied in.
+  for (const std::uint64_t direct : {std::uint64_t{0}, std::uint64_t{512}}) {
+    INFO("direct from " << direct);
+    std::map<std::string, std::size_t> sizes;
+    for (const auto& [name, v] : m.values) sizes[name] = v.size() * (name.find("norm") != std::string::npos ? 4 : 2);
+    CallerMemory memory = lay_out(sizes);
+    LoadOptions o = small_chunks(direct);
+    for (const auto& [name, size] : sizes)
+      o.plan.destinations[name] = into(memory, name, name.find("norm") != std::string::npos ? DType::kF32 : DType::kBF16);
+    o.plan.destinations_only = true;
+    auto model = load_source(m.dir.path().string(), o);
+    if (!model) FAIL(model.error().to_string());
+    for (const auto& [name, size] : sizes) {
+      INFO(name);
+      const std::vector<std::byte> want = expected_bytes(m, name, name.find("norm") != std::string::npos);
+      REQUIRE(want.size() == size);
+      CHECK(std::memcmp(memory.slot(name), want.data(), size) == 0);
+      const DeviceTensor* t = model->find(name);
+      REQUIRE(t != nullptr);
+      CHECK(t->caller_owned);
+      CHECK(t->data == memory.slot(name));
+    }
+    CHECK(memory.guards_intact());
+    CHECK(model->report().tensors == m.values.size());
+    CHECK(model->report().converted_tensors == 3);  // two input norms and the final norm
+    CHECK(model->report().digests.size() == m.values.size());
+    if (direct != 0) CHECK(model->report().direct_tensors > 0);
+  }
+}
+
+TEST_CASE("destinations: fused q/k/v and gate/up parts go at offsets of one parameter; regions keep their rows or "
+          "columns; the rest loads into arenas or is skipped",
+          "[scheduler][destinations]") {
+  Llama m;
+  make_model(m);
+  const std::string q = "model.layers.0.self_attn.q_proj.weight", k = "model.layers.0.self_attn.k_proj.weight",
+                    v = "model.layers.0.self_attn.v_proj.weight", o_proj = "model.layers.0.self_attn.o_proj.weight",
+                    embed = "model.embed_tokens.weight";
+  const std::size_t qkv = bf16_bytes(m, q) + bf16_bytes(m, k) + bf16_bytes(m, v);
+  // o_proj columns [8, 24) (a row-parallel rank's part), embeddings rows [16, 48).
+  CallerMemory memory = lay_out({{"qkv", qkv}, {"o_cols", kHidden * 16 * 2}, {"embed_rows", 32 * kHidden * 2}});
+  for (const bool only : {true, false}) {
+    INFO((only ? "destinations only" : "the rest in arenas"));
+    std::ranges::fill(memory.bytes, kGuard);
+    LoadOptions opts = small_chunks(256);
+    opts.plan.destinations[q] = into(memory, "qkv", DType::kBF16);
+    opts.plan.destinations[q].bytes = bf16_bytes(m, q);
+    opts.plan.destinations[k] = into(memory, "qkv", DType::kBF16, bf16_bytes(m, q));
+    opts.plan.destinations[k].bytes = bf16_bytes(m, k);
+    opts.plan.destinations[v] = into(memory, "qkv", DType::kBF16, bf16_bytes(m, q) + bf16_bytes(m, k));
+    opts.plan.destinations[o_proj] = into(memory, "o_cols", DType::kBF16);
+    opts.plan.destinations[o_proj].region = TensorRegion{.dim = 1, .begin = 8, .end = 24};
+    opts.plan.destinations[embed] = into(memory, "embed_rows", DType::kBF16);
+    opts.plan.destinations[embed].region = TensorRegion{.dim = 0, .begin = 16, .end = 48};
+    opts.plan.destinations_only = only;
+    auto model = load_source(m.dir.path().string(), opts);
+    if (!model) FAIL(model.error().to_string());
+    std::vector<std::byte> fused;
+    for (const std::string& name : {q, k, v}) {
+      const std::vector<std::byte> part = expected_bytes(m, name, false);
+      fused.insert(fused.end(), part.begin(), part.end());
+    }
+    CHECK(std::memcmp(memory.slot("qkv"), fused.data(), qkv) == 0);
+    for (std::uint64_t r = 0; r < kHidden; ++r)
+      for (std::uint64_t c = 8; c < 24; ++c) {
+        std::uint16_t got;
+        std::memcpy(&got, memory.slot("o_cols") + (r * 16 + c - 8) * 2, 2);
+        REQUIRE(got == stored(m, o_proj, r, c));
+      }
+    for (std::uint64_t r = 16; r < 48; ++r)
+      for (std::uint64_t c = 0; c < kHidden; ++c) {
+        std::uint16_t got;
+        std::memcpy(&got, memory.slot("embed_rows") + ((r - 16) * kHidden + c) * 2, 2);
+        REQUIRE(got == stored(m, embed, r, c));
+      }
+    CHECK(memory.guards_intact());
+    const DeviceTensor* region = model->find(o_proj);
+    REQUIRE(region != nullptr);
+    CHECK(region->shape == Shape{kHidden, 16});
+    CHECK(region->caller_owned);
+    if (only) {
+      CHECK(model->size() == 5);
+      CHECK(model->find("lm_head.weight") == nullptr);
+      // Only the destinations' bytes were read (regions in part), at most a gap more per chunk.
+      CHECK(model->report().tensor_bytes < bf16_bytes(m, embed) + bf16_bytes(m, o_proj) + qkv);
+    } else {
+      CHECK(model->size() == m.values.size());
+      const DeviceTensor* head = model->find("lm_head.weight");
+      REQUIRE(head != nullptr);
+      CHECK_FALSE(head->caller_owned);
+      CHECK(std::memcmp(head->data, expected_bytes(m, "lm_head.weight", false).data(), head->nbytes) == 0);
+    }
+  }
+}
+
+TEST_CASE("destinations the load cannot honour are refused at plan time, naming the tensor", "[scheduler][destinations]") {
+  Llama m;
+  make_model(m);
+  auto catalog = open_source(m.dir.path().string());
+  REQUIRE(catalog);
+  const std::string norm = "model.norm.weight", head = "lm_head.weight";
+  CallerMemory memory = lay_out({{"a", 4096}, {"b", 4096}});
+  const auto refused = [&](PlanOptions options, Errc code, std::string_view tensor, std::string_view words) {
+    auto plan = make_plan(*catalog, options);
+    REQUIRE_FALSE(plan);
+    INFO(plan.error().to_string());
+    CHECK(plan.error().code() == code);
+    CHECK(plan.error().to_string().find(tensor) != std::string::npos);
+    CHECK(plan.error().to_string().find(words) != std::string::npos);
+  };
+  const auto sized = [&](const std::string& slot, DType dtype, std::size_t bytes, std::size_t offset = 0) {
+    Destination d = into(memory, slot, dtype, offset);
+    d.bytes = bytes;
+    return d;
+  };
+  PlanOptions o;
+  o.destinations["model.nope.weight"] = sized("a", DType::kBF16, 64);
+  refused(o, Errc::kNotFound, "model.nope.weight", "does not have");
+  o = {};
+  o.destinations[norm] = sized("a", DType::kBF16, kHidden * 2 + 2);
+  refused(o, Errc::kInvalidArgument, norm, "holds 66 bytes");
+  o.destinations[norm] = sized("a", DType::kI32, kHidden * 4);
+  refused(o, Errc::kInvalidArgument, norm, "convert");
+  o.destinations[norm] = sized("a", DType::kF32, kHidden * 4, 2);
+  refused(o, Errc::kInvalidArgument, norm, "not aligned");
+  o.destinations[norm] = sized("a", DType::kBF16, kHidden * 2);
+  o.destinations[head] = sized("a", DType::kBF16, kVocab * kHidden * 2, 32);
+  refused(o, Errc::kInvalidArgument, "overlaps", norm);
+  o.destinations.erase(head);
+  o.destinations[norm].region = TensorRegion{.dim = 0, .begin = 0, .end = kHidden + 1};
+  refused(o, Errc::kInvalidArgument, norm, "");
+  o.destinations[norm].region.reset();
+  o.mode = LoadMode::kMmap;
+  refused(o, Errc::kUnsupported, "", "read mode");
+  o.mode = LoadMode::kRead;
+  o.devices = {Device{}, Device{.index = 1}};
+  o.parallel.tensor = 2;
+  refused(o, Errc::kUnsupported, "", "parallel layout");
+  // A plan that fails writes nothing: the caller's memory still holds the guard everywhere.
+  CHECK(std::ranges::all_of(memory.bytes, [](std::byte b) { return b == kGuard; }));
+  // Two destinations that touch but do not overlap are fine.
+  o = {};
+  o.destinations[norm] = sized("a", DType::kBF16, kHidden * 2);
+  o.destinations["model.layers.0.input_layernorm.weight"] = sized("a", DType::kBF16, kHidden * 2, kHidden * 2);
+  CHECK(make_plan(*catalog, o));
+}
