@@ -183,6 +183,65 @@ std::optional<DLDataType> dlpack_dtype(DType d) {
 
 }  // namespace
 
+namespace {
+
+std::optional<DType> dtype_of_dlpack(DLDataType d) {
+  for (const DTypeInfo& info : all_dtypes()) {
+    const std::optional<DLDataType> dl = dlpack_dtype(info.dtype);
+    if (dl && dl->code == d.code && dl->bits == d.bits && dl->lanes == d.lanes) return info.dtype;
+  }
+  return std::nullopt;
+}
+
+// A qload_destination as the scheduler takes it: kInvalidArgument / kUnsupported naming the
+// tensor for what DLPack can say but qload cannot fill (a strided target, an unknown device).
+Result<scheduler::Destination> destination_of(const qload_destination& d) {
+  if (d.tensor == nullptr) return fail(Errc::kInvalidArgument, "qload_load_into: a destination's tensor is NULL");
+  const auto error = [&](Errc code, std::string message) {
+    return fail(Error(code, "qload_load_into: " + std::move(message)).with_tensor(d.tensor));
+  };
+  const DLTensor& t = d.target;
+  scheduler::Destination out;
+  switch (t.device.device_type) {
+    case kDLCPU:
+    case kDLCUDAHost: out.device = Device{}; break;
+    case kDLCUDA: out.device = Device{.kind = Device::Kind::kCuda, .index = t.device.device_id}; break;
+    default: return error(Errc::kUnsupported, fmt::format("a target on DLPack device type {} (CPU, CUDA host or CUDA only)",
+                                                          static_cast<int>(t.device.device_type)));
+  }
+  const std::optional<DType> dtype = dtype_of_dlpack(t.dtype);
+  if (!dtype)
+    return error(Errc::kUnsupported, fmt::format("a target of DLPack dtype code {} with {} bits and {} lanes",
+                                                 t.dtype.code, t.dtype.bits, t.dtype.lanes));
+  out.dtype = *dtype;
+  if (t.ndim < 0 || (t.ndim > 0 && t.shape == nullptr))
+    return error(Errc::kInvalidArgument, "the target has no shape");
+  std::vector<std::uint64_t> dims;
+  for (std::int32_t i = 0; i < t.ndim; ++i) {
+    if (t.shape[i] < 0) return error(Errc::kInvalidArgument, fmt::format("the target's dimension {} is negative", i));
+    dims.push_back(static_cast<std::uint64_t>(t.shape[i]));
+  }
+  out.shape = Shape(dims);
+  QLOAD_ASSIGN_OR_RETURN(out.bytes, out.shape->nbytes(out.dtype));
+  if (t.strides != nullptr) {  // compact row-major only (a dimension of size 1 may have any stride)
+    std::int64_t expected = 1;
+    for (std::int32_t i = t.ndim - 1; i >= 0; --i) {
+      if (t.shape[i] != 1 && t.strides[i] != expected)
+        return error(Errc::kUnsupported, "the target is not contiguous and row-major (strides); give a compact tensor");
+      expected *= t.shape[i];
+    }
+  }
+  if (t.data == nullptr && out.bytes > 0) return error(Errc::kInvalidArgument, "the target's data is NULL");
+  out.address = reinterpret_cast<std::uintptr_t>(t.data) + t.byte_offset;
+  if (d.region_dim < -1) return error(Errc::kInvalidArgument, fmt::format("region_dim {} (-1, 0 or 1)", d.region_dim));
+  if (d.region_dim >= 0)
+    out.region = scheduler::TensorRegion{
+        .dim = static_cast<std::uint32_t>(d.region_dim), .begin = d.region_begin, .end = d.region_end};
+  return out;
+}
+
+}  // namespace
+
 struct qload_session {
   std::optional<session::LoadRequest> request;  // consumed by qload_load
 };
@@ -384,6 +443,34 @@ qload_status qload_load_stream(qload_session* s, qload_tensor_callback callback,
     if (callback == nullptr) return failed(QLOAD_ERR_INVALID_ARGUMENT, "qload_load_stream: callback is NULL");
     if (out != nullptr) *out = nullptr;
     return load_session("qload_load_stream", s, {.on_tensor = stream_to(callback, user_data)}, out);
+  });
+}
+
+qload_status qload_load_into(qload_session* s, const qload_destination* destinations, size_t count,
+                             qload_model** rest) {
+  return guarded([&] {
+    if (destinations == nullptr && count > 0)
+      return failed(QLOAD_ERR_INVALID_ARGUMENT, "qload_load_into: destinations is NULL");
+    if (rest != nullptr) *rest = nullptr;
+    if (s == nullptr) return failed(QLOAD_ERR_INVALID_ARGUMENT, "qload_load_into: session is NULL");
+    if (!s->request)
+      return failed(QLOAD_ERR_INVALID_ARGUMENT, "qload_load_into: this session has already loaded");
+    std::map<std::string, scheduler::Destination, std::less<>> mapped;
+    for (std::size_t i = 0; i < count; ++i) {
+      auto destination = destination_of(destinations[i]);
+      if (!destination) return failed(destination.error());
+      if (!mapped.emplace(destinations[i].tensor, std::move(*destination)).second)
+        return failed(Error(Errc::kInvalidArgument, "qload_load_into: two destinations name this tensor")
+                          .with_tensor(destinations[i].tensor));
+    }
+    if (count == 0 && rest == nullptr)
+      return failed(QLOAD_ERR_INVALID_ARGUMENT, "qload_load_into: no destinations and no rest: nothing to load");
+    if (Status set = session::set_destinations(*s->request, std::move(mapped), rest == nullptr); !set)
+      return failed(set.error());
+    qload_model* model = nullptr;
+    const qload_status status = load_session("qload_load_into", s, {}, rest != nullptr ? &model : nullptr);
+    if (rest != nullptr) *rest = model;
+    return status;
   });
 }
 

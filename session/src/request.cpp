@@ -152,6 +152,8 @@ Result<LoadRequest> build_request(const LoadSpec& spec, const Logger& log) {
     };
     req.options.plan.whole_tensor_reads = !req.lock.empty();
   }
+  if (!spec.destinations.empty() || spec.destinations_only)
+    QLOAD_TRY(set_destinations(req, spec.destinations, spec.destinations_only));
   if (req.world) {
     req.options.plan.parallel.processes = req.world->size;
     req.options.plan.parallel.process = req.world->rank;
@@ -165,6 +167,18 @@ Result<LoadRequest> build_request(const LoadSpec& spec, const Logger& log) {
   if (!req.lock.empty() && req.options.plan.mode == scheduler::LoadMode::kAuto)
     req.options.plan.mode = scheduler::LoadMode::kRead;
   return req;
+}
+
+Status set_destinations(LoadRequest& request, std::map<std::string, scheduler::Destination, std::less<>> destinations,
+                        bool only) {
+  if (request.world)
+    return fail(Error(Errc::kUnsupported,
+                      "destinations are filled by a single-process load: each rank of a server loads its own "
+                      "(its rank's regions), with WORLD_SIZE unset"));
+  request.options.plan.destinations = std::move(destinations);
+  request.options.plan.destinations_only = only;
+  if (!request.lock.empty()) request.options.plan.whole_tensor_reads = true;  // every destined digest is checked
+  return {};
 }
 
 Result<std::vector<SettingFlag>> parse_setting_assignments(const std::vector<std::string>& assignments,
@@ -234,7 +248,8 @@ Status apply_lock(const std::string& lock_file, PlannedLoad& load) {
                                        "changed)",
                                        io::hex64(recipe->hash), io::hex64(*lock.recipe_hash))
                          : "the lock was made without a recipe; this load runs one");
-  if (!load.request.world && !load.request.options.plan.region && lock.plan_hash != load.plan_hash)
+  const scheduler::PlanOptions& planned = load.request.options.plan;
+  if (!load.request.world && !planned.region && planned.destinations.empty() && lock.plan_hash != load.plan_hash)
     differences.push_back(fmt::format("the plan hashes to {}, the lock says {} (`qload plan` shows what goes where)",
                                       io::hex64(load.plan_hash), io::hex64(lock.plan_hash)));
   for (std::string& d : scripts::lock_differences(lock, load.catalog)) differences.push_back(std::move(d));

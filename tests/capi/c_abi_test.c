@@ -2,7 +2,8 @@
  * and settings, a load read back through DLPack after the model and session are freed
  * (each tensor's XXH3-64 printed for the driving script to compare with the checkpoint's),
  * a streamed load (the digests printed from inside the callback, "stream NAME XXH3") and one
- * stopped by its callback, and kept-quantized weights described.
+ * stopped by its callback, regions, loads into the caller's own memory (qload_load_into), and
+ * kept-quantized weights described.
  *
  * Usage: c_abi_test PLAIN_CHECKPOINT [QUANTIZED_CHECKPOINT] */
 #include <stddef.h>
@@ -383,6 +384,136 @@ static void regions(const char* checkpoint) {
   }
 }
 
+/* A destination for tensor `name` of `info`'s dtype and shape, into `memory`. */
+static qload_destination destination_for(const char* name, const qload_tensor_info* info, DLDataType dtype,
+                                         void* memory) {
+  qload_destination d;
+  memset(&d, 0, sizeof d);
+  d.tensor = name;
+  d.target.data = memory;
+  d.target.device.device_type = kDLCPU;
+  d.target.ndim = info->ndim;
+  d.target.dtype = dtype;
+  d.target.shape = (int64_t*)info->shape;
+  d.region_dim = -1;
+  return d;
+}
+
+/* qload_load_into: every tensor straight into the caller's own allocations (guard bytes around
+ * each untouched), equal to a plain load's bytes; a region and the rest; bad destinations
+ * refused before anything is written, naming the tensor. */
+static void load_into(const char* checkpoint) {
+  enum { kGuard = 64 };
+  qload_model* whole = load_with_regions(checkpoint, 0);
+  size_t count = 0, i = 0, j = 0;
+  qload_destination* destinations = NULL;
+  unsigned char** memory = NULL;
+  qload_tensor_info* infos = NULL;
+  qload_session* session = NULL;
+  qload_model* rest = NULL;
+  DLDataType bf16 = {kDLBfloat, 16, 1}, i32 = {kDLInt, 32, 1};
+  CHECK(qload_model_tensor_count(whole, &count) == QLOAD_OK);
+  destinations = calloc(count, sizeof *destinations);
+  memory = calloc(count, sizeof *memory);
+  infos = calloc(count, sizeof *infos);
+  for (i = 0; i < count; ++i) {
+    struct DLManagedTensorVersioned* t = NULL;
+    CHECK(qload_model_tensor_info(whole, i, &infos[i]) == QLOAD_OK);
+    CHECK(qload_model_tensor_dlpack(whole, i, &t) == QLOAD_OK);
+    memory[i] = malloc(infos[i].nbytes + 2 * kGuard);
+    memset(memory[i], 0xAB, infos[i].nbytes + 2 * kGuard);
+    destinations[i] = destination_for(infos[i].name, &infos[i], t->dl_tensor.dtype, memory[i] + kGuard);
+    t->deleter(t);
+  }
+  CHECK(qload_open(checkpoint, NULL, &session) == QLOAD_OK);
+  CHECK(qload_load_into(session, destinations, count, NULL) == QLOAD_OK);
+  CHECK(qload_load_into(session, destinations, count, NULL) == QLOAD_ERR_INVALID_ARGUMENT); /* loads once */
+  qload_session_free(session);
+  for (i = 0; i < count; ++i) {
+    struct DLManagedTensorVersioned* t = NULL;
+    CHECK(qload_model_tensor_dlpack(whole, i, &t) == QLOAD_OK);
+    CHECK(memcmp(memory[i] + kGuard, (const char*)t->dl_tensor.data + t->dl_tensor.byte_offset, infos[i].nbytes) == 0);
+    for (j = 0; j < kGuard; ++j) CHECK(memory[i][j] == 0xAB && memory[i][kGuard + infos[i].nbytes + j] == 0xAB);
+    t->deleter(t);
+  }
+  /* One destination with a region (rows 32..96 of q_proj); the rest in qload's own memory. */
+  {
+    const char* q = "model.layers.0.self_attn.q_proj.weight";
+    qload_tensor_info qi, got;
+    const size_t qi_index = find_tensor(whole, q, &qi);
+    int64_t rows[2];
+    size_t row_bytes = 0;
+    qload_destination d;
+    unsigned char* part = NULL;
+    struct DLManagedTensorVersioned* t = NULL;
+    rows[0] = 64;
+    rows[1] = qi.shape[1];
+    row_bytes = (size_t)qi.shape[1] * 2;
+    part = malloc(64 * row_bytes);
+    d = destination_for(q, &qi, bf16, part);
+    d.target.shape = rows;
+    d.region_dim = 0;
+    d.region_begin = 32;
+    d.region_end = 96;
+    CHECK(qload_open(checkpoint, NULL, &session) == QLOAD_OK);
+    CHECK(qload_load_into(session, &d, 1, &rest) == QLOAD_OK);
+    qload_session_free(session);
+    CHECK(qload_model_tensor_dlpack(whole, qi_index, &t) == QLOAD_OK);
+    CHECK(memcmp(part, (const char*)t->dl_tensor.data + t->dl_tensor.byte_offset + 32 * row_bytes, 64 * row_bytes) == 0);
+    t->deleter(t);
+    CHECK(rest != NULL);
+    CHECK(qload_model_tensor_count(rest, &i) == QLOAD_OK && i == count);
+    find_tensor(rest, q, &got);
+    CHECK(got.shape[0] == 64);
+    qload_model_free(rest);
+    free(part);
+  }
+  /* Refused before anything is read: the wrong dtype, shape, a strided target, an unknown name. */
+  {
+    int64_t strides[2];
+    memset(memory[0] + kGuard, 0x5A, infos[0].nbytes);
+    destinations[0].target.dtype = i32;
+    CHECK(qload_open(checkpoint, NULL, &session) == QLOAD_OK);
+    CHECK(qload_load_into(session, destinations, count, NULL) == QLOAD_ERR_INVALID_ARGUMENT);
+    CHECK(error_says(infos[0].name));
+    qload_session_free(session);
+    for (j = 0; j < infos[0].nbytes; ++j) CHECK(memory[0][kGuard + j] == 0x5A); /* nothing written */
+    destinations[0].target.dtype = bf16;
+    destinations[0].target.shape = (int64_t*)infos[1].shape;
+    destinations[0].target.ndim = infos[1].ndim;
+    CHECK(qload_open(checkpoint, NULL, &session) == QLOAD_OK);
+    CHECK(qload_load_into(session, destinations, 1, NULL) == QLOAD_ERR_INVALID_ARGUMENT);
+    CHECK(error_says("shape"));
+    qload_session_free(session);
+    destinations[0].target.shape = (int64_t*)infos[0].shape;
+    destinations[0].target.ndim = infos[0].ndim;
+    if (infos[0].ndim == 2) {
+      strides[0] = 1;
+      strides[1] = infos[0].shape[0];
+      destinations[0].target.strides = strides;
+      CHECK(qload_open(checkpoint, NULL, &session) == QLOAD_OK);
+      CHECK(qload_load_into(session, destinations, 1, NULL) == QLOAD_ERR_UNSUPPORTED);
+      CHECK(error_says("contiguous"));
+      qload_session_free(session);
+      destinations[0].target.strides = NULL;
+    }
+    destinations[0].tensor = "model.no_such.weight";
+    CHECK(qload_open(checkpoint, NULL, &session) == QLOAD_OK);
+    CHECK(qload_load_into(session, destinations, 1, NULL) == QLOAD_ERR_NOT_FOUND);
+    CHECK(error_says("model.no_such.weight"));
+    qload_session_free(session);
+    CHECK(qload_load_into(NULL, destinations, 1, NULL) == QLOAD_ERR_INVALID_ARGUMENT);
+    CHECK(qload_open(checkpoint, NULL, &session) == QLOAD_OK);
+    CHECK(qload_load_into(session, NULL, 1, NULL) == QLOAD_ERR_INVALID_ARGUMENT);
+    qload_session_free(session);
+  }
+  for (i = 0; i < count; ++i) free(memory[i]);
+  free(memory);
+  free(destinations);
+  free(infos);
+  qload_model_free(whole);
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: c_abi_test PLAIN_CHECKPOINT [QUANTIZED_CHECKPOINT]\n");
@@ -395,6 +526,7 @@ int main(int argc, char** argv) {
   load_and_export(argv[1]);
   stream(argv[1]);
   regions(argv[1]);
+  load_into(argv[1]);
   if (argc > 2) quantized(argv[2]);
   if (failures > 0) fprintf(stderr, "%d check(s) failed\n", failures);
   return failures == 0 ? 0 : 1;

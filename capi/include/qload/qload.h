@@ -166,6 +166,38 @@ typedef int (*qload_tensor_callback)(void* user_data, size_t index, const qload_
  * tensor was handed over (the caller copied what it needed). */
 QLOAD_API qload_status qload_load_stream(qload_session* session, qload_tensor_callback callback, void* user_data,
                                          qload_model** out);
+
+/* One destination of qload_load_into: memory the caller owns for one tensor, or a region of it. */
+typedef struct qload_destination {
+  /* A stored tensor's name, or one decoding makes (with the "dequantize" option, the
+     dequantized "<prefix>.weight"). */
+  const char* tensor;
+  /* The caller's memory: data + byte_offset, on kDLCPU or kDLCUDAHost (host memory) or kDLCUDA
+     (device_id: a GPU; its memory), with the tensor's (or region's) dtype and shape, row-major:
+     strides NULL or compact. The dtype is the stored one, or F16 / BF16 / F32 for a plain
+     floating tensor, converted on load. */
+  DLTensor target;
+  /* -1: the whole tensor. 0 (any tensor) or 1 (2-D): only indices [region_begin, region_end) of
+     that dimension, e.g. a tensor-parallel rank's rows or columns. */
+  int32_t region_dim;
+  uint64_t region_begin;
+  uint64_t region_end;
+} qload_destination;
+
+/* Loads straight into memory the caller owns, as a server that allocated its parameters
+ * itself needs: each destination's tensor is read into it (io_uring straight into host
+ * memory; pinned staging, then host-to-device copies straight into GPU memory), converted or
+ * dequantized into it; no other memory is allocated for it, and nothing outside the
+ * destinations is written. Every destination is checked before the first byte is read (a name
+ * the checkpoint lacks, the wrong dtype, shape or size, a misaligned or non-contiguous target,
+ * two destinations sharing a byte): an error then names the tensor and nothing is written.
+ * `rest` NULL: tensors without a destination are not read. Otherwise *rest is the model of
+ * every tensor loaded, those with a destination included (pointing at the caller's memory,
+ * which the model neither owns nor frees). The destinations' memory must stay valid, and not
+ * be touched by the caller, until this returns. On failure a destination may hold part of its
+ * tensor. The session loads once, as with qload_load. */
+QLOAD_API qload_status qload_load_into(qload_session* session, const qload_destination* destinations, size_t count,
+                                       qload_model** rest);
 QLOAD_API void qload_session_free(qload_session* session);
 
 QLOAD_API qload_status qload_model_tensor_count(const qload_model* model, size_t* out);

@@ -34,6 +34,10 @@ struct Bound {
 };
 
 Status check_room(std::string_view name, const Destination& d, DType dtype, const Shape& shape, std::uint64_t bytes) {
+  if (d.shape && *d.shape != shape)
+    return fail(destination_error(name, Errc::kInvalidArgument,
+                                  fmt::format("the destination's shape is {}, but the tensor{} is {}",
+                                              d.shape->to_string(), d.region ? "'s region" : "", shape.to_string())));
   if (d.bytes != bytes)
     return fail(destination_error(name, Errc::kInvalidArgument,
                                   fmt::format("the destination holds {} bytes, but {} {} takes {}", d.bytes,

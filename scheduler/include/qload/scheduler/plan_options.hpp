@@ -15,6 +15,7 @@
 #include "qload/runtime/device.hpp"
 #include "qload/runtime/dtype.hpp"
 #include "qload/runtime/error.hpp"
+#include "qload/runtime/shape.hpp"
 #include "qload/scheduler/sharding.hpp"
 
 namespace qload::scheduler {
@@ -94,6 +95,9 @@ struct Destination {
   DType dtype = DType::kU8;    // the stored dtype, or F16 / BF16 / F32 for a plain float tensor
   // Only this part of a stored tensor (as PlanOptions::region); nullopt: the whole tensor.
   std::optional<TensorRegion> region;
+  // The caller's shape for it, when it has one (a DLPack tensor's): must equal the shape placed
+  // (the tensor's, or its region's). nullopt: only `bytes` is checked.
+  std::optional<Shape> shape;
 };
 
 struct PlanOptions {

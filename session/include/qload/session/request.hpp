@@ -70,6 +70,12 @@ struct LoadSpec {
   // this process keeps, and only that part is read. With a lock, such tensors are read whole
   // so that their digests are checked, and the plan hash is not compared.
   std::map<std::string, scheduler::TensorRegion> regions;
+  // Memory the caller owns, by tensor name (scheduler::PlanOptions::destinations): each tensor
+  // (or its region) is read, converted or decoded straight into it. With destinations_only,
+  // tensors without one are not read at all. With a lock, destined regions are read whole so
+  // their digests are checked, and the plan hash (which holds the addresses) is not compared.
+  std::map<std::string, scheduler::Destination, std::less<>> destinations;
+  bool destinations_only = false;
   SpecNames names;  // of the fields above, in errors
   // The processes of the load, for a server that already knows its own (rank, world size,
   // rendezvous address and token): used instead of the torchrun variables of the environment.
@@ -108,6 +114,12 @@ struct LoadRequest {
   std::string trace;             // the spec's, else the recipe's; empty for none
   bool trace_overwrite = false;  // whether `trace` may replace a file: the spec's, or the spec said overwrite
 };
+
+// Gives a request built earlier its destinations (LoadSpec::destinations), as build_request does
+// for a spec's: a client that opens first and learns the caller's memory later (qload_load_into).
+// kUnsupported for one rank of a multi-process load.
+Status set_destinations(LoadRequest& request, std::map<std::string, scheduler::Destination, std::less<>> destinations,
+                        bool only);
 
 // Evaluates the recipe (if the source is one), resolves the settings and builds the options.
 // Warnings (an unknown QLOAD_* variable) go to `log`, which the load's options also keep.
