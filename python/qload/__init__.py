@@ -37,7 +37,7 @@ from ._qload import (  # noqa: F401  (re-exported)
 )
 from ._safe_open import safe_open  # noqa: F401
 
-__all__ = ["load", "stream", "safe_open", "Model", "Stream", "inspect", "Error"]
+__all__ = ["load", "load_into", "stream", "safe_open", "Model", "Stream", "inspect", "Error"]
 __version__ = "0.1.0"
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -308,6 +308,68 @@ def stream(source: PathLike, *, device: str = "cpu", framework: str = "pt", reci
                  (tensor_parallel, pipeline_parallel, data_parallel, share_reads), regions)
     _check_host_framework(fw, args.device)
     return Stream(_qload.stream(args), fw)
+
+
+def load_into(source: PathLike, destinations, *, device: str = "cpu", recipe: Optional[PathLike] = None,
+              dequantize: Optional[str] = None, lock: Optional[PathLike] = None,
+              settings: Optional[Mapping[str, object]] = None, progress: Progress = None,
+              name_map: Optional[Callable[[str], Optional[str]]] = None, strict: bool = True,
+              rest: bool = False, framework: str = "pt"):
+    """Loads a checkpoint straight into tensors you already own; returns the load report.
+
+    destinations: {name: tensor} (a torch tensor, a numpy array, or anything with __dlpack__;
+    `(tensor, (dim, begin, end))` for rows or columns [begin, end) of the stored tensor), or a
+    torch.nn.Module, whose parameters and persistent buffers are filled by name (`name_map`
+    turns a module name into the checkpoint's, None to leave it alone; tied tensors are filled
+    once). Each tensor's bytes are read into the destination (converted to its dtype when that
+    is F16 / BF16 / F32 and the stored one is too; with dequantize=, quantized weights decoded
+    into it): no copy through qload's memory. Everything is checked before the first byte is
+    read (the name, dtype, shape, a read-only or non-contiguous or overlapping destination),
+    and an error names the tensor. With strict (a module only), a module tensor the checkpoint
+    lacks is NotFoundError; the report's "missing" lists them either way.
+
+    Tensors without a destination are not read, unless rest=True: then they load as load()
+    would, and a Model of them (in `framework`) is returned instead (its `report` is the load's). The
+    destinations are kept alive until this returns. A failed load's exception has `written`:
+    the destinations that were completely written before it failed.
+    """
+    from . import _load_into
+
+    fw = _framework(framework) if rest else framework  # torch is needed only for the rest's tensors
+    args = _args(source, recipe, device, None, dequantize, None, lock, settings)
+    if not isinstance(rest, bool):
+        raise TypeError(f"rest must be a bool, not {type(rest).__name__}")
+    missing: list = []
+    if isinstance(destinations, Mapping):
+        if name_map is not None:
+            raise TypeError("name_map applies to a torch.nn.Module's names; a mapping already names checkpoint tensors")
+        mapping = destinations
+    elif callable(getattr(destinations, "state_dict", None)):
+        if recipe is not None:
+            raise ValueError("a module is matched against the checkpoint's names: give the checkpoint as source")
+        seen = inspect(source)
+        names = {t["name"] for t in seen["tensors"]}
+        if dequantize is not None:
+            names |= set(seen["quantized_weights"])
+        mapping, missing = _load_into.module_destinations(destinations, names, name_map)
+        if strict and missing:
+            shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+            raise NotFoundError(f"the checkpoint has no tensor for {len(missing)} of the module's: {shown} "
+                                "(strict=False loads the rest)")
+    else:
+        raise TypeError(f"destinations must be a mapping of names to tensors or a torch.nn.Module, "
+                        f"not {type(destinations).__name__}")
+    described = _load_into.describe(mapping)
+    report, native = _qload.load_into(args, described, rest, _progress_callback(progress, args.source))
+    report["missing"] = missing
+    if not rest:
+        return report
+    model = Model()
+    for name, carrier, dt in native.arrays():
+        model[name] = _convert(carrier, dt, fw)
+    model.report = report
+    model.quantized = native.quantized()
+    return model
 
 
 def inspect(source: PathLike) -> dict:

@@ -18,11 +18,13 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <thread>
 
 #include "interruptible.hpp"
+#include "qload/runtime/device.hpp"
 #include "qload/runtime/dtype.hpp"
 #include "qload/runtime/error.hpp"
 #include "qload/runtime/log.hpp"
@@ -90,7 +92,7 @@ void register_errors(nb::module_& m) {
   }
 }
 
-[[noreturn]] void raise(const Error& e) {
+[[noreturn]] void raise(const Error& e, nb::object written = nb::none()) {
   std::size_t count = 0;
   const ErrorClass* classes = error_classes(&count);
   const char* name = "Error";
@@ -102,6 +104,7 @@ void register_errors(nb::module_& m) {
   value.attr("file") = e.file() ? nb::object(nb::str(e.file()->data(), e.file()->size())) : nb::none();
   value.attr("tensor") = e.tensor() ? nb::object(nb::str(e.tensor()->data(), e.tensor()->size())) : nb::none();
   value.attr("offset") = e.offset() ? nb::object(nb::int_(*e.offset())) : nb::none();
+  if (!written.is_none()) value.attr("written") = written;  // load_into: the destinations complete
   PyErr_SetObject(type.ptr(), value.ptr());
   throw nb::python_error();
 }
@@ -292,7 +295,8 @@ class Model {
   nb::list arrays(nb::handle self) const {
     nb::list out;
     for (const scheduler::DeviceTensor& t : model_.tensors())
-      out.append(nb::make_tuple(t.name, make_array(t, self), std::string(dtype_name(t.dtype))));
+      if (!t.caller_owned)  // a load_into's destinations are the caller's own tensors already
+        out.append(nb::make_tuple(t.name, make_array(t, self), std::string(dtype_name(t.dtype))));
     return out;
   }
   nb::dict report() const { return report_dict(model_.report()); }
@@ -340,6 +344,72 @@ Model load(const LoadArgs& args, nb::object progress) {
   });
   if (!outcome) raise(outcome.error());
   return Model(std::move(outcome->model));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loading into the caller's tensors: the Python half describes each (address, bytes, dtype,
+// shape, device, region) and keeps it alive for the call; a failed load's exception lists, as
+// `written`, the destinations that were completely written before it failed.
+
+using DestinationArgs = std::tuple<std::string, std::uintptr_t, std::uint64_t, std::string, std::vector<std::uint64_t>,
+                                   std::string, std::optional<std::tuple<std::uint32_t, std::uint64_t, std::uint64_t>>>;
+
+std::map<std::string, scheduler::Destination, std::less<>> destinations_of(const std::vector<DestinationArgs>& list) {
+  std::map<std::string, scheduler::Destination, std::less<>> out;
+  for (const auto& [name, address, bytes, dtype_text, shape, device_text, region] : list) {
+    const std::optional<DType> dtype = parse_dtype(dtype_text);
+    if (!dtype) raise(Error(Errc::kInvalidArgument, "unknown dtype " + dtype_text).with_tensor(name));
+    Result<Device> device = parse_device(device_text);
+    if (!device) raise(Error(device.error()).with_tensor(name));
+    scheduler::Destination d{.device = *device, .address = address, .bytes = bytes, .dtype = *dtype,
+                             .shape = Shape(shape)};
+    if (region) {
+      const auto& [dim, begin, end] = *region;
+      d.region = scheduler::TensorRegion{.dim = dim, .begin = begin, .end = end};
+    }
+    if (!out.emplace(name, d).second)
+      raise(Error(Errc::kInvalidArgument, "two destinations name this tensor").with_tensor(name));
+  }
+  return out;
+}
+
+// (report, Model of the rest or None).
+nb::tuple load_into(const LoadArgs& args, const std::vector<DestinationArgs>& destinations, bool rest,
+                    nb::object progress) {
+  session::LoadSpec spec = make_spec(args);
+  spec.destinations = destinations_of(destinations);
+  spec.destinations_only = !rest;
+  session::LoadHooks hooks;
+  if (!progress.is_none()) {
+    hooks.progress = [&progress](std::uint64_t done, std::uint64_t total) {
+      nb::gil_scoped_acquire gil;
+      try {
+        progress(done, total);
+      } catch (nb::python_error& e) {
+        e.discard_as_unraisable("qload progress callback");
+      }
+    };
+  }
+  std::mutex mutex;
+  std::vector<std::string> written;  // in completion order
+  hooks.on_tensor = [&](std::uint32_t, const scheduler::DeviceTensor& t, const std::shared_ptr<const void>&) -> Status {
+    if (!t.caller_owned) return {};
+    std::lock_guard lock(mutex);
+    written.push_back(t.name);
+    return {};
+  };
+  Result<session::LoadOutcome> outcome = run_interruptibly([&](std::stop_token stop) {
+    hooks.stop = std::move(stop);
+    return session::load(spec, quiet_logger(), hooks);
+  });
+  if (!outcome) {
+    nb::list names;
+    for (const std::string& n : written) names.append(n);
+    raise(outcome.error(), names);
+  }
+  nb::dict report = report_dict(outcome->model.report());
+  if (!rest) return nb::make_tuple(report, nb::none());
+  return nb::make_tuple(report, nb::cast(Model(std::move(outcome->model))));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -505,6 +575,9 @@ nb::dict inspect(const std::string& source) {
   d["config_json"] = in.catalog.config_json;
   d["quantization_config"] = in.catalog.quantization_config;
   d["quant_method"] = in.quant.method;
+  nb::list weights;  // "<prefix>.weight" of each quantized weight: what dequantizing produces
+  for (const formats::LogicalTensor& lt : in.quant.logical) weights.append(lt.name);
+  d["quantized_weights"] = weights;
   return d;
 }
 
@@ -565,4 +638,6 @@ NB_MODULE(_qload, m) {
   m.def(
       "stream", [](const LoadArgs& args) { return new Stream(args); }, nb::arg("args"), nb::rv_policy::take_ownership);
   m.def("inspect", &inspect, nb::arg("source"));
+  m.def("load_into", &load_into, nb::arg("args"), nb::arg("destinations"), nb::arg("rest"),
+        nb::arg("progress").none() = nb::none());
 }

@@ -1,0 +1,114 @@
+"""qload.load_into: a checkpoint read straight into tensors the caller already owns.
+
+Each destination is described to the native module by its address, size, dtype, shape and
+device; the tensors themselves stay referenced here until the load returns, so their memory
+cannot go away under it. Nothing is copied through qload's own buffers: host destinations get
+the file's bytes read into them, GPU destinations get host-to-device copies from the pinned
+staging pool straight into them.
+"""
+from __future__ import annotations
+
+from typing import Callable, Mapping, Optional
+
+# torch dtype name (str(torch.dtype) without "torch.") / numpy dtype name -> qload's spelling
+_TORCH_DTYPES = {
+    "bool": "BOOL", "uint8": "U8", "int8": "I8", "int16": "I16", "uint16": "U16", "int32": "I32",
+    "uint32": "U32", "int64": "I64", "uint64": "U64", "float16": "F16", "bfloat16": "BF16", "float32": "F32",
+    "float64": "F64", "complex64": "C64", "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2",
+    "float8_e8m0fnu": "F8_E8M0", "float8_e4m3fnuz": "F8_E4M3FNUZ", "float8_e5m2fnuz": "F8_E5M2FNUZ",
+}
+_NUMPY_DTYPES = dict(_TORCH_DTYPES)  # numpy's names agree (ml_dtypes gives bfloat16 and the fp8 family)
+
+
+def _describe_torch(name, t, region):
+    if t.device.type == "meta":
+        raise ValueError(f"destination {name!r} is a meta tensor (no memory): allocate it first "
+                         "(module.to_empty(device=...))")
+    if not t.is_contiguous():
+        raise ValueError(f"destination {name!r} is not contiguous: qload writes row-major tensors")
+    dtype = _TORCH_DTYPES.get(str(t.dtype).removeprefix("torch."))
+    if dtype is None:
+        raise TypeError(f"destination {name!r} has dtype {t.dtype}, which qload does not load into")
+    device = "cpu" if t.device.type == "cpu" else f"{t.device.type}:{t.device.index or 0}"
+    nbytes = t.numel() * t.element_size()
+    return (name, t.data_ptr(), nbytes, dtype, list(t.shape), device, region)
+
+
+def _describe_numpy(name, a, region):
+    if not a.flags.writeable:
+        raise ValueError(f"destination {name!r} is a read-only array: qload writes into it")
+    if not a.flags.c_contiguous:
+        raise ValueError(f"destination {name!r} is not C-contiguous: qload writes row-major arrays")
+    dtype = _NUMPY_DTYPES.get(a.dtype.name)
+    if dtype is None:
+        raise TypeError(f"destination {name!r} has dtype {a.dtype}, which qload does not load into")
+    return (name, a.ctypes.data, a.nbytes, dtype, list(a.shape), "cpu", region)
+
+
+def _describe(name, target, region):
+    """(name, address, nbytes, dtype, shape, device, region) of one destination."""
+    kind = type(target).__module__.split(".")[0]
+    if kind == "torch":
+        return _describe_torch(name, target.detach(), region)
+    if kind == "numpy":
+        return _describe_numpy(name, target, region)
+    if hasattr(target, "__dlpack__"):  # cupy, jax...: seen through torch, which keeps the same memory
+        import torch
+
+        return _describe_torch(name, torch.from_dlpack(target), region)
+    raise TypeError(f"destination {name!r} is a {type(target).__name__}: give a torch tensor, a numpy array, "
+                    "or anything with __dlpack__")
+
+
+def _region(name, region):
+    if region is None:
+        return None
+    if (not isinstance(region, (tuple, list)) or len(region) != 3
+            or not all(isinstance(v, int) and not isinstance(v, bool) for v in region)):
+        raise TypeError(f"the region of destination {name!r} must be (dim, begin, end) ints, not {region!r}")
+    dim, begin, end = region
+    if dim < 0 or begin < 0 or end < begin:
+        raise ValueError(f"the region of destination {name!r} is {tuple(region)}: expected dim >= 0 and "
+                         "0 <= begin <= end")
+    return (dim, begin, end)
+
+
+def _storage_key(t):
+    """Tensors with the same key share their memory (tied weights)."""
+    if t.device.type == "meta" or t.numel() == 0:
+        return id(t)
+    return (str(t.device), t.data_ptr())
+
+
+def module_destinations(module, checkpoint_names, name_map: Optional[Callable[[str], Optional[str]]] = None):
+    """A torch module's parameters and persistent buffers by checkpoint name.
+
+    Tensors sharing memory (tied embeddings) are given once, under the first name the checkpoint
+    has. `name_map` turns a module name into the checkpoint's (None: that tensor is not loaded).
+    Returns (destinations, missing): missing lists the module's tensors the checkpoint lacks.
+    """
+    entries = [(name, t, name_map(name) if name_map is not None else name)
+               for name, t in module.state_dict(keep_vars=True).items()]
+    destinations, loaded = {}, set()
+    for _, tensor, stored in entries:
+        if stored is None or stored not in checkpoint_names or _storage_key(tensor) in loaded:
+            continue
+        loaded.add(_storage_key(tensor))
+        destinations[stored] = tensor
+    missing = [name for name, tensor, stored in entries if stored is not None and _storage_key(tensor) not in loaded]
+    return destinations, missing
+
+
+def describe(destinations: Mapping[str, object]) -> list:
+    """The native description of {name: tensor or (tensor, (dim, begin, end))}."""
+    out = []
+    for name, target in destinations.items():
+        if not isinstance(name, str):
+            raise TypeError(f"destination names must be str, not {type(name).__name__}")
+        region = None
+        if isinstance(target, tuple):
+            if len(target) != 2:
+                raise TypeError(f"destination {name!r} must be a tensor or (tensor, (dim, begin, end))")
+            target, region = target
+        out.append(_describe(name, target, _region(name, region)))
+    return out
