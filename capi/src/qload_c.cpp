@@ -233,6 +233,11 @@ Result<scheduler::Destination> destination_of(const qload_destination& d) {
   }
   if (t.data == nullptr && out.bytes > 0) return error(Errc::kInvalidArgument, "the target's data is NULL");
   out.address = reinterpret_cast<std::uintptr_t>(t.data) + t.byte_offset;
+  if (d.row_range_count > 0) {
+    if (d.row_ranges == nullptr) return error(Errc::kInvalidArgument, "row_ranges is NULL");
+    if (d.region_dim != -1) return error(Errc::kInvalidArgument, "a destination takes a region or row ranges, not both");
+    for (std::size_t i = 0; i < d.row_range_count; ++i) out.rows.emplace_back(d.row_ranges[2 * i], d.row_ranges[2 * i + 1]);
+  }
   if (d.region_dim < -1) return error(Errc::kInvalidArgument, fmt::format("region_dim {} (-1, 0 or 1)", d.region_dim));
   if (d.region_dim >= 0)
     out.region = scheduler::TensorRegion{

@@ -318,7 +318,9 @@ def load_into(source: PathLike, destinations, *, device: str = "cpu", recipe: Op
     """Loads a checkpoint straight into tensors you already own; returns the load report.
 
     destinations: {name: tensor} (a torch tensor, a numpy array, or anything with __dlpack__;
-    `(tensor, (dim, begin, end))` for rows or columns [begin, end) of the stored tensor), or a
+    `(tensor, (dim, begin, end))` for rows or columns [begin, end) of the stored tensor;
+    `(tensor, [(begin, end), ...])` for those ranges of its rows one after another, in that
+    order: a row permutation), or a
     torch.nn.Module, whose parameters and persistent buffers are filled by name (`name_map`
     turns a module name into the checkpoint's, None to leave it alone; tied tensors are filled
     once). Each tensor's bytes are read into the destination (converted to its dtype when that

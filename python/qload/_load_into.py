@@ -20,7 +20,7 @@ _TORCH_DTYPES = {
 _NUMPY_DTYPES = dict(_TORCH_DTYPES)  # numpy's names agree (ml_dtypes gives bfloat16 and the fp8 family)
 
 
-def _describe_torch(name, t, region):
+def _describe_torch(name, t, region, rows):
     if t.device.type == "meta":
         raise ValueError(f"destination {name!r} is a meta tensor (no memory): allocate it first "
                          "(module.to_empty(device=...))")
@@ -31,10 +31,10 @@ def _describe_torch(name, t, region):
         raise TypeError(f"destination {name!r} has dtype {t.dtype}, which qload does not load into")
     device = "cpu" if t.device.type == "cpu" else f"{t.device.type}:{t.device.index or 0}"
     nbytes = t.numel() * t.element_size()
-    return (name, t.data_ptr(), nbytes, dtype, list(t.shape), device, region)
+    return (name, t.data_ptr(), nbytes, dtype, list(t.shape), device, region, rows)
 
 
-def _describe_numpy(name, a, region):
+def _describe_numpy(name, a, region, rows):
     if not a.flags.writeable:
         raise ValueError(f"destination {name!r} is a read-only array: qload writes into it")
     if not a.flags.c_contiguous:
@@ -42,22 +42,35 @@ def _describe_numpy(name, a, region):
     dtype = _NUMPY_DTYPES.get(a.dtype.name)
     if dtype is None:
         raise TypeError(f"destination {name!r} has dtype {a.dtype}, which qload does not load into")
-    return (name, a.ctypes.data, a.nbytes, dtype, list(a.shape), "cpu", region)
+    return (name, a.ctypes.data, a.nbytes, dtype, list(a.shape), "cpu", region, rows)
 
 
-def _describe(name, target, region):
-    """(name, address, nbytes, dtype, shape, device, region) of one destination."""
+def _describe(name, target, region, rows):
+    """(name, address, nbytes, dtype, shape, device, region, rows) of one destination."""
     kind = type(target).__module__.split(".")[0]
     if kind == "torch":
-        return _describe_torch(name, target.detach(), region)
+        return _describe_torch(name, target.detach(), region, rows)
     if kind == "numpy":
-        return _describe_numpy(name, target, region)
+        return _describe_numpy(name, target, region, rows)
     if hasattr(target, "__dlpack__"):  # cupy, jax...: seen through torch, which keeps the same memory
         import torch
 
-        return _describe_torch(name, torch.from_dlpack(target), region)
+        return _describe_torch(name, torch.from_dlpack(target), region, rows)
     raise TypeError(f"destination {name!r} is a {type(target).__name__}: give a torch tensor, a numpy array, "
                     "or anything with __dlpack__")
+
+
+def _part(name, part):
+    """A destination's part of the stored tensor: ((dim, begin, end), None) for a region, (None,
+    [(begin, end), ...]) for rows in the caller's order."""
+    if part is None:
+        return None, []
+    if isinstance(part, list):
+        if not all(isinstance(r, (tuple, list)) and len(r) == 2
+                   and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in r) for r in part):
+            raise TypeError(f"the rows of destination {name!r} must be a list of (begin, end) ranges, not {part!r}")
+        return None, [tuple(r) for r in part]
+    return _region(name, part), []
 
 
 def _region(name, region):
@@ -100,15 +113,17 @@ def module_destinations(module, checkpoint_names, name_map: Optional[Callable[[s
 
 
 def describe(destinations: Mapping[str, object]) -> list:
-    """The native description of {name: tensor or (tensor, (dim, begin, end))}."""
+    """The native description of {name: tensor, (tensor, (dim, begin, end)) or (tensor, [(begin, end), ...])}."""
     out = []
     for name, target in destinations.items():
         if not isinstance(name, str):
             raise TypeError(f"destination names must be str, not {type(name).__name__}")
-        region = None
+        part = None
         if isinstance(target, tuple):
             if len(target) != 2:
-                raise TypeError(f"destination {name!r} must be a tensor or (tensor, (dim, begin, end))")
-            target, region = target
-        out.append(_describe(name, target, _region(name, region)))
+                raise TypeError(f"destination {name!r} must be a tensor, (tensor, (dim, begin, end)) or "
+                                "(tensor, [(begin, end), ...])")
+            target, part = target
+        region, rows = _part(name, part)
+        out.append(_describe(name, target, region, rows))
     return out

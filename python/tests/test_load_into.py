@@ -128,3 +128,13 @@ def test_bf16_and_fp8_arrays_of_ml_dtypes_are_destinations(checkpoint):
     qload.load_into(path, {"bf16": bf16, "e4m3": e4m3})
     assert bf16.tobytes() == tensors["bf16"].tobytes()
     assert e4m3.tobytes() == tensors["e4m3"].tobytes()
+
+
+def test_rows_in_the_callers_order_make_a_permutation(checkpoint):
+    path, tensors = checkpoint
+    order = [(2, 3), (0, 1), (1, 2), (2, 3)]  # f32 [3, 5]: rows 2, 0, 1, 2
+    dest = np.empty((4, 5), np.float32)
+    qload.load_into(path, {"f32": (dest, order)})
+    assert np.array_equal(dest, tensors["f32"][[2, 0, 1, 2]])
+    with pytest.raises(TypeError):
+        qload.load_into(path, {"f32": (dest, [(0, 1, 2)])})

@@ -463,6 +463,27 @@ static void load_into(const char* checkpoint) {
     t->deleter(t);
     CHECK(rest != NULL);
     CHECK(qload_model_tensor_count(rest, &i) == QLOAD_OK && i == count);
+    /* Row ranges: rows 1, then 0 of q_proj. */
+    {
+      const uint64_t ranges[4] = {1, 2, 0, 1};
+      int64_t two[2];
+      unsigned char* swapped = malloc(2 * row_bytes);
+      const unsigned char* stored = NULL;
+      two[0] = 2;
+      two[1] = qi.shape[1];
+      d = destination_for(q, &qi, bf16, swapped);
+      d.target.shape = two;
+      d.row_ranges = ranges;
+      d.row_range_count = 2;
+      CHECK(qload_open(checkpoint, NULL, &session) == QLOAD_OK);
+      CHECK(qload_load_into(session, &d, 1, NULL) == QLOAD_OK);
+      qload_session_free(session);
+      CHECK(qload_model_tensor_dlpack(whole, qi_index, &t) == QLOAD_OK);
+      stored = (const unsigned char*)t->dl_tensor.data + t->dl_tensor.byte_offset;
+      CHECK(memcmp(swapped, stored + row_bytes, row_bytes) == 0 && memcmp(swapped + row_bytes, stored, row_bytes) == 0);
+      t->deleter(t);
+      free(swapped);
+    }
     find_tensor(rest, q, &got);
     CHECK(got.shape[0] == 64);
     qload_model_free(rest);

@@ -240,3 +240,79 @@ TEST_CASE("destinations the load cannot honour are refused at plan time, naming 
   o.destinations["model.layers.0.input_layernorm.weight"] = sized("a", DType::kBF16, kHidden * 2, kHidden * 2);
   CHECK(make_plan(*catalog, o));
 }
+
+TEST_CASE("destinations: rows in the caller's order (a RoPE-style interleave, repeats, none) land one after another",
+          "[scheduler][destinations]") {
+  Llama m;
+  make_model(m);
+  const std::string q = "model.layers.0.self_attn.q_proj.weight", k = "model.layers.0.self_attn.k_proj.weight";
+  const std::uint64_t row = kHidden * 2;
+  // q: FMS's hf-to-fms RoPE order within each head (row h*hd + 2j + c <- h*hd + c*hd/2 + j);
+  // k: rows 7, 0..3, 7 again and nothing of [4, 7).
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> q_rows;
+  std::vector<std::uint64_t> q_order;
+  for (std::uint64_t h = 0; h < kHeads; ++h)
+    for (std::uint64_t j = 0; j < kHd / 2; ++j)
+      for (std::uint64_t c = 0; c < 2; ++c) {
+        const std::uint64_t r = h * kHd + c * kHd / 2 + j;
+        q_rows.emplace_back(r, r + 1);
+        q_order.push_back(r);
+      }
+  const std::vector<std::pair<std::uint64_t, std::uint64_t>> k_rows = {{7, 8}, {0, 4}, {7, 8}};
+  const std::vector<std::uint64_t> k_order = {7, 0, 1, 2, 3, 7};
+  CallerMemory memory = lay_out({{"q", q_order.size() * row}, {"k", k_order.size() * row * 2}});
+  for (const bool convert : {false, true})
+    for (const std::uint64_t direct : {std::uint64_t{0}, std::uint64_t{64}}) {
+      INFO((convert ? "f32" : "bf16") << ", direct from " << direct);
+      std::ranges::fill(memory.bytes, kGuard);
+      LoadOptions o = small_chunks(direct);
+      o.plan.destinations[q] = into(memory, "q", DType::kBF16);
+      o.plan.destinations[q].rows = q_rows;
+      o.plan.destinations[k] = into(memory, "k", convert ? DType::kF32 : DType::kBF16);
+      o.plan.destinations[k].rows = k_rows;
+      if (!convert) o.plan.destinations[k].bytes /= 2;
+      o.plan.destinations_only = true;
+      auto model = load_source(m.dir.path().string(), o);
+      if (!model) FAIL(model.error().to_string());
+      for (std::size_t i = 0; i < q_order.size(); ++i)
+        for (std::uint64_t c = 0; c < kHidden; ++c) {
+          std::uint16_t got;
+          std::memcpy(&got, memory.slot("q") + (i * kHidden + c) * 2, 2);
+          REQUIRE(got == stored(m, q, q_order[i], c));
+        }
+      for (std::size_t i = 0; i < k_order.size(); ++i)
+        for (std::uint64_t c = 0; c < kHidden; ++c) {
+          const std::byte* at = memory.slot("k") + (i * kHidden + c) * (convert ? 4 : 2);
+          if (convert) {
+            float got;
+            std::memcpy(&got, at, 4);
+            REQUIRE(got == as_float(stored(m, k, k_order[i], c)));
+          } else {
+            std::uint16_t got;
+            std::memcpy(&got, at, 2);
+            REQUIRE(got == stored(m, k, k_order[i], c));
+          }
+        }
+      // The unconverted k destination is half the slot: the rest keeps its guard.
+      const std::size_t used = k_order.size() * row * (convert ? 2 : 1);
+      memory.at["k"].second = used;
+      CHECK(memory.guards_intact());
+      memory.at["k"].second = k_order.size() * row * 2;
+      CHECK(model->find(q)->shape == Shape{q_order.size(), kHidden});
+    }
+  // Rows out of bounds, or rows and a region together, are refused naming the tensor.
+  auto catalog = open_source(m.dir.path().string());
+  REQUIRE(catalog);
+  PlanOptions o;
+  o.destinations[k] = into(memory, "k", DType::kBF16);
+  o.destinations[k].bytes = row;
+  o.destinations[k].rows = {{8, 9}};
+  auto plan = make_plan(*catalog, o);
+  REQUIRE_FALSE(plan);
+  CHECK(plan.error().to_string().find("out of bounds") != std::string::npos);
+  o.destinations[k].rows = {{0, 1}};
+  o.destinations[k].region = TensorRegion{.dim = 0, .begin = 0, .end = 1};
+  plan = make_plan(*catalog, o);
+  REQUIRE_FALSE(plan);
+  CHECK(plan.error().to_string().find(k) != std::string::npos);
+}

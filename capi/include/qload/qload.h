@@ -182,6 +182,11 @@ typedef struct qload_destination {
   int32_t region_dim;
   uint64_t region_begin;
   uint64_t region_end;
+  /* With region_dim -1 and row_range_count > 0: whole rows of the stored tensor in this order,
+     ranges [row_ranges[2i], row_ranges[2i + 1]) of dimension 0 placed one after another (a row
+     permutation, such as the one FMS applies to RoPE projections). */
+  const uint64_t* row_ranges;
+  size_t row_range_count;
 } qload_destination;
 
 /* Loads straight into memory the caller owns, as a server that allocated its parameters

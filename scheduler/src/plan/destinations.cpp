@@ -25,6 +25,36 @@ std::uint64_t element_alignment(DType dtype) {
   return std::min<std::uint64_t>(size & (~size + 1), 8);
 }
 
+// A destination's row ranges read straight into it only when none is smaller than this: a
+// permutation of single rows would otherwise become one read request per row.
+constexpr std::uint64_t kDirectRangeBytes = std::uint64_t{256} << 10;
+
+// The slice of `t` that `rows` (ranges of dim 0, in order) takes: kInvalidArgument naming the
+// tensor for a range out of bounds, or rows of a scalar.
+Result<ShardSlice> rows_slice(const formats::TensorEntry& t, const std::vector<std::pair<std::uint64_t, std::uint64_t>>& rows) {
+  if (t.shape.rank() == 0)
+    return fail(Error(Errc::kInvalidArgument, "rows of a scalar").with_tensor(t.name));
+  ShardSlice s;
+  std::uint64_t count = 0;
+  for (const auto& [begin, end] : rows) {
+    if (begin > end || end > t.shape[0])
+      return fail(Error(Errc::kInvalidArgument, fmt::format("rows [{}, {}) of {} are out of bounds", begin, end,
+                                                            t.shape.to_string()))
+                      .with_tensor(t.name));
+    auto sum = checked_add(count, end - begin);  // rows of zero-byte rows may be many
+    if (!sum) return fail(Error(Errc::kOverflow, "the row ranges add up to more than 2^64 rows").with_tensor(t.name));
+    count = *sum;
+  }
+  s.rows = rows;
+  s.col_begin = 0;
+  s.col_end = 1;
+  for (std::size_t i = 1; i < t.shape.rank(); ++i) s.col_end *= t.shape[i];
+  std::vector<std::uint64_t> dims(t.shape.dims().begin(), t.shape.dims().end());
+  dims[0] = count;
+  s.shape = Shape(std::move(dims));
+  return s;
+}
+
 // One destination, checked, waiting for its device's arena to exist: `apply` writes the region
 // and offset into the plan.
 struct Bound {
@@ -67,7 +97,7 @@ Status bind_stored(const formats::Catalog& catalog, std::uint32_t i, const Desti
   const bool host = d.device.is_cpu();
   const bool large = options.direct_min_bytes > 0 && t.nbytes >= options.direct_min_bytes;
   TensorPlacement& placed = plan.layout.tensors[i];
-  if (!d.region) {
+  if (!d.region && d.rows.empty()) {
     const std::uint64_t bytes = converts ? formats::converted_bytes(t.nbytes, t.dtype, d.dtype) : t.nbytes;
     QLOAD_TRY(check_room(t.name, d, d.dtype, t.shape, bytes));
     placed = TensorPlacement{.direct = host && !converts && large, .dtype = d.dtype, .bytes = bytes};
@@ -76,7 +106,7 @@ Status bind_stored(const formats::Catalog& catalog, std::uint32_t i, const Desti
                        placed.offset = offset;
                      }});
   } else {
-    QLOAD_ASSIGN_OR_RETURN(ShardSlice slice, region_slice(t, *d.region));
+    QLOAD_ASSIGN_OR_RETURN(ShardSlice slice, d.region ? region_slice(t, *d.region) : rows_slice(t, d.rows));
     QLOAD_ASSIGN_OR_RETURN(const std::uint64_t numel, slice.shape.numel());
     const std::uint64_t element = dtype_info(d.dtype).block_bytes;
     const std::uint64_t bytes = numel * element;  // at most the tensor's placed bytes
@@ -88,10 +118,15 @@ Status bind_stored(const formats::Catalog& catalog, std::uint32_t i, const Desti
     std::uint64_t needed = 0;
     for (const auto& [begin, end] : shard_ranges(t, std::span(&shard, 1), options.max_gap_bytes)) needed += end - begin;
     const bool partial = needed < t.nbytes && !options.whole_tensor_reads;
-    // Whole rows of an unconverted tensor, nothing else read: straight into the destination.
+    // Whole rows of an unconverted tensor, nothing else read, in ranges large enough to be reads
+    // of their own: straight into the destination.
+    const std::uint64_t row_bytes = t.shape.rank() == 0 || t.shape[0] == 0 ? 0 : t.nbytes / t.shape[0];
     const bool rows = shard.slice.col_begin == 0 &&
                       shard.slice.col_end * dtype_info(t.dtype).block_bytes * view_row_count(t.shape, shard.slice) ==
-                          t.nbytes;
+                          t.nbytes &&
+                      std::ranges::all_of(shard.slice.rows, [&](const auto& r) {
+                        return (r.second - r.first) * row_bytes >= kDirectRangeBytes;
+                      });
     placed = TensorPlacement{.first_shard = k,
                              .shard_count = 1,
                              .partial = partial,
@@ -111,7 +146,7 @@ Status bind_stored(const formats::Catalog& catalog, std::uint32_t i, const Desti
 
 // A tensor decoding produces (a dequantized weight, a gathered view...), as the job makes it.
 Status bind_output(DecodeOutput& out, const Destination& d, Plan& plan, std::vector<Bound>& bound) {
-  if (d.region)
+  if (d.region || !d.rows.empty())
     return fail(destination_error(out.name, Errc::kUnsupported,
                                   "a region of a tensor produced by decoding (dequantized, quantized or gathered): "
                                   "give the whole tensor a destination"));
@@ -195,6 +230,8 @@ Status bind_destinations(const formats::Catalog& catalog, const PlanOptions& opt
     for (DecodeOutput& out : job.outputs) produced.emplace(out.name, &out);
   std::vector<Bound> bound;
   for (const auto& [name, destination] : options.destinations) {
+    if (destination.region && !destination.rows.empty())
+      return fail(destination_error(name, Errc::kInvalidArgument, "a destination takes a region or rows, not both"));
     if (const auto out = produced.find(name); out != produced.end()) {
       QLOAD_TRY(bind_output(*out->second, destination, plan, bound));
       continue;

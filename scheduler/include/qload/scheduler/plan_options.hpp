@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "qload/formats/quant_codec.hpp"
@@ -95,6 +96,10 @@ struct Destination {
   DType dtype = DType::kU8;    // the stored dtype, or F16 / BF16 / F32 for a plain float tensor
   // Only this part of a stored tensor (as PlanOptions::region); nullopt: the whole tensor.
   std::optional<TensorRegion> region;
+  // Or whole rows of a stored tensor in the caller's order: ranges [begin, end) of dim 0, placed
+  // one after another (a row permutation such as RoPE's interleaving, rows repeated or left
+  // out). Empty: not used. Not with `region`.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> rows;
   // The caller's shape for it, when it has one (a DLPack tensor's): must equal the shape placed
   // (the tensor's, or its region's). nullopt: only `bytes` is checked.
   std::optional<Shape> shape;
