@@ -1,4 +1,5 @@
-"""IBM FMS loading through qload: the same weights, bit-identical logits."""
+"""IBM FMS loading through qload: the same weights, bit-identical logits, each checkpoint tensor
+read straight into its parameter where FMS's adapters only move rows, FMS's own code otherwise."""
 import pytest
 import torch
 
@@ -14,7 +15,9 @@ def fms_model(path):
 
 
 def test_fms_through_qload_gives_identical_logits(tiny_model):
-    calls = []
+    """FMS's adapters (renames, q/k/v and gate/up fusion, the RoPE permutation of q and k) only
+    move rows for these models: every checkpoint tensor is read straight into its parameter."""
+    calls, reports = [], []
     original = qload.fms.load_state_dict
 
     def counting(*args, **kwargs):
@@ -22,7 +25,7 @@ def test_fms_through_qload_gives_identical_logits(tiny_model):
         return original(*args, **kwargs)
 
     theirs = fms_model(tiny_model)
-    with qload.fms.loading():
+    with qload.fms.loading(on_report=reports.append):
         assert serialization.load_state_dict is qload.fms.load_state_dict
         qload.fms.load_state_dict = counting  # see that FMS really came through qload
         serialization.load_state_dict = counting
@@ -31,6 +34,10 @@ def test_fms_through_qload_gives_identical_logits(tiny_model):
         finally:
             qload.fms.load_state_dict = original
     assert calls, "FMS did not call qload's load_state_dict"
+    assert len(reports) == 1 and reports[0]["through_fms"] == []
+    stored = {t["name"] for t in qload.inspect(tiny_model)["tensors"]}
+    assert set(reports[0]["into_parameters"]) == stored
+    assert reports[0]["report"]["tensors"] == len(stored)
     assert serialization.load_state_dict is not counting and serialization.load_state_dict is not original
 
     sd_ours, sd_theirs = ours.state_dict(), theirs.state_dict()
@@ -72,3 +79,31 @@ def test_quantized_checkpoints_reach_fms_as_fms_reads_them(tiny_model, tmp_path,
         want = theirs[name]
         assert ours[name].dtype == want.dtype and ours[name].shape == want.shape, name
         assert torch.equal(ours[name].view(torch.uint8), want.view(torch.uint8)), name
+
+
+def test_layers_whose_adapters_do_more_than_move_rows_go_through_fms(tiny_model, monkeypatch):
+    """An adapter step that computes (here: scales the norms) cannot be a row move: those layers'
+    tensors go through FMS's own adapters and copies, the rest still straight into parameters,
+    and the model equals FMS's own load under the same adapter."""
+    from fms.utils import serialization as s
+
+    original = s._get_adapter
+
+    def scaling(architecture, source):
+        adapter = original(architecture, source)
+
+        def scaled(sd, **kwargs):
+            out = adapter(sd, **kwargs)
+            return {k: (v * 2 if k.endswith("ln.weight") else v) for k, v in out.items()}
+        return scaled
+
+    monkeypatch.setattr(s, "_get_adapter", scaling)
+    theirs = fms_model(tiny_model)
+    reports = []
+    with qload.fms.loading(on_report=reports.append):
+        ours = fms_model(tiny_model)
+    assert reports[0]["through_fms"], "no layer went through FMS's own path"
+    assert reports[0]["into_parameters"], "no tensor was read straight into a parameter"
+    sd_ours, sd_theirs = ours.state_dict(), theirs.state_dict()
+    for name, want in sd_theirs.items():
+        assert torch.equal(sd_ours[name], want), name
