@@ -3,7 +3,8 @@
 # then examples/embed-c and examples/embed-cpp built out of tree, once through
 # find_package(qload) and once through pkg-config, and run on a synthetic checkpoint. Every
 # tensor's dtype and FNV-1a must equal what Python computes from the safetensors files
-# directly (no qload code in the reference).
+# directly (no qload code in the reference); examples/embed-into, a server filling its own
+# parameters (fused q/k/v and gate/up) through qload_load_into, must give the same lines.
 source "$(dirname "${BASH_SOURCE[0]}")/../cli/clean_env.sh"  # only the QLOAD_* variables this test sets
 set -euo pipefail
 build=$1
@@ -35,6 +36,8 @@ cc -std=c99 -Wall -Wextra -pedantic -Werror "$source_dir/examples/embed-c/main.c
   -o "$work/c-pkgconfig"
 c++ -std=c++17 -Wall -Wextra -pedantic -Werror "$source_dir/examples/embed-cpp/main.cpp" \
   $(pkg-config --cflags --libs qload) -o "$work/cpp-pkgconfig"
+cmake -S "$source_dir/examples/embed-into" -B "$work/into-cmake" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
+cmake --build "$work/into-cmake" >/dev/null
 # Statically through pkg-config: the archive by path (-lqload would pick the .so), then the
 # private libraries.
 cc -std=c99 "$source_dir/examples/embed-c/main.c" $(pkg-config --cflags qload) "$prefix/lib/libqload.a" \
@@ -64,4 +67,7 @@ for program in c-cmake/embed_c cpp-cmake/embed_cpp c-pkgconfig cpp-pkgconfig c-s
   LD_LIBRARY_PATH=$prefix/lib "$work/$program" "$work/m" 1MiB | sort > "$work/got.txt"
   diff -u "$work/want.txt" "$work/got.txt" || { echo "FAIL: $program read other bytes than the checkpoint's"; exit 1; }
 done
+# A server's own parameters filled in place (qload_load_into): the same bytes.
+LD_LIBRARY_PATH=$prefix/lib "$work/into-cmake/embed_into" "$work/m" | sort > "$work/got.txt"
+diff -u "$work/want.txt" "$work/got.txt" || { echo "FAIL: embed_into's parameters hold other bytes than the checkpoint's"; exit 1; }
 echo "install ok: $(wc -l < "$work/want.txt") tensors through find_package and pkg-config, C and C++, shared and static"
