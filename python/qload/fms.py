@@ -59,9 +59,14 @@ class _StateDict(MutableMapping):
 
     def _tensors(self):
         if self._mapped is None:
-            self._mapped = _load(self.path, device="cpu", framework="pt", settings={"load_mode": "mmap"},
-                                 progress=False)
+            # No digests: hashing would read (and keep resident) every page of every file, where
+            # only the tensors FMS's own path takes are wanted.
+            self._mapped = _load(self.path, device="cpu", framework="pt",
+                                 settings={"load_mode": "mmap", "digests": False}, progress=False)
         return self._mapped
+
+    def __contains__(self, key):  # without loading anything (Mapping's would read the tensor)
+        return key in self._names and key not in self._taken
 
     def __getitem__(self, key):
         if key not in self._names or key in self._taken:

@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""Real clients to a ready model, by themselves and through qload, in one run.
+
+    PYTHONPATH=build/python python bench/clients_bench.py [MODEL_DIR] [--qload build/qload]
+        [--clients fms,transformers] [--rounds 3]
+
+For each client, the client's own loading against loading through qload, each load in a fresh
+process on a warm page cache (rounds alternate), measured to a ready model in the client's
+framework, not to qload's buffers:
+  fms           fms.models.get_model("hf_pretrained", ...) in bf16 on cpu, by itself / inside
+                qload.fms.loading() (checkpoint rows read straight into FMS's parameters)
+  transformers  AutoModelForCausalLM.from_pretrained(path, dtype=bf16) / qload.transformers.
+                from_pretrained(path)
+Prints seconds to the ready model (median of the rounds) and the peak RSS above the process's
+baseline (taken after the imports), once the model has run one forward pass (so that every weight
+is resident, mapped or not), divided by the model's bytes, and the ratios of qload's to the client's own; checks
+that both give identical logits. With no MODEL_DIR, `qload synth` writes a llama-shaped bf16
+checkpoint of about 1.65 GB (16 layers, hidden 2048). vLLM's model loader needs a GPU to build a
+model with vLLM's CUDA wheel; it is not measured here.
+"""
+import argparse
+import glob
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+CHILD = r"""
+import json, os, resource, sys, time
+import torch
+client, through_qload, path = sys.argv[1], sys.argv[2] == "1", sys.argv[3]
+
+def rss_kib():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
+
+if client == "fms":
+    from fms.models import get_model
+    import qload.fms
+    def ready():
+        if through_qload:
+            with qload.fms.loading():
+                return get_model("hf_pretrained", model_path=path, device_type="cpu", data_type=torch.bfloat16)
+        return get_model("hf_pretrained", model_path=path, device_type="cpu", data_type=torch.bfloat16)
+    def logits(model, tokens):
+        return model(tokens)
+    def warm_up():
+        pass
+else:
+    import transformers
+    import qload.transformers
+    def ready():
+        if through_qload:
+            return qload.transformers.from_pretrained(path, dtype=torch.bfloat16)
+        return transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).eval()
+    def logits(model, tokens):
+        return model(tokens).logits
+    def warm_up():
+        with torch.device("meta"):
+            transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.from_pretrained(path))
+warm_up()  # the client's lazily imported modules, before the baseline
+base = rss_kib()
+t0 = time.perf_counter()
+model = ready()
+seconds = time.perf_counter() - t0
+with torch.no_grad():  # a model used once: every weight resident, however it was loaded (mapped or not)
+    out = logits(model, torch.arange(16).reshape(1, 16)).float()
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"seconds": seconds, "peak_above_kib": peak - base, "sum": float(out.abs().sum()),
+                  "first": out.flatten()[:8].tolist()}))
+"""
+
+
+def warm(path):
+    for f in glob.glob(os.path.join(path, "*.safetensors")):
+        with open(f, "rb") as fh:
+            while fh.read(1 << 24):
+                pass
+
+
+def run(client, path, through_qload):
+    warm(path)
+    out = subprocess.run([sys.executable, "-c", CHILD, client, "1" if through_qload else "0", path], check=True,
+                         capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("model", nargs="?")
+    ap.add_argument("--qload", default="build/qload")
+    ap.add_argument("--clients", default="fms,transformers")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--layers", type=int, default=16)
+    a = ap.parse_args()
+    tmp = None
+    path = a.model
+    if path is None:
+        tmp = tempfile.TemporaryDirectory(prefix="qload-clients-bench-")
+        path = os.path.join(tmp.name, "model")
+        subprocess.run([a.qload, "synth", path, "--layers", str(a.layers), "--hidden", "2048", "--intermediate", "5632",
+                        "--vocab", "32000", "--heads", "16", "--kv-heads", "4", "--shards", "4"], check=True,
+                       stdout=subprocess.DEVNULL)
+    size = sum(os.path.getsize(f) for f in glob.glob(os.path.join(path, "*.safetensors")))
+    print(f"checkpoint: {size / 1e9:.2f} GB ({path}); median of {a.rounds} alternating warm rounds, each load in a "
+          f"fresh process; {os.cpu_count()} cores")
+    print(f"{'client':<14} {'loading':<14} {'seconds':>8} {'peak/model':>11}  runs (s)")
+    for client in a.clients.split(","):
+        results = {False: [], True: []}
+        for _ in range(a.rounds):
+            for through_qload in (False, True):
+                results[through_qload].append(run(client, path, through_qload))
+        everything = results[False] + results[True]
+        assert all(r["first"] == everything[0]["first"] and r["sum"] == everything[0]["sum"] for r in everything), \
+            f"{client}: its own loading and qload's gave different logits"
+        medians = {}
+        for through_qload, label in ((False, "its own"), (True, "through qload")):
+            rs = results[through_qload]
+            seconds = statistics.median(r["seconds"] for r in rs)
+            peak = max(r["peak_above_kib"] for r in rs) * 1024 / size
+            medians[through_qload] = (seconds, peak)
+            print(f"{client:<14} {label:<14} {seconds:8.3f} {peak:10.2f}x  " + " ".join(f"{r['seconds']:.3f}" for r in rs))
+        print(f"{client:<14} qload / own: time {medians[True][0] / medians[False][0]:.2f}x, "
+              f"peak {medians[True][1] / medians[False][1]:.2f}x; logits identical")
+
+
+if __name__ == "__main__":
+    main()
