@@ -105,16 +105,18 @@ def test_int8_convert_output_with_odd_sizes_loads_in_transformers_as_qload_dequa
     assert ours["model.layers.0.mlp.down_proj.weight"].shape == (130, 350)
 
 
-def test_from_pretrained_through_qload_gives_identical_logits_with_each_weight_read_once(tiny_model):
-    """qload.transformers.from_pretrained: the model transformers builds, its parameters read
-    straight from the files (no state dict in between), logits bit-identical to transformers'
-    own from_pretrained; tied embeddings stay tied and are read once."""
+@pytest.mark.parametrize("mapped", [True, False], ids=["mapped", "load_into"])
+def test_from_pretrained_through_qload_gives_identical_logits_with_each_weight_read_once(tiny_model, mapped):
+    """qload.transformers.from_pretrained: the model transformers builds, its parameters mapped
+    from the files (cpu default) or read straight into them (no state dict in between), logits
+    bit-identical to transformers' own from_pretrained; tied embeddings stay tied, read once."""
     import transformers
 
     import qload.transformers
 
     theirs = transformers.AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.bfloat16).eval()
-    ours = qload.transformers.from_pretrained(tiny_model)
+    ours = qload.transformers.from_pretrained(tiny_model, mapped=mapped)
+    assert (ours.qload_mapped_report is not None) == mapped
     assert type(ours) is type(theirs)
     sd_ours, sd_theirs = ours.state_dict(), theirs.state_dict()
     assert set(sd_ours) == set(sd_theirs)
@@ -123,12 +125,14 @@ def test_from_pretrained_through_qload_gives_identical_logits_with_each_weight_r
     tied = theirs.config.tie_word_embeddings
     assert (ours.lm_head.weight.data_ptr() == ours.model.embed_tokens.weight.data_ptr()) == tied
     stored = {t["name"] for t in qload.inspect(tiny_model)["tensors"]}
-    assert ours.qload_report["tensors"] == len(stored) and ours.qload_report["missing"] == []
+    assert ours.qload_report["tensors"] == len(stored)
+    if not mapped:
+        assert ours.qload_report["missing"] == []
     tokens = torch.tensor([[1, 5, 9, 17, 33, 65, 129, 257, 300, 2, 7, 11]])
     with torch.no_grad():
         assert torch.equal(ours(tokens).logits, theirs(tokens).logits)
     # Another dtype: converted on load, as transformers casts.
-    ours32 = qload.transformers.from_pretrained(tiny_model, dtype=torch.float32)
+    ours32 = qload.transformers.from_pretrained(tiny_model, dtype=torch.float32, mapped=mapped)
     theirs32 = transformers.AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32).eval()
     with torch.no_grad():
         assert torch.equal(ours32(tokens).logits, theirs32(tokens).logits)
