@@ -86,7 +86,7 @@ def main() -> None:
                 if report:
                     modes[label] = "mmap" if report["engine"] == "mmap" else "read"
                 if report and report["engine"] != "mmap":  # mapped: the pages touched are not counted
-                    read[label] = report["read_bytes"]
+                    read[label] = vllm_llama.read_bytes(loader)  # the stream's and load_into's
                 del model
         for label in loaders:
             share = f"{read[label] / 1e9:8.3f} {read[label] / stored:13.3f}" if label in read else f"{'':8} {'':13}"

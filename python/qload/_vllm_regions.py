@@ -7,11 +7,19 @@ model's own `load_weights` once on meta stand-ins that record what is done to th
 whose only operation is one `narrow` (or a plain slice) is read in part, every other tensor
 whole. Views that are the whole tensor under another shape (`unsqueeze(0)`, then `unbind()`, as
 vLLM's expert loader does with each expert's weight) are seen through. Nothing is written to the
-model in that dry run: copies into parameters are skipped.
+model in that dry run: copies into parameters, and any other write into its memory, are skipped.
 
 In the real load, `stand_in` hands the model a meta tensor of the stored shape holding the
 region qload read; its one `narrow` returns those bytes, and any operation the dry run did not
 predict raises instead of reading data that is not there.
+
+The same dry run shows where those bytes end up (`predict_destinations`): a tensor whose part (or
+whole) goes, untouched, through exactly one `copy_` into a contiguous piece of a parameter of its
+shape can be read by qload straight into that piece, the copy the weight loader then does being
+of that memory onto itself. Everything else the loader does to it (a second copy, arithmetic, a
+transpose, a `fill_`), a target that is not contiguous or of another kind of dtype, and any other
+write into the same memory (another tensor's, or the loader's own, such as zeroing a parameter
+before its part is copied in) leave it to the copy the loader makes.
 """
 from __future__ import annotations
 
@@ -80,26 +88,59 @@ def _region_of(func, args, kwargs, shape) -> Optional[tuple]:
     return None
 
 
+def _real(t) -> bool:
+    """A tensor with memory: the model's, not a probe's."""
+    return isinstance(t, torch.Tensor) and not isinstance(t, _Probe) and t.device.type != "meta"
+
+
+class _Record(dict):
+    """What the dry run saw: name -> the operations on that stored tensor itself (predict's
+    answer), plus what became of the parts of it that were cut (`uses`) and every write into the
+    model (`writes`), which tell where its bytes can be read to."""
+
+    def __init__(self):
+        super().__init__()
+        self.uses: dict = {}  # name -> [(target, region or None: the whole) of a plain copy, or None]
+        self.writes: list = []  # (name, or None for a write of no checkpoint tensor, real tensor written)
+
+    def wrote(self, probe: "_Probe", fname: str, args, kwargs, target: torch.Tensor, probes: list) -> None:
+        """`probe` went into `target` (a real tensor): through a plain `copy_` of the whole
+        stored tensor or of its one cut, or some other way."""
+        self.writes.append((probe._qload_name, target))
+        src = args[1] if len(args) > 1 else kwargs.get("src")
+        plain = fname == "copy_" and src is probe and len(probes) == 1
+        if plain and probe._qload_root and probe._qload_shape == probe._qload_stored:
+            use = (target, None)
+        elif plain and probe._qload_cut is not None:
+            use = (target, probe._qload_cut)
+        else:
+            use = None
+        self.uses.setdefault(probe._qload_name, []).append(use)
+
+
 class _Probe(torch.Tensor):
     """A checkpoint tensor in the dry run: meta, of its stored shape and dtype."""
 
     @staticmethod
     def make(name: str, shape, dtype: torch.dtype, record: dict, root: bool = True) -> "_Probe":
         t = torch.empty(shape, dtype=dtype, device="meta").as_subclass(_Probe)
-        t._qload_name, t._qload_record, t._qload_root = name, record, root
+        t._qload_name, t._qload_record, t._qload_root, t._qload_cut = name, record, root, None
         t._qload_shape = t._qload_stored = tuple(shape)
         return t
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        probes = [a for a in _flat(list(args) + list(kwargs.values())) if isinstance(a, _Probe)]
+        probes = list({id(a): a for a in _flat(list(args) + list(kwargs.values())) if isinstance(a, _Probe)}.values())
         target = args[0] if args else None
         fname = getattr(func, "__name__", "")
         roots = [p for p in probes if p._qload_root]
         if _writes(fname) and isinstance(target, torch.Tensor) and not isinstance(target, _Probe):
             for p in roots:  # copied as it is: used whole
                 p._qload_record.setdefault(p._qload_name, []).append(None)
+            if target.device.type != "meta":
+                for p in probes:
+                    p._qload_record.wrote(p, fname, args, kwargs, target, probes)
             return None if fname in ("__setitem__", "__set__") else target  # a parameter: left as it is
         with torch._C.DisableTorchFunctionSubclass():
             out = func(*args, **kwargs)
@@ -109,22 +150,50 @@ class _Probe(torch.Tensor):
             # The whole stored tensor under another shape: the same tensor, nothing recorded.
             whole = isinstance(target, _Probe) and target._qload_root and \
                 all(_whole_view(o, target, target._qload_stored) for o in tensors)
-        first = target if whole else probes[0]
+        first, cut = (target if whole else probes[0]), None
         if not whole:
             for p in roots:
                 ops = p._qload_record.setdefault(p._qload_name, [])
                 as_stored = target is p and p._qload_shape == p._qload_stored
                 ops.append(_region_of(func, args, kwargs, p._qload_shape) if as_stored else None)
+                cut = ops[-1] if as_stored and len(tensors) == 1 else cut
+            for p in probes:  # a cut (or a transform) used for anything but a copy: not a plain copy
+                if not p._qload_root:
+                    p._qload_record.uses.setdefault(p._qload_name, []).append(None)
 
         def wrap(o):
             if isinstance(o, torch.Tensor) and not isinstance(o, _Probe) and o.device.type == "meta":
                 w = o.as_subclass(_Probe)
                 w._qload_name, w._qload_record, w._qload_root = first._qload_name, first._qload_record, whole
-                w._qload_shape, w._qload_stored = tuple(o.shape), first._qload_stored
+                w._qload_shape, w._qload_stored, w._qload_cut = tuple(o.shape), first._qload_stored, cut
                 return w
             return o
 
         return tuple(wrap(o) for o in out) if isinstance(out, tuple) else wrap(out)
+
+
+class _Writes(torch.overrides.TorchFunctionMode):
+    """Sees the dry run's writes that take no checkpoint tensor (a parameter zeroed, or its
+    padding filled): memory that is written to is no place to read a tensor straight into.
+    Those into the model's own memory (`storages`) are skipped, as the probes' copies are; those
+    the probes take part in, `_Probe` records."""
+
+    def __init__(self, record: _Record, storages: set):
+        super().__init__()
+        self.record, self.storages = record, storages
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if not any(isinstance(v, _Probe) for v in _flat(list(args) + list(kwargs.values()))):
+            for out in _flat([kwargs.get("out")]):
+                if _real(out):
+                    self.record.writes.append((None, out))
+            fname = getattr(func, "__name__", "")
+            if _writes(fname) and args and _real(args[0]):
+                self.record.writes.append((None, args[0]))
+                if args[0].untyped_storage().data_ptr() in self.storages:
+                    return None if fname in ("__setitem__", "__set__") else args[0]
+        return func(*args, **kwargs)
 
 
 def _model_state(model: torch.nn.Module) -> dict:
@@ -145,26 +214,54 @@ def _restore(model: torch.nn.Module, before: dict) -> bool:
     return bool(changed)
 
 
-def predict(model: torch.nn.Module, tensors: dict) -> dict:
-    """What `model.load_weights` uses of each stored tensor (`tensors`: name -> (shape, torch
-    dtype)): {name: (dim, begin, end)} for a tensor it only narrows to a part (begin == end:
-    none of it), {name: None} for one it never touches (another pipeline stage's, another
-    rank's experts), nothing for one it uses whole; {} when the dry run fails."""
-    record: dict = {}
+def _dry_run(model: torch.nn.Module, tensors: dict) -> Optional[_Record]:
+    """`model.load_weights` on probes of `tensors`; None when it fails or replaces parameters."""
+    record = _Record()
     before = _model_state(model)
+    storages = {t.untyped_storage().data_ptr() for t in before.values() if _real(t) and t.numel() > 0}
     try:
-        with torch.no_grad():
+        with torch.no_grad(), _Writes(record, storages):
             model.load_weights((name, _Probe.make(name, shape, dtype, record))
                                for name, (shape, dtype) in tensors.items())
     except Exception as e:  # the model did something meta tensors cannot do: read everything
         log.info("qload: reading whole tensors: could not tell which part of each this rank keeps (%s: %s)",
                  type(e).__name__, e)
-        return {}
+        return None
     finally:
         replaced = _restore(model, before)
     if replaced:
         log.info("qload: reading whole tensors: the model's load_weights replaces parameters")
-        return {}
+        return None
+    return record
+
+
+def predict(model: torch.nn.Module, tensors: dict) -> dict:
+    """What `model.load_weights` uses of each stored tensor (`tensors`: name -> (shape, torch
+    dtype)): {name: (dim, begin, end)} for a tensor it only narrows to a part (begin == end:
+    none of it), {name: None} for one it never touches (another pipeline stage's, another
+    rank's experts), nothing for one it uses whole; {} when the dry run fails."""
+    record = _dry_run(model, tensors)
+    return _regions(record, tensors) if record is not None else {}
+
+
+def predict_destinations(model: torch.nn.Module, tensors: dict, convert: bool = True) -> tuple:
+    """(regions, destinations) from one dry run: `predict`'s regions, and {name: (target,
+    region or None for the whole)} for each tensor (or region) whose only use is one plain copy
+    into `target`, a view of a parameter that qload can read it straight into; ({}, {}) when the
+    dry run fails. `convert`: whether a float tensor may go into a parameter of another float
+    dtype (qload converts plain tensors, not the parts of quantized weights, such as scales)."""
+    record = _dry_run(model, tensors)
+    if record is None:
+        return {}, {}
+    regions = _regions(record, tensors)
+    try:
+        return regions, _destinations(record, tensors, regions, convert)
+    except Exception as e:  # a target whose memory cannot be told (not a plain tensor): stream all
+        log.info("qload: streaming every tensor: could not tell where they go (%s: %s)", type(e).__name__, e)
+        return regions, {}
+
+
+def _regions(record: _Record, tensors: dict) -> dict:
     regions = {}
     for name, (shape, _) in tensors.items():
         ops = record.get(name)
@@ -178,6 +275,59 @@ def predict(model: torch.nn.Module, tensors: dict) -> dict:
         if begin <= end <= shape[dim] and end - begin < shape[dim] and (dim == 0 or len(shape) == 2):
             regions[name] = (dim, begin, end)
     return regions
+
+
+_FLOATS = (torch.float16, torch.bfloat16, torch.float32)  # qload converts among these as it reads
+
+
+def _destinations(record: _Record, tensors: dict, regions: dict, convert: bool) -> dict:
+    """The tensors whose bytes can be read straight into the one target their copy went to."""
+    candidates = {}
+    for name, (shape, dtype) in tensors.items():
+        uses = record.uses.get(name, [])
+        if len(shape) == 0 or len(uses) != 1 or uses[0] is None:
+            continue  # a scalar (no region leaves it out of the stream), or not one plain copy
+        # The whole tensor (a cut of all of it, at tensor parallel size 1, is seen as the whole)
+        # and nothing else done to it, or its one cut: the region predict reads.
+        target, region = uses[0]
+        ok = record.get(name) == [region] and \
+            (name not in regions if region is None else regions.get(name) == region)
+        part = list(shape)
+        if region is not None:
+            part[region[0]] = region[2] - region[1]
+        if ok and _fits(target, part, dtype, convert):
+            candidates[name] = (target, region)
+    overlapping = _overlapping(record.writes)
+    return {name: d for name, d in candidates.items() if name not in overlapping}
+
+
+def _fits(target: torch.Tensor, shape: list, dtype: torch.dtype, convert: bool) -> bool:
+    """Whether qload can read a part of `shape` and stored `dtype` into `target` as it is."""
+    same_kind = target.dtype == dtype or (convert and target.dtype in _FLOATS and dtype in _FLOATS)
+    return (same_kind and target.is_contiguous() and list(target.shape) == shape and target.numel() > 0
+            and target.device.type in ("cpu", "cuda"))
+
+
+def _span(t: torch.Tensor) -> tuple:
+    """(device, first byte, end) of the memory `t` covers."""
+    low = sum((n - 1) * s for n, s in zip(t.shape, t.stride()) if s < 0)
+    high = sum((n - 1) * s for n, s in zip(t.shape, t.stride()) if s > 0)
+    start = t.data_ptr() + low * t.element_size()
+    return str(t.device), start, start + (high - low + 1) * t.element_size()
+
+
+def _overlapping(writes: list) -> set:
+    """Names whose written memory overlaps any other write's (by any tensor, or by none)."""
+    spans = sorted((_span(t) + (name,) for name, t in writes if t.numel() > 0), key=lambda s: s[:2])
+    marked: set = set()
+    reach = None  # the span reaching furthest on its device so far
+    for span in spans:
+        device, start, end, name = span
+        if reach is not None and reach[0] == device and start < reach[2]:
+            marked.update((name, reach[3]))
+        if reach is None or reach[0] != device or end > reach[2]:
+            reach = span
+    return marked
 
 
 def qload_regions(regions: dict) -> dict:

@@ -11,20 +11,42 @@ model's own `load_weights` on meta tensors shows which part of each tensor its w
 narrow to (_vllm_regions.py), qload reads those regions alone, and each reaches the weight
 loader as a stand-in of the stored shape whose one narrow returns the region.
 
+The same dry run shows where each part goes. Where a weight loader only narrows and copies (the
+column-, row-, QKV- and merged-column-parallel linears, vocabulary embeddings, vLLM's default
+weight loader, the experts' loaders), `qload.load_into` reads the part straight into the piece
+of the parameter it would be copied to, before the rest is streamed: no second copy of the
+model in memory, nothing copied twice. The weight loader still gets each of those tensors (its
+stand-in's narrow returns that piece of the parameter, or the piece itself for a whole tensor),
+so vLLM's loading and weight tracking run as they are, its copy being of that memory onto
+itself, which torch skips. Everything else (a loader that transposes, concatenates, fills or
+scales, a target that is not contiguous or another tensor's too, quantized parts loaded in
+other ways) is streamed as before. `qload_into` on the loader lists what was read into
+parameters, `qload_into_report` is that load's report, `qload_report` the stream's.
+
 Settings pass through `--model-loader-extra-config '{"qload": {"io_engine": "pread"}}'`
 (`load_mode` is `auto` unless given: mapped when the page cache holds the files, read
-otherwise); `{"qload_regions": false}` reads whole tensors on every rank.
+otherwise; what goes straight into parameters is always read); `{"qload_regions": false}`
+reads whole tensors on every rank and streams them all (no dry run); `{"qload_into": false}`
+streams every tensor, read in part as above.
 """
 from __future__ import annotations
 
 import copy
+import logging
 import os
 
 from . import _vllm_regions as _regions
 from . import inspect
+from . import load_into as _load_into
 from . import stream as _stream
+from ._qload import InvalidArgumentError, NotFoundError, UnsupportedError
 
 LOAD_FORMAT = "qload"
+
+_log = logging.getLogger("qload.vllm")
+# load_into's errors for destinations it refuses, raised before anything is read
+_REFUSED = (InvalidArgumentError, NotFoundError, UnsupportedError, TypeError, ValueError)
+_REFUSALS = 8  # destinations refused one by one before all are streamed
 
 
 def _loader_class():
@@ -45,9 +67,11 @@ def _loader_class():
         def download_model(self, model_config) -> None:
             self._local_folder(model_config)
 
-        qload_report = None  # the last load's report (read_bytes, seconds, ...)
+        qload_report = None  # the last load's stream's report (read_bytes, seconds, ...)
         # the last load's {name: (dim, begin, end)} read in part (None: a tensor not read at all)
         qload_regions = None
+        qload_into = None  # the names the last load read straight into parameters
+        qload_into_report = None  # that load_into's report (None: nothing was)
 
         def __init__(self, load_config):
             # qload's keys are taken out: vLLM's default loader refuses keys it does not know.
@@ -56,6 +80,7 @@ def _loader_class():
             # part once, as from its own loader's mappings), read with io_uring when it does not.
             self.qload_settings = {"load_mode": "auto", **extra.pop("qload", {})}
             self.qload_read_regions = extra.pop("qload_regions", True)
+            self.qload_read_into = extra.pop("qload_into", True)
             load_config = copy.copy(load_config)
             load_config.model_loader_extra_config = extra
             super().__init__(load_config)
@@ -68,23 +93,66 @@ def _loader_class():
             finally:
                 self._planned = None
 
-        _planned = None  # (folder, stored tensors, regions) for the load under way
+        _planned = None  # (folder, stored tensors, regions, destinations) for the load under way
 
         def _plan(self, model, model_config) -> tuple:
             folder = self._local_folder(model_config)
-            regions, stored = {}, {}
+            regions, stored, destinations = {}, {}, {}
             if self.qload_read_regions:
-                stored = _regions.stored_tensors(inspect(folder)) or {}
-                regions = _regions.predict(model, stored) if stored else {}
-            self._planned = (folder, stored, regions)
+                inspected = inspect(folder)
+                stored = _regions.stored_tensors(inspected) or {}
+                if stored and self.qload_read_into:
+                    # qload converts float dtypes as it reads plain tensors, not quantized
+                    # weights' parts (their scales): in a quantized checkpoint, none.
+                    convert = not inspected.get("quantized_weights")
+                    regions, destinations = _regions.predict_destinations(model, stored, convert)
+                elif stored:
+                    regions = _regions.predict(model, stored)
+            self._planned = (folder, stored, regions, destinations)
             return self._planned
 
+        def _read_into(self, folder, destinations: dict) -> dict:
+            """Reads the destined tensors straight into the model's parameters; returns those read.
+            Destinations are checked before any byte is read: one qload refuses (a conversion it
+            does not make) is streamed instead, and after a few, all of them are."""
+            self.qload_into_report = None
+            destinations = dict(destinations)
+            # load_into reads (a mapping would be one more copy): the stream's load_mode is not its.
+            settings = {k: v for k, v in self.qload_settings.items() if k != "load_mode"}
+            for _ in range(_REFUSALS + 1):
+                if not destinations:
+                    return {}
+                try:
+                    self.qload_into_report = _load_into(
+                        folder, {name: target if region is None else (target, region)
+                                 for name, (target, region) in destinations.items()},
+                        settings=settings, progress=False)
+                    return destinations
+                except _REFUSED as e:
+                    refused, error = getattr(e, "tensor", None), e
+                    if getattr(e, "written", None) or refused not in destinations:
+                        break  # not one destination's: none of them
+                    _log.info("qload: streaming %s rather than reading it into its parameter (%s)", refused, e)
+                    del destinations[refused]
+            _log.warning("qload: streaming every tensor, none read into the parameters (%s: %s)",
+                         type(error).__name__, error)
+            return {}
+
         def get_all_weights(self, model_config, model):
-            folder, stored, regions = self._planned or self._plan(model, model_config)
+            folder, stored, regions, destinations = self._planned or self._plan(model, model_config)
             self.qload_regions = regions
+            destinations = self._read_into(folder, destinations)
+            self.qload_into = sorted(destinations)
+            # The tensors already in the parameters are left out of the stream (nothing read).
             weights = _stream(folder, framework="pt", settings=self.qload_settings,
-                              regions=_regions.qload_regions(regions))
+                              regions={**_regions.qload_regions(regions), **{n: (0, 0, 0) for n in destinations}})
+            for name, (target, region) in destinations.items():
+                # The weight loader's copy is of the parameter's memory onto itself.
+                shape, dtype = stored[name]
+                yield name, target if region is None else _regions.stand_in(name, target, shape, dtype, region)
             for name, tensor in weights:
+                if name in destinations:
+                    continue
                 if name in regions:
                     shape, dtype = stored[name]
                     tensor = _regions.stand_in(name, tensor, shape, dtype, regions[name])

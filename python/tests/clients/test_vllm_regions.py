@@ -2,7 +2,9 @@
 whose load_weights do each thing a weight loader may do: a tensor is read in part only when its
 one operation is a narrow or a plain slice, anything else reads it whole, a dry run that fails
 or replaces parameters reads everything whole, the model is left untouched, and a stand-in
-refuses any operation the dry run did not predict."""
+refuses any operation the dry run did not predict. The same dry run names the memory a tensor
+can be read straight into: a plain copy of its one cut (or of all of it) into a contiguous
+piece of a parameter that nothing else writes to."""
 import pytest
 import torch
 
@@ -157,3 +159,119 @@ def test_stored_tensors_come_from_inspect_and_unknown_dtypes_read_everything_who
                              {"name": "s", "dtype": "F8_E4M3", "shape": []}]}
     assert regions.stored_tensors(inspected) == {"w": ((2, 3), torch.bfloat16), "s": ((), torch.float8_e4m3fn)}
     assert regions.stored_tensors({"tensors": [{"name": "x", "dtype": "F4", "shape": [8]}]}) is None
+
+
+def destinations(load, shapes=SHAPES, convert=True):
+    """predict_destinations' {name: (region, parameter, offset in it, shape)} of the memory each
+    tensor would be read into, after checking that its regions are predict's and the model is
+    left untouched."""
+    model = Model(load)
+    got_regions, got = regions.predict_destinations(model, shapes, convert)
+    assert got_regions == regions.predict(Model(load), shapes)
+    assert all(bool((p == 7).all()) for p in model.parameters())
+    out = {}
+    for name, (target, region) in got.items():
+        (pname, param), = [(n, p) for n, p in model.named_parameters()
+                           if p.untyped_storage().data_ptr() == target.untyped_storage().data_ptr()]
+        offset = (target.data_ptr() - param.data_ptr()) // target.element_size()
+        out[name] = (region, pname, offset, tuple(target.shape))
+    return out
+
+
+def test_a_cut_copied_into_a_parameter_is_read_straight_into_it():
+    assert destinations(narrowing) == {"a": ((0, 4, 8), "a", 0, (4, 4)), "b": ((1, 2, 4), "b", 0, (8, 2)),
+                                       "c": ((0, 3, 6), "c", 0, (3,))}
+
+
+def test_a_tensor_copied_whole_is_read_whole_into_its_parameter_if_its_dtype_converts():
+    shapes = {"a": ((4, 4), torch.float16), "b": ((8, 2), torch.int32), "c": ((3,), torch.float32)}
+
+    def whole(model, name, w):  # vLLM's default_weight_loader: f16 a into bf16, int32 b into bf16
+        getattr(model, name).data.copy_(w)
+
+    assert destinations(whole, shapes) == {"a": (None, "a", 0, (4, 4)), "c": (None, "c", 0, (3,))}
+    assert destinations(whole, shapes, convert=False) == {"c": (None, "c", 0, (3,))}
+
+
+def test_cuts_copied_into_rows_of_a_fused_parameter():
+    """As q/k/v into qkv_proj, gate/up into gate_up_proj: each into its own rows; the expert
+    loader's stack of one (`unsqueeze(0).unbind()`) is seen through."""
+    def fused(model, name, w):
+        (w,) = w.unsqueeze(0).unbind()
+        if name == "c":
+            narrowing(model, name, w)
+        else:  # a's rows 0-1 into a's rows 0-1, b's rows 4-5 into a's rows 2-3
+            model.a.data.narrow(0, 0 if name == "a" else 2, 2).copy_(w.narrow(0, 0 if name == "a" else 4, 2))
+
+    assert destinations(fused) == {"a": ((0, 0, 2), "a", 0, (2, 4)), "b": ((0, 4, 6), "a", 8, (2, 4)),
+                                   "c": ((0, 3, 6), "c", 0, (3,))}
+
+
+def filled(model, name, w):
+    if name == "a":
+        model.a.data.fill_(w.narrow(0, 4, 4).max())
+    else:
+        narrowing(model, name, w)
+
+
+def into_a_transpose(model, name, w):
+    if name == "a":
+        model.a.data.t().copy_(w.narrow(0, 4, 4))  # not contiguous
+    else:
+        narrowing(model, name, w)
+
+
+def zeroed_first(model, name, w):
+    if name == "a":
+        model.a.data.zero_()  # the loader's own write: what was read in would be lost
+    narrowing(model, name, w)
+
+
+def copied_twice(model, name, w):
+    narrowing(model, name, w)
+    if name == "a":  # into b too, where b is read
+        model.b.data[:4].copy_(w.narrow(0, 4, 4)[:, :2])
+
+
+def shared(model, name, w):
+    if name == "b":  # into a's rows 2-3, where a is read
+        model.a.data[2:].copy_(w.narrow(0, 0, 2))
+    else:
+        narrowing(model, name, w)
+
+
+@pytest.mark.parametrize("load,kept", [
+    (transposed_first, {"b", "c"}), (cut_twice, {"b", "c"}), (filled, {"b", "c"}), (into_a_transpose, {"b", "c"}),
+    (zeroed_first, {"b", "c"}), (copied_whole_in_place, {"c"}), (copied_twice, {"c"}), (shared, {"c"})])
+def test_anything_but_one_plain_copy_into_memory_of_its_own_is_streamed(load, kept):
+    """A cut twice, transposed, used for a fill_ or copied into a non-contiguous target is not
+    read straight in; nor are two tensors written into the same memory (a and b: a's into b's
+    parameter, or b's into a's), nor one its loader writes to otherwise."""
+    assert set(destinations(load)) == kept
+
+
+def test_a_dry_run_that_fails_or_replaces_parameters_has_no_destinations():
+    def reads_a_value(model, name, w):
+        if float(w.sum()) > 0:
+            narrowing(model, name, w)
+
+    def replaces(model, name, w):
+        narrowing(model, name, w)
+        model.a = torch.nn.Parameter(torch.zeros(4, 4, dtype=torch.bfloat16), requires_grad=False)
+
+    for load in (reads_a_value, replaces):
+        model = Model(load)
+        before = model.a
+        assert regions.predict_destinations(model, SHAPES) == ({}, {})
+        assert model.a is before and bool((model.a == 7).all())
+
+
+def test_the_real_load_copies_the_destination_onto_itself():
+    """qload has read a's rows 4-7 into the parameter; the weight loader's narrow of the stand-in
+    returns that very memory, and its copy of it changes nothing."""
+    model = Model(narrowing)
+    (target, region) = regions.predict_destinations(model, SHAPES)[1]["a"]
+    read = torch.arange(16, dtype=torch.bfloat16).reshape(4, 4)
+    target.copy_(read)  # what load_into writes
+    narrowing(model, "a", regions.stand_in("a", target, (8, 4), torch.bfloat16, region))
+    assert torch.equal(model.a, read) and model.a.data_ptr() == target.data_ptr()

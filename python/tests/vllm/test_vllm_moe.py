@@ -22,7 +22,7 @@ import torch
 vllm = pytest.importorskip("vllm")
 
 import qload  # noqa: E402
-from vllm_llama import assert_reads_only, load, loaders  # noqa: E402
+from vllm_llama import assert_read_once, assert_reads_only, load, loaders, read_bytes  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -104,6 +104,10 @@ def test_each_rank_reads_its_part_of_the_experts(mixtral, mixtral_fp8, tp_rank, 
                 assert name not in regions, (rank, name)
             else:  # another rank's: not read at all
                 assert regions[name] is None, (rank, name)
-        read = ours.qload_report["read_bytes"]
+        # Every part the rank keeps (FP8's weight_scale_inv too) is read straight into the experts'
+        # parameters and the attention's.
+        assert set(ours.qload_into) == {n for n in stored if regions.get(n, ()) is not None}, rank
+        assert_read_once(ours, stored)
+        read = read_bytes(ours)
         assert_reads_only(regions, stored, read)
         assert read < whole * (0.55 if expert_parallel else 0.7), (rank, read, whole)

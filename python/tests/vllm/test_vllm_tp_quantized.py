@@ -28,7 +28,7 @@ vllm = pytest.importorskip("vllm")
 import qload  # noqa: E402
 from quantized_checkpoints import awq_checkpoint, gptq_checkpoint  # noqa: E402
 from tiny_models import save_tiny  # noqa: E402
-from vllm_llama import assert_reads_only, load, loaders  # noqa: E402
+from vllm_llama import assert_read_once, assert_reads_only, load, loaders, read_bytes  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -86,9 +86,44 @@ def test_each_rank_reads_its_part_of_a_quantized_checkpoint(base_model, tmp_path
         assert projections and all(regions.get(n) for n in projections), (rank, kind)
         if kind == "gptq":  # vLLM drops g_idx (no act-order kernel): never read
             assert all(regions[n] is None for n in stored if n.endswith(".g_idx"))
-        read = ours.qload_report["read_bytes"]
+        # Read straight into the parameters: every projection's weight, or with GPTQ and AWQ
+        # (their column-parallel parts are columns of the fused parameters) the row-parallel ones'.
+        rows = [n for n in projections if ".o_proj." in n or ".down_proj." in n]
+        assert set(rows if kind in ("gptq", "awq") else projections) <= set(ours.qload_into), (rank, kind)
+        assert_read_once(ours, stored)
+        read = read_bytes(ours)
         assert_reads_only(regions, stored, read)
         # The column-parallel projections' packed rows are 1-4 KiB here: 4 KiB-aligned reads take
         # most of each, which a real model's rows (tens of KiB) do not.
         assert read < whole * (0.8 if tp == 2 else 0.7), (rank, read, whole)
         print(f"{kind} tp {tp} rank {rank}: read {read / whole:.3f} of the checkpoint")
+
+
+def test_a_destination_qload_refuses_is_streamed(base_model, tmp_path, qload_cli, no_kernels, tp_rank, monkeypatch):
+    """qload converts no dtype as it reads a quantized weight's part (compressed-tensors' F32
+    weight_scale into vLLM's bf16 parameter), which is why a quantized checkpoint's tensors go
+    straight in only in their own dtype. Were they offered, each refusal would stream that
+    tensor, and after a few, every tensor; the parameters are the default loader's either way."""
+    import qload.vllm
+    from qload import _vllm_regions
+
+    path = checkpoint("int8", base_model, tmp_path / "int8", qload_cli)
+    stored = {t["name"]: t for t in qload.inspect(path)["tensors"]}
+    scales = {n for n, t in stored.items() if n.endswith(".weight_scale") and t["dtype"] == "F32"}
+    assert scales
+    predict = _vllm_regions.predict_destinations
+    monkeypatch.setattr(_vllm_regions, "predict_destinations", lambda model, tensors, convert: predict(model, tensors))
+    tp_rank(1, 2)
+    for refusals in (len(scales), len(scales) - 1):
+        monkeypatch.setattr(qload.vllm, "_REFUSALS", refusals)
+        ours, theirs = loaders({"qload": {"max_gap_bytes": 1024, "load_mode": "read"}})
+        got = load(ours, path, quant_config=quant_config(path))
+        want = dict(load(theirs, path, quant_config=quant_config(path)).named_parameters())
+        for name, p in got.named_parameters():
+            assert torch.equal(p.flatten().view(torch.uint8), want[name].flatten().view(torch.uint8)), name
+        into = set(ours.qload_into)
+        if refusals == len(scales):
+            assert into and not into & scales and {n for n in stored if n.endswith("weight_packed")} <= into
+        else:
+            assert into == set() and ours.qload_into_report is None
+        assert_read_once(ours, stored)

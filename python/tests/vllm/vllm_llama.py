@@ -171,6 +171,36 @@ def load(loader, path: str, stage: int = 0, stages: int = 1, quant_config=None,
     return model
 
 
+def read_bytes(loader) -> int:
+    """The bytes a --load-format qload load read: the stream's, and load_into's (the tensors read
+    straight into parameters)."""
+    return loader.qload_report["read_bytes"] + (loader.qload_into_report or {}).get("read_bytes", 0)
+
+
+def part_bytes(regions: dict, stored: dict, name: str) -> int:
+    """The bytes of the part of a stored tensor (`stored`: qload.inspect's entries by name) a
+    rank keeps: its region, the whole tensor when it has none, nothing when it is not used."""
+    t = stored[name]
+    if name not in regions:
+        return t["nbytes"]
+    if regions[name] is None:
+        return 0
+    (dim, begin, end), shape = regions[name], t["shape"]
+    return t["nbytes"] // shape[dim] * (end - begin)
+
+
+def assert_read_once(loader, stored: dict) -> None:
+    """Each part a rank keeps is placed by one of the two loads: those in `loader.qload_into` by
+    load_into, straight into the parameters, the others by the stream, which reads nothing of
+    the former (placed_bytes: the bytes put where they go, without gaps or alignment)."""
+    into = set(loader.qload_into)
+    regions = loader.qload_regions
+    streamed = sum(part_bytes(regions, stored, n) for n in stored if n not in into)
+    assert loader.qload_report["placed_bytes"] == streamed, (loader.qload_report["placed_bytes"], streamed)
+    placed = (loader.qload_into_report or {}).get("placed_bytes", 0)
+    assert placed == sum(part_bytes(regions, stored, n) for n in into), placed
+
+
 def assert_reads_only(regions: dict, stored: dict, read: int) -> None:
     """`read` is what the regions take: whole rows; for columns at least the columns of every
     row, at most the span from the first row's first column to the last row's last (bytes between
