@@ -11,6 +11,8 @@ framework, not to qload's buffers:
                 qload.fms.loading() (checkpoint rows read straight into FMS's parameters)
   transformers  AutoModelForCausalLM.from_pretrained(path, dtype=bf16) / qload.transformers.
                 from_pretrained(path)
+  raw           bench/plain_read (one thread per core, into fresh memory) / qload.load_into into
+                torch tensors already faulted in (a server's live parameters): speed only
 Prints seconds to the ready model (median of the rounds) and the peak RSS above the process's
 baseline (taken after the imports), once the model has run one forward pass (so that every weight
 is resident, mapped or not), divided by the model's bytes, and the ratios of qload's to the client's own; checks
@@ -36,6 +38,16 @@ def rss_kib():
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
 
+if client == "raw":  # load_into into tensors already faulted in (a server's live parameters)
+    import qload
+    info = qload.inspect(path)
+    by_dtype = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
+    dests = {t["name"]: torch.zeros(t["shape"], dtype=by_dtype[t["dtype"]]) for t in info["tensors"]}
+    t0 = time.perf_counter()
+    qload.load_into(path, dests, progress=False)
+    seconds = time.perf_counter() - t0
+    print(json.dumps({"seconds": seconds, "peak_above_kib": 0, "sum": 0.0, "first": []}))
+    sys.exit(0)
 if client == "fms":
     from fms.models import get_model
     import qload.fms
@@ -46,8 +58,8 @@ if client == "fms":
         return get_model("hf_pretrained", model_path=path, device_type="cpu", data_type=torch.bfloat16)
     def logits(model, tokens):
         return model(tokens)
-    def warm_up():
-        pass
+    def warm_up():  # the model built once on the meta device: FMS's lazily made modules and caches
+        get_model("hf_pretrained", model_path=path, device_type="meta", data_type=torch.bfloat16)
 else:
     import transformers
     import qload.transformers
@@ -80,8 +92,19 @@ def warm(path):
                 pass
 
 
-def run(client, path, through_qload):
+def plain_read(path, binary):
+    """bench/plain_read with one thread per core, the hand-written reader: its seconds."""
+    files = sorted(glob.glob(os.path.join(path, "*.safetensors")))
+    out = subprocess.run([binary, "--threads", str(os.cpu_count()), *files], check=True, capture_output=True,
+                         text=True).stdout
+    return {"seconds": json.loads(out.strip().splitlines()[-1])["seconds"], "peak_above_kib": 0, "sum": 0.0,
+            "first": []}
+
+
+def run(client, path, through_qload, plain_read_binary=None):
     warm(path)
+    if client == "raw" and not through_qload:
+        return plain_read(path, plain_read_binary)
     out = subprocess.run([sys.executable, "-c", CHILD, client, "1" if through_qload else "0", path], check=True,
                          capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
@@ -91,7 +114,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model", nargs="?")
     ap.add_argument("--qload", default="build/qload")
-    ap.add_argument("--clients", default="fms,transformers")
+    ap.add_argument("--clients", default="fms,transformers,raw")
+    ap.add_argument("--plain-read", default="build/bench/qload_plain_read")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--layers", type=int, default=16)
     a = ap.parse_args()
@@ -111,7 +135,7 @@ def main():
         results = {False: [], True: []}
         for _ in range(a.rounds):
             for through_qload in (False, True):
-                results[through_qload].append(run(client, path, through_qload))
+                results[through_qload].append(run(client, path, through_qload, a.plain_read))
         everything = results[False] + results[True]
         assert all(r["first"] == everything[0]["first"] and r["sum"] == everything[0]["sum"] for r in everything), \
             f"{client}: its own loading and qload's gave different logits"
@@ -121,7 +145,13 @@ def main():
             seconds = statistics.median(r["seconds"] for r in rs)
             peak = max(r["peak_above_kib"] for r in rs) * 1024 / size
             medians[through_qload] = (seconds, peak)
+            if client == "raw":
+                label = "load_into" if through_qload else "plain_read"
             print(f"{client:<14} {label:<14} {seconds:8.3f} {peak:10.2f}x  " + " ".join(f"{r['seconds']:.3f}" for r in rs))
+        if client == "raw":
+            print(f"{client:<14} load_into into faulted-in tensors: {medians[False][0] / medians[True][0]:.2f}x the "
+                  "speed of the hand-written reader (which pays its first touch)")
+            continue
         print(f"{client:<14} qload / own: time {medians[True][0] / medians[False][0]:.2f}x, "
               f"peak {medians[True][1] / medians[False][1]:.2f}x; logits identical")
 
