@@ -18,6 +18,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -326,18 +327,23 @@ class Model {
   scheduler::Model model_;
 };
 
+// A Python progress callable as the session calls it (on the loading thread): with the GIL, its
+// exceptions reported as unraisable rather than stopping the load. None: no hook.
+std::function<void(std::uint64_t, std::uint64_t)> progress_hook(const nb::object& progress) {
+  if (progress.is_none()) return {};
+  return [&progress](std::uint64_t done, std::uint64_t total) {
+    nb::gil_scoped_acquire gil;
+    try {
+      progress(done, total);
+    } catch (nb::python_error& e) {
+      e.discard_as_unraisable("qload progress callback");
+    }
+  };
+}
+
 Model load(const LoadArgs& args, nb::object progress) {
   session::LoadHooks hooks;
-  if (!progress.is_none()) {
-    hooks.progress = [&progress](std::uint64_t done, std::uint64_t total) {
-      nb::gil_scoped_acquire gil;
-      try {
-        progress(done, total);
-      } catch (nb::python_error& e) {
-        e.discard_as_unraisable("qload progress callback");
-      }
-    };
-  }
+  hooks.progress = progress_hook(progress);
   Result<session::LoadOutcome> outcome = run_interruptibly([&](std::stop_token stop) {
     hooks.stop = std::move(stop);
     return session::load(make_spec(args), quiet_logger(), hooks);
@@ -381,16 +387,7 @@ nb::tuple load_into(const LoadArgs& args, const std::vector<DestinationArgs>& de
   spec.destinations = destinations_of(destinations);
   spec.destinations_only = !rest;
   session::LoadHooks hooks;
-  if (!progress.is_none()) {
-    hooks.progress = [&progress](std::uint64_t done, std::uint64_t total) {
-      nb::gil_scoped_acquire gil;
-      try {
-        progress(done, total);
-      } catch (nb::python_error& e) {
-        e.discard_as_unraisable("qload progress callback");
-      }
-    };
-  }
+  hooks.progress = progress_hook(progress);
   std::mutex mutex;
   std::vector<std::string> written;  // in completion order
   hooks.on_tensor = [&](std::uint32_t, const scheduler::DeviceTensor& t, const std::shared_ptr<const void>&) -> Status {
