@@ -206,16 +206,16 @@ Result<scheduler::Destination> destination_of(const qload_destination& d) {
     case kDLCPU:
     case kDLCUDAHost: out.device = Device{}; break;
     case kDLCUDA: out.device = Device{.kind = Device::Kind::kCuda, .index = t.device.device_id}; break;
-    default: return error(Errc::kUnsupported, fmt::format("a target on DLPack device type {} (CPU, CUDA host or CUDA only)",
-                                                          static_cast<int>(t.device.device_type)));
+    default:
+      return error(Errc::kUnsupported, fmt::format("a target on DLPack device type {} (CPU, CUDA host or CUDA only)",
+                                                   static_cast<int>(t.device.device_type)));
   }
   const std::optional<DType> dtype = dtype_of_dlpack(t.dtype);
   if (!dtype)
     return error(Errc::kUnsupported, fmt::format("a target of DLPack dtype code {} with {} bits and {} lanes",
                                                  t.dtype.code, t.dtype.bits, t.dtype.lanes));
   out.dtype = *dtype;
-  if (t.ndim < 0 || (t.ndim > 0 && t.shape == nullptr))
-    return error(Errc::kInvalidArgument, "the target has no shape");
+  if (t.ndim < 0 || (t.ndim > 0 && t.shape == nullptr)) return error(Errc::kInvalidArgument, "the target has no shape");
   std::vector<std::uint64_t> dims;
   for (std::int32_t i = 0; i < t.ndim; ++i) {
     if (t.shape[i] < 0) return error(Errc::kInvalidArgument, fmt::format("the target's dimension {} is negative", i));
@@ -235,8 +235,10 @@ Result<scheduler::Destination> destination_of(const qload_destination& d) {
   out.address = reinterpret_cast<std::uintptr_t>(t.data) + t.byte_offset;
   if (d.row_range_count > 0) {
     if (d.row_ranges == nullptr) return error(Errc::kInvalidArgument, "row_ranges is NULL");
-    if (d.region_dim != -1) return error(Errc::kInvalidArgument, "a destination takes a region or row ranges, not both");
-    for (std::size_t i = 0; i < d.row_range_count; ++i) out.rows.emplace_back(d.row_ranges[2 * i], d.row_ranges[2 * i + 1]);
+    if (d.region_dim != -1)
+      return error(Errc::kInvalidArgument, "a destination takes a region or row ranges, not both");
+    for (std::size_t i = 0; i < d.row_range_count; ++i)
+      out.rows.emplace_back(d.row_ranges[2 * i], d.row_ranges[2 * i + 1]);
   }
   if (d.region_dim < -1) return error(Errc::kInvalidArgument, fmt::format("region_dim {} (-1, 0 or 1)", d.region_dim));
   if (d.region_dim >= 0)
@@ -458,8 +460,7 @@ qload_status qload_load_into(qload_session* s, const qload_destination* destinat
       return failed(QLOAD_ERR_INVALID_ARGUMENT, "qload_load_into: destinations is NULL");
     if (rest != nullptr) *rest = nullptr;
     if (s == nullptr) return failed(QLOAD_ERR_INVALID_ARGUMENT, "qload_load_into: session is NULL");
-    if (!s->request)
-      return failed(QLOAD_ERR_INVALID_ARGUMENT, "qload_load_into: this session has already loaded");
+    if (!s->request) return failed(QLOAD_ERR_INVALID_ARGUMENT, "qload_load_into: this session has already loaded");
     std::map<std::string, scheduler::Destination, std::less<>> mapped;
     for (std::size_t i = 0; i < count; ++i) {
       auto destination = destination_of(destinations[i]);

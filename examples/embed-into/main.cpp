@@ -81,7 +81,9 @@ int main(int argc, char** argv) try {
     parameters.emplace(name, std::move(p));
   };
   const auto place = [&](const std::string& tensor, const std::string& parameter, std::int64_t row_offset,
-                         std::int64_t rows, std::int64_t cols) { parts[tensor] = {parameter, row_offset, rows, cols}; };
+                         std::int64_t rows, std::int64_t cols) {
+    parts[tensor] = {parameter, row_offset, rows, cols};
+  };
   add("embed", {vocab, hidden});
   place("model.embed_tokens.weight", "embed", 0, vocab, hidden);
   for (std::int64_t l = 0; l < layers; ++l) {
@@ -114,7 +116,7 @@ int main(int argc, char** argv) try {
   for (const auto& [tensor, part] : parts) {
     Parameter& p = parameters.at(part.parameter);
     shapes.push_back(p.shape.size() == 1 ? std::vector<std::int64_t>{part.rows}
-                                          : std::vector<std::int64_t>{part.rows, part.cols});
+                                         : std::vector<std::int64_t>{part.rows, part.cols});
     qload_destination d{};
     d.tensor = tensor.c_str();
     d.target.data = p.data.get();

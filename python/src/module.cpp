@@ -368,8 +368,8 @@ std::map<std::string, scheduler::Destination, std::less<>> destinations_of(const
     if (!dtype) raise(Error(Errc::kInvalidArgument, "unknown dtype " + dtype_text).with_tensor(name));
     Result<Device> device = parse_device(device_text);
     if (!device) raise(Error(device.error()).with_tensor(name));
-    scheduler::Destination d{.device = *device, .address = address, .bytes = bytes, .dtype = *dtype, .rows = rows,
-                             .shape = Shape(shape)};
+    scheduler::Destination d{
+        .device = *device, .address = address, .bytes = bytes, .dtype = *dtype, .rows = rows, .shape = Shape(shape)};
     if (region) {
       const auto& [dim, begin, end] = *region;
       d.region = scheduler::TensorRegion{.dim = dim, .begin = begin, .end = end};

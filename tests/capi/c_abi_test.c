@@ -459,7 +459,8 @@ static void load_into(const char* checkpoint) {
     CHECK(qload_load_into(session, &d, 1, &rest) == QLOAD_OK);
     qload_session_free(session);
     CHECK(qload_model_tensor_dlpack(whole, qi_index, &t) == QLOAD_OK);
-    CHECK(memcmp(part, (const char*)t->dl_tensor.data + t->dl_tensor.byte_offset + 32 * row_bytes, 64 * row_bytes) == 0);
+    CHECK(memcmp(part, (const char*)t->dl_tensor.data + t->dl_tensor.byte_offset + 32 * row_bytes, 64 * row_bytes) ==
+          0);
     t->deleter(t);
     CHECK(rest != NULL);
     CHECK(qload_model_tensor_count(rest, &i) == QLOAD_OK && i == count);

@@ -20,9 +20,10 @@ using namespace qload;
 using namespace qload::scheduler;
 using namespace qload::testing;
 
-TEST_CASE("gpu load_into: tensors land in the caller's device memory, converted or permuted, nothing around them "
-          "written",
-          "[gpu]") {
+TEST_CASE(
+    "gpu load_into: tensors land in the caller's device memory, converted or permuted, nothing around them "
+    "written",
+    "[gpu]") {
   const CudaInfo info = probe_cuda();
   if (info.devices.empty()) {
     WARN("SKIPPED [gpu]: no GPU visible: " << info.unavailable_reason);
@@ -35,8 +36,8 @@ TEST_CASE("gpu load_into: tensors land in the caller's device memory, converted 
   const std::uint64_t row = kHidden * 2;
   // One device allocation for all three, as a server's parameter pool: q rows reversed, the
   // norm converted to f32 on the GPU, the embeddings whole; 256 guard bytes before each.
-  const std::uint64_t q_at = 256, norm_at = q_at + kHeads * kHd * row + 256,
-                      embed_at = norm_at + kHidden * 4 + 256, total = embed_at + kVocab * row + 256;
+  const std::uint64_t q_at = 256, norm_at = q_at + kHeads * kHd * row + 256, embed_at = norm_at + kHidden * 4 + 256,
+                      total = embed_at + kVocab * row + 256;
   std::vector<std::byte> guard(total, std::byte{0xAB});
   auto pool = cuda::DeviceBuffer::allocate(0, total);
   REQUIRE(pool);
@@ -48,11 +49,11 @@ TEST_CASE("gpu load_into: tensors land in the caller's device memory, converted 
   LoadOptions o;
   o.staging = {.slot_bytes = 4096, .total_bytes = 8 * 4096};
   o.plan.chunk_bytes = 4096;
-  o.plan.destinations[q] = {.device = gpu, .address = address(q_at), .bytes = kHeads * kHd * row,
-                            .dtype = DType::kBF16, .rows = reversed};
+  o.plan.destinations[q] = {
+      .device = gpu, .address = address(q_at), .bytes = kHeads * kHd * row, .dtype = DType::kBF16, .rows = reversed};
   o.plan.destinations[norm] = {.device = gpu, .address = address(norm_at), .bytes = kHidden * 4, .dtype = DType::kF32};
-  o.plan.destinations[embed] = {.device = gpu, .address = address(embed_at), .bytes = kVocab * row,
-                                .dtype = DType::kBF16};
+  o.plan.destinations[embed] = {
+      .device = gpu, .address = address(embed_at), .bytes = kVocab * row, .dtype = DType::kBF16};
   o.plan.destinations_only = true;
   auto model = load_source(m.dir.path().string(), o);
   if (!model) FAIL(model.error().to_string());
@@ -85,7 +86,8 @@ TEST_CASE("gpu load_into: tensors land in the caller's device memory, converted 
       {q_at, kHeads * kHd * row}, {norm_at, kHidden * 4}, {embed_at, kVocab * row}};
   std::size_t touched = 0;
   for (std::uint64_t i = 0; i < total; ++i) {
-    const bool inside = std::ranges::any_of(used, [&](const auto& u) { return i >= u.first && i < u.first + u.second; });
+    const bool inside =
+        std::ranges::any_of(used, [&](const auto& u) { return i >= u.first && i < u.first + u.second; });
     if (!inside && back[i] != std::byte{0xAB}) ++touched;
   }
   CHECK(touched == 0);

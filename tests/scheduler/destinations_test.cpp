@@ -6,10 +6,12 @@
 
 #include <cstring>
 #include <map>
+#include <random>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "qload/formats/safetensors_writer.hpp"
 #include "qload/scheduler/load.hpp"
 #include "support/llama_checkpoint.hpp"
 
@@ -63,7 +65,9 @@ Destination into(CallerMemory& memory, const std::string& slot, DType dtype, std
                      .dtype = dtype};
 }
 
-std::size_t bf16_bytes(const Llama& m, const std::string& name) { return m.values.at(name).size() * 2; }
+std::size_t bf16_bytes(const Llama& m, const std::string& name) {
+  return m.values.at(name).size() * 2;
+}
 
 LoadOptions small_chunks(std::uint64_t direct) {
   LoadOptions o;
@@ -102,7 +106,8 @@ TEST_CASE("destinations: every tensor lands in the caller's memory, converted wh
     CallerMemory memory = lay_out(sizes);
     LoadOptions o = small_chunks(direct);
     for (const auto& [name, size] : sizes)
-      o.plan.destinations[name] = into(memory, name, name.find("norm") != std::string::npos ? DType::kF32 : DType::kBF16);
+      o.plan.destinations[name] =
+          into(memory, name, name.find("norm") != std::string::npos ? DType::kF32 : DType::kBF16);
     o.plan.destinations_only = true;
     auto model = load_source(m.dir.path().string(), o);
     if (!model) FAIL(model.error().to_string());
@@ -124,9 +129,10 @@ TEST_CASE("destinations: every tensor lands in the caller's memory, converted wh
   }
 }
 
-TEST_CASE("destinations: fused q/k/v and gate/up parts go at offsets of one parameter; regions keep their rows or "
-          "columns; the rest loads into arenas or is skipped",
-          "[scheduler][destinations]") {
+TEST_CASE(
+    "destinations: fused q/k/v and gate/up parts go at offsets of one parameter; regions keep their rows or "
+    "columns; the rest loads into arenas or is skipped",
+    "[scheduler][destinations]") {
   Llama m;
   make_model(m);
   const std::string q = "model.layers.0.self_attn.q_proj.weight", k = "model.layers.0.self_attn.k_proj.weight",
@@ -189,7 +195,8 @@ TEST_CASE("destinations: fused q/k/v and gate/up parts go at offsets of one para
   }
 }
 
-TEST_CASE("destinations the load cannot honour are refused at plan time, naming the tensor", "[scheduler][destinations]") {
+TEST_CASE("destinations the load cannot honour are refused at plan time, naming the tensor",
+          "[scheduler][destinations]") {
   Llama m;
   make_model(m);
   auto catalog = open_source(m.dir.path().string());
@@ -315,4 +322,54 @@ TEST_CASE("destinations: rows in the caller's order (a RoPE-style interleave, re
   plan = make_plan(*catalog, o);
   REQUIRE_FALSE(plan);
   CHECK(plan.error().to_string().find(k) != std::string::npos);
+}
+
+TEST_CASE(
+    "destinations: a permutation of every row is read straight into place, hashed in file order, then "
+    "permuted there",
+    "[scheduler][destinations]") {
+  ScratchDir dir;
+  constexpr std::uint64_t kRows = 96, kCols = 128;  // 512-byte rows
+  std::vector<float> values(kRows * kCols);
+  std::mt19937 rng(3);
+  for (float& v : values) v = static_cast<float>(rng() % 100000) / 7.0f;
+  const std::vector<formats::WriterTensor> tensors = {
+      {.name = "w", .dtype = DType::kF32, .shape = Shape{kRows, kCols}, .bytes = std::as_bytes(std::span(values))}};
+  REQUIRE(formats::write_safetensors(dir.file("model.safetensors"), tensors));
+  // Cycles of every length: rows reversed in the first half, rotated by 5 in the second, row
+  // 95 left where it is.
+  std::vector<std::uint64_t> source;
+  for (std::uint64_t j = 0; j < 48; ++j) source.push_back(47 - j);
+  for (std::uint64_t j = 48; j < 95; ++j) source.push_back(48 + (j - 48 + 5) % 47);
+  source.push_back(95);
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> rows;
+  for (const std::uint64_t r : source) rows.emplace_back(r, r + 1);
+  auto whole = load_source(dir.path().string(), LoadOptions{});
+  REQUIRE(whole);
+  for (const bool streamed : {false, true}) {
+    INFO((streamed ? "streamed" : "not streamed"));
+    std::vector<float> dest(kRows * kCols + 32, -1.0f);  // 16 guard floats each side
+    LoadOptions o;
+    o.plan.direct_min_bytes = 4096;
+    o.plan.chunk_bytes = o.staging.slot_bytes = 8192;  // several direct reads, hashed as a stream
+    o.staging.total_bytes = 4 * 8192;
+    o.plan.destinations["w"] = {.address = reinterpret_cast<std::uintptr_t>(dest.data() + 16),
+                                .bytes = kRows * kCols * 4,
+                                .dtype = DType::kF32,
+                                .rows = rows};
+    std::vector<float> handed;
+    if (streamed)
+      o.on_tensor = [&](std::uint32_t, const DeviceTensor& t, const std::shared_ptr<const void>&) -> Status {
+        handed.assign(reinterpret_cast<const float*>(t.data), reinterpret_cast<const float*>(t.data) + kRows * kCols);
+        return {};
+      };
+    auto model = load_source(dir.path().string(), o);
+    if (!model) FAIL(model.error().to_string());
+    CHECK(model->report().direct_tensors == 1);
+    CHECK(model->report().digests.at(0).xxh3_64 == whole->report().digests.at(0).xxh3_64);
+    for (std::uint64_t j = 0; j < kRows; ++j)
+      REQUIRE(std::memcmp(dest.data() + 16 + j * kCols, values.data() + source[j] * kCols, kCols * 4) == 0);
+    for (std::size_t g = 0; g < 16; ++g) CHECK((dest[g] == -1.0f && dest[16 + kRows * kCols + g] == -1.0f));
+    if (streamed) CHECK(std::memcmp(handed.data(), dest.data() + 16, kRows * kCols * 4) == 0);  // after the move
+  }
 }

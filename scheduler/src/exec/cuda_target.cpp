@@ -69,8 +69,8 @@ class CudaTarget final : public ArenaTarget {
         device_parts.push_back(lane.scratch.data() + at);
         used = at + p.bytes.size();
       }
-      return formats::dequantize_on_device(tensor, parts, device_parts, row_begin, row_end, dtype,
-                                           base_ + arena_offset, lane.stream);
+      return formats::dequantize_on_device(tensor, parts, device_parts, row_begin, row_end, dtype, base_ + arena_offset,
+                                           lane.stream);
     });
   }
 
@@ -218,7 +218,8 @@ Result<std::unique_ptr<ArenaTarget>> make_cuda_target(const ArenaPlan& plan, std
     }
     made.push_back(std::move(lane));
   }
-  return std::unique_ptr<ArenaTarget>(std::make_unique<CudaTarget>(plan.device, std::move(arena), base, std::move(made)));
+  return std::unique_ptr<ArenaTarget>(
+      std::make_unique<CudaTarget>(plan.device, std::move(arena), base, std::move(made)));
 }
 
 }  // namespace qload::scheduler::detail

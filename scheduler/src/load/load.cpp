@@ -206,7 +206,8 @@ std::vector<QuantizedWeight> describe_quantized(const formats::Catalog& catalog,
     if (first_part.shard_count == 0) {  // kept whole (names are unique then), unless another process holds it
       if (plan.mode == LoadMode::kRead && first_part.region == kNoRegion) continue;
       // Described only when every part was loaded (a load into destinations may take some parts only).
-      if (!std::ranges::all_of(lt.parts, [&](const auto& part) { return index.contains(catalog.tensors[part.second].name); }))
+      if (!std::ranges::all_of(lt.parts,
+                               [&](const auto& part) { return index.contains(catalog.tensors[part.second].name); }))
         continue;
       QuantizedWeight w{.name = lt.name, .params = lt.params, .rows = lt.rows, .cols = lt.cols, .experts = lt.experts};
       for (const auto& [role, part] : lt.parts) w.parts.emplace_back(role, index.at(catalog.tensors[part].name));

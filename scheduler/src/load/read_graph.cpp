@@ -112,6 +112,32 @@ Status verify_chunk(ReadLoadState& s, std::uint32_t index) {
   return {};
 }
 
+// Moves the rows of a tensor read straight into its destination into the caller's order
+// (RowPermutation): row j takes stored row source[j], following each cycle with one row of
+// scratch, so every row moves once.
+Status permute_rows(ReadLoadState& s, const RowPermutation& permutation) {
+  const TensorPlacement& p = s.plan.layout.tensors[permutation.tensor];
+  const formats::TensorEntry& t = s.catalog.tensors[permutation.tensor];
+  std::byte* const base = s.targets[p.region]->base() + p.offset;
+  const std::size_t row = static_cast<std::size_t>(t.nbytes / t.shape[0]);
+  const std::vector<std::uint64_t>& source = permutation.source;
+  std::vector<std::byte> held(row);
+  std::vector<bool> done(source.size(), false);
+  for (std::uint64_t start = 0; start < source.size(); ++start) {
+    if (done[start] || source[start] == start) continue;
+    std::memcpy(held.data(), base + start * row, row);
+    std::uint64_t k = start;
+    while (source[k] != start) {
+      std::memcpy(base + k * row, base + source[k] * row, row);
+      done[k] = true;
+      k = source[k];
+    }
+    std::memcpy(base + k * row, held.data(), row);
+    done[k] = true;
+  }
+  return {};
+}
+
 std::string chunk_name(const ReadLoadState& s, std::uint32_t index) {
   const ReadChunk& c = s.plan.reads.chunks[index];
   if (c.direct) {
@@ -248,6 +274,19 @@ Result<TaskGraph> build_read_graph(ReadLoadState& s, const ReadBudgets& budgets,
       g.depends_on(verify, last_verify[first.tensor]);
     last_verify[c.pieces.back().tensor] = verify;
     if (slot) g.add_hold_user(*slot, verify);
+  }
+  for (const RowPermutation& permutation : s.plan.layout.permuted) {
+    // After every read of the tensor and its digest (over the bytes in file order).
+    const std::uint32_t t = permutation.tensor;
+    const TaskId permute = g.add({.lane = "place",
+                                  .name = "permute " + s.catalog.tensors[t].name,
+                                  .bytes = s.catalog.tensors[t].nbytes,
+                                  .work = CpuWork{[&s, &permutation] { return permute_rows(s, permutation); }},
+                                  .claims = {{workers, 1}}});
+    for (const TaskId placed : ready[t]) g.depends_on(permute, placed);
+    if (budgets.compute_digests && s.catalog.tensors[t].nbytes > 0) g.depends_on(permute, last_verify[t]);
+    ready[t] = {permute};
+    if (stream != nullptr) finishers[t].push_back(permute);
   }
   if (exchange != nullptr)  // shared reads: a tensor read for other processes leaves once in place
     for (std::uint32_t t = 0; t < s.catalog.tensors.size(); ++t) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 
 #include <fmt/format.h>
@@ -28,18 +29,21 @@ std::uint64_t element_alignment(DType dtype) {
 // A destination's row ranges read straight into it only when none is smaller than this: a
 // permutation of single rows would otherwise become one read request per row.
 constexpr std::uint64_t kDirectRangeBytes = std::uint64_t{256} << 10;
+// Rows a permutation moves in place are at least this long: the permutation table costs 8 bytes
+// a row, and rows this long make it under 3% of the tensor.
+constexpr std::uint64_t kPermutedRowBytes = 256;
 
 // The slice of `t` that `rows` (ranges of dim 0, in order) takes: kInvalidArgument naming the
 // tensor for a range out of bounds, or rows of a scalar.
-Result<ShardSlice> rows_slice(const formats::TensorEntry& t, const std::vector<std::pair<std::uint64_t, std::uint64_t>>& rows) {
-  if (t.shape.rank() == 0)
-    return fail(Error(Errc::kInvalidArgument, "rows of a scalar").with_tensor(t.name));
+Result<ShardSlice> rows_slice(const formats::TensorEntry& t,
+                              const std::vector<std::pair<std::uint64_t, std::uint64_t>>& rows) {
+  if (t.shape.rank() == 0) return fail(Error(Errc::kInvalidArgument, "rows of a scalar").with_tensor(t.name));
   ShardSlice s;
   std::uint64_t count = 0;
   for (const auto& [begin, end] : rows) {
     if (begin > end || end > t.shape[0])
-      return fail(Error(Errc::kInvalidArgument, fmt::format("rows [{}, {}) of {} are out of bounds", begin, end,
-                                                            t.shape.to_string()))
+      return fail(Error(Errc::kInvalidArgument,
+                        fmt::format("rows [{}, {}) of {} are out of bounds", begin, end, t.shape.to_string()))
                       .with_tensor(t.name));
     auto sum = checked_add(count, end - begin);  // rows of zero-byte rows may be many
     if (!sum) return fail(Error(Errc::kOverflow, "the row ranges add up to more than 2^64 rows").with_tensor(t.name));
@@ -84,6 +88,22 @@ Status check_room(std::string_view name, const Destination& d, DType dtype, cons
   return {};
 }
 
+// The stored row each destination row takes, when `rows` names every row of a [rows, ...]
+// tensor exactly once; else nullopt.
+std::optional<std::vector<std::uint64_t>> permutation(const std::vector<std::pair<std::uint64_t, std::uint64_t>>& rows,
+                                                      std::uint64_t count) {
+  std::vector<std::uint64_t> source;
+  std::vector<bool> seen(count, false);
+  for (const auto& [begin, end] : rows)
+    for (std::uint64_t r = begin; r < end; ++r) {
+      if (r >= count || seen[r]) return std::nullopt;
+      seen[r] = true;
+      source.push_back(r);
+    }
+  if (source.size() != count) return std::nullopt;
+  return source;
+}
+
 // A stored tensor (or its region) into the caller's memory, in the destination's dtype.
 Status bind_stored(const formats::Catalog& catalog, std::uint32_t i, const Destination& d, const PlanOptions& options,
                    const TensorRoles& roles, Plan& plan, std::vector<Bound>& bound) {
@@ -97,6 +117,23 @@ Status bind_stored(const formats::Catalog& catalog, std::uint32_t i, const Desti
   const bool host = d.device.is_cpu();
   const bool large = options.direct_min_bytes > 0 && t.nbytes >= options.direct_min_bytes;
   TensorPlacement& placed = plan.layout.tensors[i];
+  // Every row once, unconverted, large, on the host, rows of at least kPermutedRowBytes: read
+  // whole and straight into the destination, then permuted there (no staging copy, and no read
+  // per row, as a permutation of single rows would otherwise need).
+  const std::uint64_t row_bytes = t.shape.rank() == 0 || t.shape[0] == 0 ? 0 : t.nbytes / t.shape[0];
+  if (!d.rows.empty() && !d.region && host && !converts && large && row_bytes >= kPermutedRowBytes)
+    if (auto source = permutation(d.rows, t.shape[0])) {
+      QLOAD_TRY(check_room(t.name, d, d.dtype, t.shape, t.nbytes));
+      placed = TensorPlacement{.direct = true, .dtype = d.dtype, .bytes = t.nbytes};
+      plan.layout.permuted.push_back(RowPermutation{.tensor = i, .source = std::move(*source)});
+      bound.push_back({t.name, &d, [&placed](std::uint32_t region, std::uint64_t offset) {
+                         placed.region = region;
+                         placed.offset = offset;
+                       }});
+      plan.reads.direct_tensors += 1;
+      QLOAD_ASSIGN_OR_RETURN(plan.layout.placed_bytes, checked_add(plan.layout.placed_bytes, placed.bytes));
+      return {};
+    }
   if (!d.region && d.rows.empty()) {
     const std::uint64_t bytes = converts ? formats::converted_bytes(t.nbytes, t.dtype, d.dtype) : t.nbytes;
     QLOAD_TRY(check_room(t.name, d, d.dtype, t.shape, bytes));
@@ -120,13 +157,11 @@ Status bind_stored(const formats::Catalog& catalog, std::uint32_t i, const Desti
     const bool partial = needed < t.nbytes && !options.whole_tensor_reads;
     // Whole rows of an unconverted tensor, nothing else read, in ranges large enough to be reads
     // of their own: straight into the destination.
-    const std::uint64_t row_bytes = t.shape.rank() == 0 || t.shape[0] == 0 ? 0 : t.nbytes / t.shape[0];
-    const bool rows = shard.slice.col_begin == 0 &&
-                      shard.slice.col_end * dtype_info(t.dtype).block_bytes * view_row_count(t.shape, shard.slice) ==
-                          t.nbytes &&
-                      std::ranges::all_of(shard.slice.rows, [&](const auto& r) {
-                        return (r.second - r.first) * row_bytes >= kDirectRangeBytes;
-                      });
+    const bool rows =
+        shard.slice.col_begin == 0 &&
+        shard.slice.col_end * dtype_info(t.dtype).block_bytes * view_row_count(t.shape, shard.slice) == t.nbytes &&
+        std::ranges::all_of(shard.slice.rows,
+                            [&](const auto& r) { return (r.second - r.first) * row_bytes >= kDirectRangeBytes; });
     placed = TensorPlacement{.first_shard = k,
                              .shard_count = 1,
                              .partial = partial,
@@ -151,9 +186,9 @@ Status bind_output(DecodeOutput& out, const Destination& d, Plan& plan, std::vec
                                   "a region of a tensor produced by decoding (dequantized, quantized or gathered): "
                                   "give the whole tensor a destination"));
   if (d.dtype != out.dtype)
-    return fail(destination_error(out.name, Errc::kInvalidArgument,
-                                  fmt::format("the destination is {}, but decoding produces {}", dtype_name(d.dtype),
-                                              dtype_name(out.dtype))));
+    return fail(destination_error(
+        out.name, Errc::kInvalidArgument,
+        fmt::format("the destination is {}, but decoding produces {}", dtype_name(d.dtype), dtype_name(out.dtype))));
   QLOAD_TRY(check_room(out.name, d, out.dtype, out.shape, out.bytes));
   QLOAD_ASSIGN_OR_RETURN(plan.layout.placed_bytes, checked_add(plan.layout.placed_bytes, out.bytes));
   bound.push_back({out.name, &d, [&out](std::uint32_t region, std::uint64_t offset) {
@@ -183,9 +218,9 @@ Status make_external_arenas(std::vector<Bound>& bound, Plan& plan) {
       if (d.address < end)
         for (std::size_t j = first; j < k; ++j)  // the earlier one it overlaps (the overlap is rare, the scan cheap)
           if (const Destination& e = *bound[j].destination; e.bytes > 0 && e.address + e.bytes > d.address)
-            return fail(destination_error(
-                bound[k].name, Errc::kInvalidArgument,
-                fmt::format("its destination on {} overlaps the destination of '{}'", device.to_string(), bound[j].name)));
+            return fail(destination_error(bound[k].name, Errc::kInvalidArgument,
+                                          fmt::format("its destination on {} overlaps the destination of '{}'",
+                                                      device.to_string(), bound[j].name)));
       end = std::max(end, d.address + d.bytes);
     }
     if (begin == UINTPTR_MAX) begin = end = 0;
@@ -238,7 +273,8 @@ Status bind_destinations(const formats::Catalog& catalog, const PlanOptions& opt
     }
     const auto it = stored.find(name);
     if (it == stored.end())
-      return fail(destination_error(name, Errc::kNotFound, "a destination names a tensor the checkpoint does not have"));
+      return fail(
+          destination_error(name, Errc::kNotFound, "a destination names a tensor the checkpoint does not have"));
     if (roles.to_scratch[it->second])
       return fail(tensor_error(catalog, catalog.tensors[it->second], Errc::kInvalidArgument,
                                "this tensor is decoded on load (a part of a weight dequantized, quantized or "

@@ -35,7 +35,7 @@ struct DeviceTensor {
   bool host = true;                 // false: `data` is a device pointer (use Model::copy_to_host)
   // In the caller's own memory (PlanOptions::destinations): the Model neither owns nor frees it.
   bool caller_owned = false;
-  DType dtype = DType::kU8;         // as placed (after any dtype conversion on load)
+  DType dtype = DType::kU8;  // as placed (after any dtype conversion on load)
   Shape shape;
   std::vector<std::int64_t> strides;  // in elements, row-major (empty for a scalar)
   std::uint64_t nbytes = 0;           // as placed

@@ -190,8 +190,18 @@ struct DecodeJob {
 
 // Where every tensor lands: the regions (device arenas in read mode, file mappings in mmap
 // mode) and each stored tensor's place in them.
+// A destination's rows in the caller's order (Destination::rows) that are a permutation of the
+// tensor's rows: the tensor is read whole and straight into the destination, in file order (its
+// digest is the stored bytes'), then its rows are moved in place so that row j holds stored row
+// source[j].
+struct RowPermutation {
+  std::uint32_t tensor = 0;           // index into catalog.tensors
+  std::vector<std::uint64_t> source;  // [row of the destination]: the stored row it takes
+};
+
 struct PlanLayout {
   std::vector<ArenaPlan> arenas;             // read mode: one per device, in PlanOptions::devices order
+  std::vector<RowPermutation> permuted;      // tensors read straight into a destination, then permuted
   std::vector<MappingPlan> mappings;         // mmap mode: one per file holding tensor bytes
   std::vector<TensorPlacement> tensors;      // parallel to catalog.tensors
   std::uint32_t scratch_region = kNoRegion;  // index of the scratch arena in `arenas`, if any
