@@ -224,7 +224,7 @@ TEST_CASE("executor: a stop request from another thread cancels the run and rele
   const ResourceId cpu = g.add_resource("cpu workers", 2);
   const ResourceId slots = g.add_resource("slots", 4);
   std::stop_source stop;
-  std::atomic<int> ran{0}, taken{0}, released{0};
+  std::atomic<int> ran{0}, taken{0}, released{0}, ran_at_stop{0};
   constexpr int kTasks = 200;
   for (int i = 0; i < kTasks; ++i) {
     const TaskId t = g.add({.lane = "work",
@@ -233,7 +233,10 @@ TEST_CASE("executor: a stop request from another thread cancels the run and rele
                             .work = CpuWork{[&, i]() -> Status {
                               ++ran;
                               // Ctrl-C from a thread of its own, as Python's main thread does.
-                              if (i == 10) std::jthread([&] { stop.request_stop(); }).join();
+                              if (i == 10) {
+                                std::jthread([&] { stop.request_stop(); }).join();
+                                ran_at_stop = ran.load();  // the other worker may have run more meanwhile
+                              }
                               std::this_thread::sleep_for(std::chrono::microseconds(200));
                               return {};
                             }},
@@ -245,7 +248,10 @@ TEST_CASE("executor: a stop request from another thread cancels the run and rele
   REQUIRE(!stats);
   CHECK(stats.error().code() == Errc::kCancelled);
   CHECK(ran < kTasks);   // nothing started after the request but what was already dispatched
-  CHECK(ran <= 10 + 3);  // task 10, the other running one, and at most one dispatched meanwhile
+  // Once the request has returned: at most the other running task and one dispatched meanwhile
+  // (how many ran before it depends on how long starting a thread takes on a loaded machine).
+  CHECK(ran >= 11);
+  CHECK(ran <= ran_at_stop + 2);
   CHECK(released >= ran);
   CHECK(thread_count() == threads_before);
 
