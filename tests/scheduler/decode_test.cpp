@@ -462,3 +462,65 @@ TEST_CASE("decode: per-weight rules dequantize some quantized weights and keep o
     CHECK(failed.error().tensor() == std::optional<std::string_view>("model.layers.0.mlp.down_proj.weight"));
   }
 }
+
+TEST_CASE(
+    "decode: a dequantized weight lands in the caller's memory, bit for bit the arena load's; its parts are "
+    "not destinations",
+    "[scheduler][decode][destinations]") {
+  Checkpoint c;
+  std::mt19937 rng(12);
+  add_bf16(c, "model.layers.0.mlp.down_proj.weight", 300, 256, rng);
+  add_bf16(c, "model.norm.weight", 1, 256, rng);
+  write(c, R"({"model_type": "llama"})");
+  LoadOptions q = small_chunks({Device{}});
+  q.plan.quantize = formats::QuantizeTarget::kFp8Block;
+  auto quantized = load_source(c.dir.path().string(), q);
+  REQUIRE(quantized);
+  ScratchDir fp8;
+  write_loaded(*quantized, fp8,
+               R"({"quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}})");
+  const std::string w = "model.layers.0.mlp.down_proj.weight";
+  LoadOptions arena = small_chunks({Device{}});
+  arena.plan.dequantize = DType::kBF16;
+  auto reference = load_source(fp8.path().string(), arena);
+  REQUIRE(reference);
+  const DeviceTensor* want = reference->find(w);
+  REQUIRE(want != nullptr);
+  // The caller's buffer with 64 guard bytes each side.
+  std::vector<std::byte> memory(want->nbytes + 128, std::byte{0x5A});
+  LoadOptions into = arena;
+  into.plan.destinations[w] = {.address = reinterpret_cast<std::uintptr_t>(memory.data() + 64),
+                               .bytes = want->nbytes,
+                               .dtype = DType::kBF16,
+                               .shape = Shape{300, 256}};
+  into.plan.destinations_only = true;
+  auto model = load_source(fp8.path().string(), into);
+  if (!model) FAIL(model.error().to_string());
+  CHECK(std::memcmp(memory.data() + 64, want->data, want->nbytes) == 0);
+  for (std::size_t g = 0; g < 64; ++g)
+    CHECK((memory[g] == std::byte{0x5A} && memory[64 + want->nbytes + g] == std::byte{0x5A}));
+  CHECK(model->size() == 1);  // the norm (no destination) was not loaded
+  CHECK(model->report().decoded_tensors == 1);
+  // Refused at plan time, naming the tensor: a part of the weight, another dtype, a region.
+  auto catalog = open_source(fp8.path().string());
+  REQUIRE(catalog);
+  PlanOptions bad = into.plan;
+  bad.destinations[w].dtype = DType::kF32;
+  bad.destinations[w].bytes = want->nbytes * 2;
+  bad.destinations[w].shape.reset();
+  auto plan = make_plan(*catalog, bad);
+  REQUIRE_FALSE(plan);
+  CHECK(plan.error().to_string().find("decoding produces BF16") != std::string::npos);
+  bad = into.plan;
+  bad.destinations[w].region = TensorRegion{.dim = 0, .begin = 0, .end = 128};
+  plan = make_plan(*catalog, bad);
+  REQUIRE_FALSE(plan);
+  CHECK(plan.error().code() == Errc::kUnsupported);
+  bad = into.plan;
+  bad.destinations["model.layers.0.mlp.down_proj.weight_scale_inv"] = bad.destinations[w];
+  bad.destinations.erase(w);
+  bad.destinations_only = false;  // the weight is dequantized, so its scale is a decode input
+  plan = make_plan(*catalog, bad);
+  REQUIRE_FALSE(plan);
+  CHECK(plan.error().to_string().find("give the decoded tensor the destination") != std::string::npos);
+}
