@@ -247,7 +247,7 @@ TEST_CASE("executor: a stop request from another thread cancels the run and rele
   auto stats = execute(g, nullptr, {.cpu_threads = 2, .stop = stop.get_token()});
   REQUIRE(!stats);
   CHECK(stats.error().code() == Errc::kCancelled);
-  CHECK(ran < kTasks);   // nothing started after the request but what was already dispatched
+  CHECK(ran < kTasks);  // nothing started after the request but what was already dispatched
   // Once the request has returned: at most the other running task and one dispatched meanwhile
   // (how many ran before it depends on how long starting a thread takes on a loaded machine).
   CHECK(ran >= 11);
