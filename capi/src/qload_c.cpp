@@ -5,8 +5,10 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <optional>
 #include <span>
@@ -327,14 +329,15 @@ scheduler::LoadOptions::TensorCallback stream_to(qload_tensor_callback callback,
 
 // qload_load and qload_load_stream: the session's one load, and the model handle over it
 // (NULL `out`: freed at once).
-qload_status load_session(const char* function, qload_session* s, const session::LoadHooks& hooks, qload_model** out) {
+qload_status load_session(const char* function, qload_session* s, const session::LoadHooks& hooks, qload_model** out,
+                          const std::function<Error(Error)>& explain = {}) {
   if (s == nullptr) return failed(QLOAD_ERR_INVALID_ARGUMENT, fmt::format("{}: session is NULL", function));
   if (!s->request)
     return failed(QLOAD_ERR_INVALID_ARGUMENT, fmt::format("{}: this session has already loaded", function));
   Result<session::LoadRequest> request = std::move(*s->request);
   s->request.reset();
   auto loaded = session::load(std::move(request), hooks);
-  if (!loaded) return failed(loaded.error());
+  if (!loaded) return failed(explain ? explain(std::move(loaded.error())) : loaded.error());
   if (out == nullptr) return QLOAD_OK;
   auto handle = std::make_unique<qload_model>();
   handle->model = std::make_shared<const scheduler::Model>(std::move(loaded->model));
@@ -473,8 +476,26 @@ qload_status qload_load_into(qload_session* s, const qload_destination* destinat
       return failed(QLOAD_ERR_INVALID_ARGUMENT, "qload_load_into: no destinations and no rest: nothing to load");
     if (Status set = session::set_destinations(*s->request, std::move(mapped), rest == nullptr); !set)
       return failed(set.error());
+    // A failed load says which destinations it had completely written (and verified).
+    std::mutex mutex;
+    std::vector<std::string> written;
+    session::LoadHooks hooks;
+    hooks.on_tensor = [&](std::uint32_t, const scheduler::DeviceTensor& t, const std::shared_ptr<const void>&) {
+      if (!t.caller_owned) return Status{};
+      const std::lock_guard lock(mutex);
+      written.push_back(t.name);
+      return Status{};
+    };
+    const auto explain = [&](Error error) {
+      const std::lock_guard lock(mutex);
+      std::string names;
+      for (std::size_t i = 0; i < written.size() && i < 8; ++i) names += (i > 0 ? ", " : "") + written[i];
+      if (written.size() > 8) names += fmt::format(" and {} more", written.size() - 8);
+      return std::move(error).with_note(fmt::format("destinations completely written before the failure: {} of {}{}",
+                                                    written.size(), count, names.empty() ? "" : " (" + names + ")"));
+    };
     qload_model* model = nullptr;
-    const qload_status status = load_session("qload_load_into", s, {}, rest != nullptr ? &model : nullptr);
+    const qload_status status = load_session("qload_load_into", s, hooks, rest != nullptr ? &model : nullptr, explain);
     if (rest != nullptr) *rest = model;
     return status;
   });
