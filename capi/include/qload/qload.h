@@ -200,7 +200,8 @@ typedef struct qload_destination {
  * every tensor loaded, those with a destination included (pointing at the caller's memory,
  * which the model neither owns nor frees). The destinations' memory must stay valid, and not
  * be touched by the caller, until this returns. On failure a destination may hold part of its
- * tensor; qload_last_error() ends with the destinations completely written before it failed. The session loads once, as with qload_load. */
+ * tensor; qload_last_error() ends with the destinations completely written before it failed.
+ * The session loads once, as with qload_load. */
 QLOAD_API qload_status qload_load_into(qload_session* session, const qload_destination* destinations, size_t count,
                                        qload_model** rest);
 QLOAD_API void qload_session_free(qload_session* session);
