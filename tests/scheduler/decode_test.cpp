@@ -77,6 +77,19 @@ LoadOptions small_chunks(std::vector<Device> devices) {
   return o;
 }
 
+// `c` quantized on load to `target` on one cpu, written to `out` as a quantized checkpoint whose
+// config.json is `config`: a checkpoint of known weights in a quantized format. Returns what the
+// quantizing load gave (the reference for the parts).
+Model write_quantized(const Checkpoint& c, formats::QuantizeTarget target, const ScratchDir& out,
+                      const std::string& config) {
+  LoadOptions q = small_chunks({Device{}});
+  q.plan.quantize = target;
+  auto quantized = load_source(c.dir.path().string(), q);
+  REQUIRE(quantized);
+  write_loaded(*quantized, out, config);
+  return std::move(*quantized);
+}
+
 }  // namespace
 
 TEST_CASE("decode: quantize on load makes weight + scale for linear weights only, within the error bound",
@@ -140,13 +153,10 @@ TEST_CASE("decode: a quantized checkpoint written by qload is dequantized on loa
   add_bf16(c, "model.norm.weight", 1, 130, rng);
   write(c, R"({"model_type": "llama"})");
   // Step 1: quantize on load (fp8 128x128 blocks), write what was loaded as an HF fp8 checkpoint.
-  LoadOptions q = small_chunks({Device{}});
-  q.plan.quantize = formats::QuantizeTarget::kFp8Block;
-  auto quantized = load_source(c.dir.path().string(), q);
-  REQUIRE(quantized);
   ScratchDir fp8;
-  write_loaded(*quantized, fp8,
-               R"({"quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}})");
+  const Model quantized = write_quantized(
+      c, formats::QuantizeTarget::kFp8Block, fp8,
+      R"({"quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}})");
   // Without a policy the parts load byte for byte, described for a server's own kernels.
   {
     auto kept = load_source(fp8.path().string(), small_chunks({Device{}}));
@@ -159,7 +169,7 @@ TEST_CASE("decode: a quantized checkpoint written by qload is dequantized on loa
     REQUIRE(w.parts.size() == 2);
     for (const auto& [role, index] : w.parts) {
       const DeviceTensor& part = kept->tensors()[index];
-      const DeviceTensor* original = quantized->find(part.name);
+      const DeviceTensor* original = quantized.find(part.name);
       REQUIRE(original != nullptr);
       CHECK(part.dtype == original->dtype);
       CHECK(std::memcmp(part.data, original->data, part.nbytes) == 0);
@@ -431,12 +441,9 @@ TEST_CASE("decode: per-weight rules dequantize some quantized weights and keep o
   add_bf16(c, "model.layers.0.mlp.down_proj.weight", 300, 256, rng);
   add_bf16(c, "model.layers.1.mlp.down_proj.weight", 130, 256, rng);
   write(c, R"({"model_type": "llama"})");
-  LoadOptions q = small_chunks({Device{}});
-  q.plan.quantize = formats::QuantizeTarget::kFp8Row;
-  auto quantized = load_source(c.dir.path().string(), q);
-  REQUIRE(quantized);
   ScratchDir fp8;
-  write_loaded(*quantized, fp8, R"({"quantization_config": {"quant_method": "fbgemm_fp8"}})");
+  const Model quantized = write_quantized(c, formats::QuantizeTarget::kFp8Row, fp8,
+                                          R"({"quantization_config": {"quant_method": "fbgemm_fp8"}})");
 
   LoadOptions o = small_chunks({Device{}});
   o.plan.weight_policy = [](std::string_view name) -> Result<std::optional<WeightPolicy>> {
@@ -472,13 +479,10 @@ TEST_CASE(
   add_bf16(c, "model.layers.0.mlp.down_proj.weight", 300, 256, rng);
   add_bf16(c, "model.norm.weight", 1, 256, rng);
   write(c, R"({"model_type": "llama"})");
-  LoadOptions q = small_chunks({Device{}});
-  q.plan.quantize = formats::QuantizeTarget::kFp8Block;
-  auto quantized = load_source(c.dir.path().string(), q);
-  REQUIRE(quantized);
   ScratchDir fp8;
-  write_loaded(*quantized, fp8,
-               R"({"quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}})");
+  const Model quantized = write_quantized(
+      c, formats::QuantizeTarget::kFp8Block, fp8,
+      R"({"quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}})");
   const std::string w = "model.layers.0.mlp.down_proj.weight";
   LoadOptions arena = small_chunks({Device{}});
   arena.plan.dequantize = DType::kBF16;
