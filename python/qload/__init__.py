@@ -37,7 +37,7 @@ from ._qload import (  # noqa: F401  (re-exported)
 )
 from ._safe_open import safe_open  # noqa: F401
 
-__all__ = ["load", "load_into", "stream", "safe_open", "Model", "Stream", "inspect", "Error"]
+__all__ = ["load", "load_into", "stream", "safe_open", "Model", "Stream", "inspect", "check_settings", "Error"]
 __version__ = "0.1.0"
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -64,6 +64,29 @@ def _count(value, name: str) -> int:
     return value
 
 
+def _setting_pairs(settings) -> list:
+    if settings is None:
+        settings = {}
+    if not isinstance(settings, Mapping):
+        raise TypeError(f"settings must be a mapping of setting names to values, not {type(settings).__name__}")
+    pairs = []
+    for key, value in settings.items():
+        if not isinstance(key, str):
+            raise TypeError(f"settings keys must be str, not {type(key).__name__}")
+        if isinstance(value, bool):
+            value = "on" if value else "off"
+        pairs.append((key, str(value)))
+    return pairs
+
+
+def check_settings(settings: Mapping[str, object]) -> None:
+    """Checks `settings` as a load would (names, types, bounds; docs/settings.md) without loading:
+    qload.InvalidArgumentError (with a did-you-mean for a misspelt name) or qload.OverflowError for a bad one.
+    For a client that takes settings long before it loads (the vLLM plugin checks its own when
+    vLLM constructs the loader)."""
+    _qload.check_settings(_setting_pairs(settings))
+
+
 def _args(source, recipe, device, dtype, dequantize, quantize, lock, settings, world=None,
           parallel=(None, None, None, False), regions=None) -> "_qload.LoadArgs":
     if not isinstance(source, (str, os.PathLike)):
@@ -78,18 +101,7 @@ def _args(source, recipe, device, dtype, dequantize, quantize, lock, settings, w
     args.dequantize = _text(dequantize, "dequantize", {"bf16", "f16", "f32"})
     args.quantize = _text(quantize, "quantize")
     args.lock = os.fspath(lock) if lock is not None else ""
-    if settings is None:
-        settings = {}
-    if not isinstance(settings, Mapping):
-        raise TypeError(f"settings must be a mapping of setting names to values, not {type(settings).__name__}")
-    pairs = []
-    for key, value in settings.items():
-        if not isinstance(key, str):
-            raise TypeError(f"settings keys must be str, not {type(key).__name__}")
-        if isinstance(value, bool):
-            value = "on" if value else "off"
-        pairs.append((key, str(value)))
-    args.settings = pairs
+    args.settings = _setting_pairs(settings)
     args.world = _world(world)
     tp, pp, dp, share_reads = parallel
     args.tensor_parallel = _count(tp, "tensor_parallel")

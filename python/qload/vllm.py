@@ -25,18 +25,28 @@ parameters, `qload_into_report` is that load's report, `qload_report` the stream
 
 Settings pass through `--model-loader-extra-config '{"qload": {"io_engine": "pread"}}'`
 (`load_mode` is `auto` unless given: mapped when the page cache holds the files, read
-otherwise; what goes straight into parameters is always read); `{"qload_regions": false}`
-reads whole tensors on every rank and streams them all (no dry run); `{"qload_into": false}`
-streams every tensor, read in part as above.
+otherwise; what goes straight into parameters is always read); they are checked when vLLM
+constructs the loader, before it builds the model. `{"qload_regions": false}` reads whole
+tensors on every rank and streams them all (no dry run); `{"qload_into": false}` streams every
+tensor, read in part as above. `{"qload_weights": "auto"}` (the default) reads the files vLLM's
+default loader reads: in a folder with `consolidated*.safetensors` (mistralai's repositories)
+those, as vLLM's `auto` then loads the `mistral` format, else the Hugging Face shards;
+`"hf"` or `"mistral"` chooses one. The reports count the bytes each rank touched in every
+mode: `tensor_bytes`, read or, when mapped, handed out as views of its parts.
+
+vLLM finds the loader through the package's entry point, installed with it or written beside
+the built package (`build/python`, for PYTHONPATH use). A copy of the package found neither way
+calls `qload.vllm.register()` before vLLM constructs its loader (in-process `vllm.LLM`).
 """
 from __future__ import annotations
 
 import copy
+import glob
 import logging
 import os
 
 from . import _vllm_regions as _regions
-from . import inspect
+from . import check_settings, inspect
 from . import load_into as _load_into
 from . import stream as _stream
 from ._qload import InvalidArgumentError, NotFoundError, UnsupportedError
@@ -47,6 +57,49 @@ _log = logging.getLogger("qload.vllm")
 # load_into's errors for destinations it refuses, raised before anything is read
 _REFUSED = (InvalidArgumentError, NotFoundError, UnsupportedError, TypeError, ValueError)
 _REFUSALS = 8  # destinations refused one by one before all are streamed
+_WEIGHTS = ("auto", "hf", "mistral")  # {"qload_weights": ...}
+
+
+def _extra_config(extra: dict) -> tuple:
+    """qload's keys taken out of vLLM's `model_loader_extra_config` and checked, so that a bad
+    one fails when the loader is constructed, not minutes later when weights stream:
+    (settings, read regions, read into parameters, weights, vLLM's keys)."""
+    extra = dict(extra or {})
+    settings = extra.pop("qload", {})
+    if not isinstance(settings, dict):
+        raise ValueError(f"qload: 'qload' in the extra config must be a dict of settings, not {settings!r}")
+    settings = {"load_mode": "auto", **settings}
+    check_settings(settings)
+    flags = []
+    for key in ("qload_regions", "qload_into"):
+        value = extra.pop(key, True)
+        if not isinstance(value, bool):
+            raise ValueError(f"qload: {key} must be true or false, not {value!r}")
+        flags.append(value)
+    weights = extra.pop("qload_weights", "auto")
+    if weights not in _WEIGHTS:
+        raise ValueError(f"qload: qload_weights must be one of {', '.join(_WEIGHTS)}, not {weights!r}")
+    return settings, flags[0], flags[1], weights, extra
+
+
+def _weights_source(folder: str, weights: str) -> str:
+    """The checkpoint in `folder` that vLLM's default loader reads (`weights` "auto"): the
+    consolidated files where there are any (vLLM's `auto` then loads the `mistral` format, whose
+    models rename and permute their tensors), else the Hugging Face shards; or as chosen."""
+    if not os.path.isdir(folder):
+        return folder
+    consolidated = sorted(glob.glob(os.path.join(folder, "consolidated*.safetensors")))
+    if weights == "mistral" or (weights == "auto" and consolidated):
+        index = os.path.join(folder, "consolidated.safetensors.index.json")
+        if os.path.isfile(index):
+            return index
+        if len(consolidated) == 1:
+            return consolidated[0]
+        raise NotFoundError(f"{folder}: qload_weights {weights}: {len(consolidated)} consolidated*.safetensors "
+                            "files and no consolidated.safetensors.index.json to say which to read")
+    index = os.path.join(folder, "model.safetensors.index.json")
+    # Beside consolidated files, the shards are the index's (vLLM filters by it too).
+    return index if consolidated and os.path.isfile(index) else folder
 
 
 def _loader_class():
@@ -74,13 +127,11 @@ def _loader_class():
         qload_into_report = None  # that load_into's report (None: nothing was)
 
         def __init__(self, load_config):
-            # qload's keys are taken out: vLLM's default loader refuses keys it does not know.
-            extra = dict(load_config.model_loader_extra_config or {})
-            # load_mode auto: the files mapped when the page cache holds them (vLLM copies each
-            # part once, as from its own loader's mappings), read with io_uring when it does not.
-            self.qload_settings = {"load_mode": "auto", **extra.pop("qload", {})}
-            self.qload_read_regions = extra.pop("qload_regions", True)
-            self.qload_read_into = extra.pop("qload_into", True)
+            # qload's keys are taken out (vLLM's default loader refuses keys it does not know)
+            # and checked. load_mode auto: the files mapped when the page cache holds them (vLLM
+            # copies each part once, as from its own loader's mappings), read when it does not.
+            (self.qload_settings, self.qload_read_regions, self.qload_read_into, self.qload_weights,
+             extra) = _extra_config(load_config.model_loader_extra_config)
             load_config = copy.copy(load_config)
             load_config.model_loader_extra_config = extra
             super().__init__(load_config)
@@ -96,7 +147,7 @@ def _loader_class():
         _planned = None  # (folder, stored tensors, regions, destinations) for the load under way
 
         def _plan(self, model, model_config) -> tuple:
-            folder = self._local_folder(model_config)
+            folder = _weights_source(self._local_folder(model_config), self.qload_weights)
             regions, stored, destinations = {}, {}, {}
             if self.qload_read_regions:
                 inspected = inspect(folder)

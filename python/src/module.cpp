@@ -30,6 +30,7 @@
 #include "qload/runtime/dtype.hpp"
 #include "qload/runtime/error.hpp"
 #include "qload/runtime/log.hpp"
+#include "qload/runtime/settings.hpp"
 #include "qload/session/inspect.hpp"
 #include "qload/session/load.hpp"
 #include "qload/session/request.hpp"
@@ -502,6 +503,19 @@ nb::dict inspect(const std::string& source) {
   return d;
 }
 
+// Each setting parsed as a load parses it (name, type, bounds, and how the options take it),
+// without the environment: a client (the vLLM plugin) refuses a bad setting when it is given,
+// not once a server has built its model and started loading.
+void check_settings(const std::vector<std::pair<std::string, std::string>>& settings) {
+  ResolvedSettings resolved;
+  for (const auto& [name, value] : settings)
+    if (Status set = resolved.set(name, value, SettingSource::kOption, "settings[" + name + "]"); !set)
+      raise(set.error());
+  resolved.fit_defaults();
+  scheduler::LoadOptions options;
+  if (Status applied = options.apply(resolved.values()); !applied) raise(applied.error());
+}
+
 }  // namespace
 }  // namespace qload::python
 
@@ -559,6 +573,7 @@ NB_MODULE(_qload, m) {
   m.def(
       "stream", [](const LoadArgs& args) { return new Stream(args); }, nb::arg("args"), nb::rv_policy::take_ownership);
   m.def("inspect", &inspect, nb::arg("source"));
+  m.def("check_settings", &check_settings, nb::arg("settings"));
   m.def("load_into", &load_into, nb::arg("args"), nb::arg("destinations"), nb::arg("rest"),
         nb::arg("progress").none() = nb::none());
 }

@@ -251,7 +251,8 @@ void fill_report(LoadReport& report, const formats::Catalog& catalog, const Plan
   }
   for (const DecodeJob& job : plan.decode.jobs) report.tensors += job.outputs.size();
   report.decoded_tensors = plan.decode.jobs.size();
-  report.tensor_bytes = plan.layout.tensor_bytes;
+  // Mmap mode: what the views hand out (a region's view its own bytes), as placed_bytes.
+  report.tensor_bytes = read ? plan.layout.tensor_bytes : plan.layout.placed_bytes;
   if (read) {  // what this process read of them (all of them, unless other processes hold some)
     report.tensor_bytes = 0;
     for (const ReadChunk& c : plan.reads.chunks)

@@ -132,8 +132,10 @@ void plan_mappings(const formats::Catalog& catalog, const std::vector<std::uint3
 
 // Mmap mode's regions (PlanOptions::region): each a view into its tensor's mapping, rows or a
 // strided column range, of which only the pages read are read; not hashed (partial) unless
-// whole_tensor_reads.
+// whole_tensor_reads. placed_bytes counts what the views hand out (a region its own bytes, not
+// its tensor's), so that a rank's report shows the part it touched in this mode too.
 Status map_regions(const formats::Catalog& catalog, const PlanOptions& options, Plan& plan) {
+  plan.layout.placed_bytes = plan.layout.tensor_bytes;
   if (!options.region) return {};
   for (std::uint32_t i = 0; i < catalog.tensors.size(); ++i) {
     const formats::TensorEntry& t = catalog.tensors[i];
@@ -141,6 +143,10 @@ Status map_regions(const formats::Catalog& catalog, const PlanOptions& options, 
     if (!asked) return fail(std::move(asked.error()).with_tensor(t.name));
     if (!*asked) continue;
     QLOAD_ASSIGN_OR_RETURN(ShardSlice slice, region_slice(t, **asked));
+    QLOAD_ASSIGN_OR_RETURN(const std::uint64_t numel, slice.shape.numel());
+    const DTypeInfo& info = dtype_info(t.dtype);
+    QLOAD_ASSIGN_OR_RETURN(const std::uint64_t view, checked_mul(numel / info.block_elems, info.block_bytes));
+    plan.layout.placed_bytes -= t.nbytes - std::min(view, t.nbytes);  // a region's elements are some of the tensor's
     TensorPlacement& p = plan.layout.tensors[i];
     const std::uint64_t element = dtype_info(t.dtype).block_bytes;
     const std::uint64_t row_bytes = t.shape[0] == 0 ? 0 : t.nbytes / t.shape[0];
@@ -195,7 +201,6 @@ Result<Plan> make_plan(const formats::Catalog& catalog, const PlanOptions& optio
     QLOAD_TRY(plan_quantization(catalog, options, plan));  // describes kept quantized weights
     plan_mappings(catalog, order, plan);
     QLOAD_TRY(map_regions(catalog, options, plan));
-    plan.layout.placed_bytes = plan.layout.tensor_bytes;
     return plan;
   }
   QLOAD_ASSIGN_OR_RETURN(const TensorRoles roles, plan_quantization(catalog, options, plan));

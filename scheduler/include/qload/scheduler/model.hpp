@@ -71,7 +71,9 @@ struct LoadReport {
   LoadMode mode = LoadMode::kRead;
   std::string engine;  // "io_uring", "pread" or "mmap"
   std::uint64_t tensors = 0;
-  std::uint64_t tensor_bytes = 0;  // bytes of tensor data as stored in the files
+  // Bytes of tensor data as stored in the files that this process read, or in mmap mode that its
+  // views hand out (a region's view counts its own bytes): the part of the checkpoint it touched.
+  std::uint64_t tensor_bytes = 0;
   std::uint64_t placed_bytes = 0;  // bytes of tensor data delivered (after dtype conversion)
   std::uint64_t converted_tensors = 0;
   std::uint64_t decoded_tensors = 0;  // weights dequantized or quantized on load
