@@ -33,6 +33,7 @@
 #include "qload/session/inspect.hpp"
 #include "qload/session/load.hpp"
 #include "qload/session/request.hpp"
+#include "write.hpp"
 
 namespace nb = nanobind;
 
@@ -561,4 +562,5 @@ NB_MODULE(_qload, m) {
   m.def("inspect", &inspect, nb::arg("source"));
   m.def("load_into", &load_into, nb::arg("args"), nb::arg("destinations"), nb::arg("rest"),
         nb::arg("progress").none() = nb::none());
+  bind_write(m);
 }
