@@ -80,9 +80,7 @@ def _torch_copy(carrier, dtype: str, index, device: str):
     import torch
 
     if dtype == "BOOL":  # copied as bytes: torch's bool copy would turn a stored 7 into 1
-        import numpy as np
-
-        raw = torch.from_numpy(np.from_dlpack(carrier).view(np.uint8))
+        raw = convert(carrier, dtype, "pt").view(torch.uint8)
         view = raw if index is _WHOLE else raw[index]
         out = view.clone(memory_format=torch.contiguous_format).view(torch.bool)
     else:

@@ -110,7 +110,8 @@ def normalize(value):
         import torch
 
         t = value.detach().to("cpu").contiguous()
-        return ("tensor", str(t.dtype), tuple(t.shape), t.reshape(-1).view(torch.uint8).numpy().tobytes())
+        data = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+        return ("tensor", str(t.dtype), tuple(t.shape), data)
     if isinstance(value, dict):
         return ("dict", [(k, normalize(v)) for k, v in value.items()])
     if isinstance(value, (list, tuple)):
