@@ -91,10 +91,10 @@ Result<std::uint64_t> append_entry(std::string& json, const WriterTensor& t, std
 // Each tensor's size in bytes.
 Result<std::vector<std::uint64_t>> header_and_sizes(std::span<const WriterTensor> tensors,
                                                     const std::map<std::string, std::string>& metadata,
-                                                    std::vector<std::byte>& header) {
+                                                    bool empty_metadata_entry, std::vector<std::byte>& header) {
   QLOAD_TRY(check_names(tensors));
   std::string json = "{";
-  if (!metadata.empty()) {
+  if (!metadata.empty() || empty_metadata_entry) {
     QLOAD_ASSIGN_OR_RETURN(const std::string entries, metadata_json(metadata));
     json += entries;
   }
@@ -134,16 +134,17 @@ Status write_filled(TempFile& out, const WriterTensor& t, std::uint64_t nbytes, 
 }  // namespace
 
 Result<std::vector<std::byte>> build_safetensors_header(std::span<const WriterTensor> tensors,
-                                                        const std::map<std::string, std::string>& metadata) {
+                                                        const std::map<std::string, std::string>& metadata,
+                                                        bool empty_metadata_entry) {
   std::vector<std::byte> header;
-  QLOAD_TRY(header_and_sizes(tensors, metadata, header));
+  QLOAD_TRY(header_and_sizes(tensors, metadata, empty_metadata_entry, header));
   return header;
 }
 
 Status write_safetensors(const std::string& path, std::span<const WriterTensor> tensors, const WriterOptions& options) {
   if (options.chunk_bytes == 0) return fail(Error(Errc::kInvalidArgument, "chunk_bytes must be > 0").with_file(path));
   std::vector<std::byte> header;
-  auto sizes = header_and_sizes(tensors, options.metadata, header);
+  auto sizes = header_and_sizes(tensors, options.metadata, options.empty_metadata_entry, header);
   if (!sizes) return fail(std::move(sizes.error()).with_file(path));
   std::uint64_t largest_fill = 0;
   for (std::size_t i = 0; i < tensors.size(); ++i)

@@ -34,6 +34,7 @@
 #include "qload/session/inspect.hpp"
 #include "qload/session/load.hpp"
 #include "qload/session/request.hpp"
+#include "write.hpp"
 
 namespace nb = nanobind;
 
@@ -576,4 +577,5 @@ NB_MODULE(_qload, m) {
   m.def("check_settings", &check_settings, nb::arg("settings"));
   m.def("load_into", &load_into, nb::arg("args"), nb::arg("destinations"), nb::arg("rest"),
         nb::arg("progress").none() = nb::none());
+  bind_write(m);
 }

@@ -34,15 +34,19 @@ struct WriterTensor {
 };
 
 struct WriterOptions {
-  std::map<std::string, std::string> metadata;  // __metadata__; omitted when empty
+  std::map<std::string, std::string> metadata;  // __metadata__; omitted when empty...
+  bool empty_metadata_entry = false;            // ...unless set: `"__metadata__":{}`, as the
+                                                // reference writes for an empty dict
   std::size_t chunk_bytes = 4u << 20;           // buffer size handed to TensorFill callbacks
 };
 
-// The 8-byte length and the padded JSON header that write_safetensors emits for `tensors`.
-// kInvalidArgument for a bad name, a duplicate, a byte span of the wrong length or a header
-// above the format's 100,000,000-byte limit; kOverflow/kCorrupt from the shapes.
+// The 8-byte length and the padded JSON header that write_safetensors emits for `tensors`
+// (`empty_metadata_entry` as in WriterOptions). Metadata keys are written sorted. kInvalidArgument for a bad name, a
+// duplicate, a byte span of the wrong length or a header above the format's 100,000,000-byte limit; kOverflow/kCorrupt
+// from the shapes.
 Result<std::vector<std::byte>> build_safetensors_header(std::span<const WriterTensor> tensors,
-                                                        const std::map<std::string, std::string>& metadata);
+                                                        const std::map<std::string, std::string>& metadata,
+                                                        bool empty_metadata_entry = false);
 
 // Writes `tensors` to `path` atomically (see above). Errors name the file and, for data
 // problems, the tensor and the file offset.
