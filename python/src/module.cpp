@@ -33,6 +33,7 @@
 #include "qload/session/inspect.hpp"
 #include "qload/session/load.hpp"
 #include "qload/session/request.hpp"
+#include "qload/session/source.hpp"
 
 namespace nb = nanobind;
 
@@ -502,6 +503,14 @@ nb::dict inspect(const std::string& source) {
   return d;
 }
 
+std::string resolve(const std::string& source, const std::string& cache_dir) {
+  Result<std::string> r = [&] {
+    nb::gil_scoped_release no_gil;  // lists the snapshot: a network filesystem can be slow
+    return session::resolve_source(source, cache_dir);
+  }();
+  return unwrap(std::move(r));
+}
+
 }  // namespace
 }  // namespace qload::python
 
@@ -559,6 +568,7 @@ NB_MODULE(_qload, m) {
   m.def(
       "stream", [](const LoadArgs& args) { return new Stream(args); }, nb::arg("args"), nb::rv_policy::take_ownership);
   m.def("inspect", &inspect, nb::arg("source"));
+  m.def("resolve", &resolve, nb::arg("source"), nb::arg("cache_dir") = "");
   m.def("load_into", &load_into, nb::arg("args"), nb::arg("destinations"), nb::arg("rest"),
         nb::arg("progress").none() = nb::none());
 }
