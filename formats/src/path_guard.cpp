@@ -23,12 +23,12 @@ Result<ModelRoot> model_root(const fs::path& dir) {
   const fs::path real = fs::canonical(dir, ec);
   if (ec) return fail(Error::from_errno(ec.value(), "resolve model directory").with_file(dir.string()));
   ModelRoot root{.dir = dir, .allowed = {real}};
-  if (real.parent_path().filename() == "snapshots") {
-    const fs::path blobs = real.parent_path().parent_path() / "blobs";
-    if (fs::is_directory(blobs, ec)) {
-      const fs::path real_blobs = fs::canonical(blobs, ec);
-      if (!ec) root.allowed.push_back(real_blobs);
-    }
+  // Only a model repository's own blobs/, and only a real folder: a blobs/ that is a link could
+  // point anywhere (at /), and would make everything under it an allowed root.
+  const fs::path repo = real.parent_path().parent_path();
+  if (real.parent_path().filename() == "snapshots" && repo.filename().string().starts_with("models--")) {
+    const fs::path blobs = repo / "blobs";
+    if (fs::symlink_status(blobs, ec).type() == fs::file_type::directory) root.allowed.push_back(blobs);
   }
   return root;
 }

@@ -19,8 +19,9 @@ struct ModelRoot {
 };
 
 // The model directory and where its files may resolve to: the directory itself and, for a
-// Hugging Face cache snapshot (`<repo>/snapshots/<rev>/`, whose files are symlinks to
-// `../../blobs/<hash>`), that repository's `blobs/` directory.
+// Hugging Face cache snapshot (`models--<org>--<name>/snapshots/<rev>/`, whose files are symlinks
+// to `../../blobs/<hash>`), that repository's `blobs/` directory when it is a directory itself
+// (not a link), as huggingface_hub makes it.
 Result<ModelRoot> model_root(const std::filesystem::path& dir);
 
 // kCorrupt naming `source` and `tensor` when `name` is empty, absolute, has a `..`

@@ -10,6 +10,7 @@
 #include "gguf/gguf_driver.hpp"
 #include "located_error.hpp"
 #include "qload/formats/driver.hpp"
+#include "qload/formats/hub_cache.hpp"
 #include "safetensors_driver.hpp"
 #include "torch/torch_driver.hpp"
 
@@ -26,7 +27,9 @@ const FormatDriver* find_driver(std::string_view name) {
   return nullptr;
 }
 
-Result<Catalog> open_catalog(const std::string& source) {
+namespace {
+
+Result<Catalog> open_path(const std::string& source) {
   std::error_code ec;
   if (!std::filesystem::exists(source, ec))
     return fail(Error::from_errno(ec ? ec.value() : ENOENT, "open checkpoint").with_file(source));
@@ -37,6 +40,25 @@ Result<Catalog> open_catalog(const std::string& source) {
   }
   return fail(
       located(Errc::kUnsupported, fmt::format("no format driver recognizes this source (tried: {})", tried), source));
+}
+
+// `given` as the user named it, `resolved` what hub_cache made of it.
+Result<Catalog> open_resolved(const std::string& given, Result<std::string> resolved) {
+  if (!resolved) return fail(std::move(resolved).error());
+  Result<Catalog> catalog = open_path(*resolved);
+  if (!catalog && *resolved != given)
+    return fail(std::move(catalog).error().with_note(fmt::format("Hugging Face model {}", given)));
+  return catalog;
+}
+
+}  // namespace
+
+Result<Catalog> open_catalog(const std::string& source) {
+  return open_resolved(source, resolve_source(source));
+}
+
+Result<Catalog> open_catalog(const std::string& source, const std::filesystem::path& hub_cache) {
+  return open_resolved(source, resolve_source(source, hub_cache));
 }
 
 }  // namespace qload::formats

@@ -2,10 +2,15 @@
 
     import qload
     weights = qload.load("model/")                           # dict[str, torch.Tensor]
+    weights = qload.load("Qwen/Qwen2-0.5B")                  # from the Hugging Face cache
     weights = qload.load("model/", framework="np")           # dict[str, numpy.ndarray]
     for name, tensor in qload.stream("model/"): ...          # completion order
     with qload.safe_open("model.safetensors", framework="np") as f:   # like safetensors'
         x = f.get_tensor("lm_head.weight")
+
+Wherever a source is taken, a Hugging Face model id ("org/name" or "org/name@revision") that
+is not a path is read from its snapshot in the local Hugging Face cache, offline, as
+huggingface_hub finds it (`qload.resolve` says where).
 
 Tensors from `load` point into qload's memory (no copy); that memory lives until the last of
 them is gone. Errors are `qload.Error` subclasses carrying `file`, `tensor` and `offset`.
@@ -37,7 +42,8 @@ from ._qload import (  # noqa: F401  (re-exported)
 )
 from ._safe_open import safe_open  # noqa: F401
 
-__all__ = ["load", "load_into", "stream", "safe_open", "Model", "Stream", "inspect", "check_settings", "Error"]
+__all__ = ["load", "load_into", "stream", "safe_open", "Model", "Stream", "inspect", "resolve",
+           "check_settings", "Error"]
 __version__ = "0.1.0"
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -242,7 +248,8 @@ def load(source: PathLike, *, device: str = "cpu", framework: str = "pt", recipe
          data_parallel: Optional[int] = None, share_reads: bool = False,
          world: Optional[Mapping[str, object]] = None,
          regions: Optional[Mapping[str, tuple]] = None) -> Model:
-    """Loads a checkpoint (a .safetensors file, a directory, an index json, or a .lua recipe).
+    """Loads a checkpoint (a .safetensors file, a directory, an index json, a Hugging Face model id
+    in the local cache, or a .lua recipe).
 
     device: "cpu", "cuda:N" or a comma-separated list; framework: "pt" (torch) or "np" (numpy);
     recipe: a .lua recipe applied to the checkpoint `source` (devices, dtype, quant rules,
@@ -391,3 +398,21 @@ def inspect(source: PathLike) -> dict:
     if not isinstance(source, (str, os.PathLike)):
         raise TypeError(f"source must be a path, not {type(source).__name__}")
     return _qload.inspect(os.fspath(source))
+
+
+def resolve(source: PathLike, *, cache_dir: Optional[PathLike] = None) -> str:
+    """Where `source`'s files are: `source` itself when it exists as a path or is not a Hugging
+    Face model id; otherwise the snapshot folder of the id ("org/name" or "org/name@revision",
+    a branch, tag or commit) in the local Hugging Face cache, as huggingface_hub's
+    snapshot_download(..., local_files_only=True) finds it. The cache is `cache_dir` when given,
+    else huggingface_hub's (HF_HUB_CACHE, HUGGINGFACE_HUB_CACHE, HF_HOME/hub,
+    XDG_CACHE_HOME/huggingface/hub, ~/.cache/huggingface/hub). Nothing is downloaded.
+
+    Raises NotFoundError naming the path looked for when the model, the revision's ref, the
+    commit's snapshot or a file's blob is missing; CorruptError for a ref file that does not
+    hold a commit hash. load, stream, load_into, inspect and safe_open resolve their source
+    this way themselves; this is for reading a model's other files (config.json, tokenizer).
+    """
+    if not isinstance(source, (str, os.PathLike)):
+        raise TypeError(f"source must be a path or a model id, not {type(source).__name__}")
+    return _qload.resolve(os.fspath(source), os.fspath(cache_dir) if cache_dir is not None else "")

@@ -37,6 +37,7 @@ from typing import Any, Callable, Optional
 from . import inspect as _inspect
 from . import load as _load
 from . import load_into as _load_into
+from . import resolve as _resolve
 
 _original_state_dict = None
 _original_into_model = None
@@ -94,13 +95,18 @@ def load_state_dict(model_path, *, source: Optional[str] = None, distributed_str
                     world_size: int = 1) -> MutableMapping[str, Any]:
     """fms.utils.serialization.load_state_dict's contract, for safetensors checkpoints qload reads.
 
-    Checkpoints qload does not read (FMS's .pth / .bin, per-rank sharded checkpoints, glob
-    patterns) go to FMS's own loader.
+    A Hugging Face model id (org/name, org/name@revision) is read from its snapshot in the local
+    cache (qload.resolve). Checkpoints qload does not read (FMS's .pth / .bin, per-rank sharded
+    checkpoints, glob patterns) go to FMS's own loader.
     """
     import torch
 
     initial_device = torch.device("cpu") if initial_device is None else torch.device(initial_device)
     path = os.fspath(model_path) if model_path is not None else None
+    if path is not None and "*" not in path:
+        # A Hugging Face model id (get_model("hf_pretrained", model_path="org/name")): its
+        # snapshot in the local cache. A path, or what is not an id, is left as it is.
+        path = _resolve(path)
     plain_safetensors = path is not None and "*" not in path and (
         path.endswith(".safetensors") or (os.path.isdir(path) and any(
             f.endswith(".safetensors") for f in os.listdir(path))))

@@ -3,6 +3,7 @@
     import qload.transformers
     model = qload.transformers.from_pretrained("llama/")            # AutoModelForCausalLM
     model = qload.transformers.from_pretrained("llama/", dtype=torch.float32, device="cuda:0")
+    model = qload.transformers.from_pretrained("Qwen/Qwen2-0.5B")  # from the Hugging Face cache
 
 The model is built with its parameters on the meta device (no memory, no random init). On a
 CPU, parameters stored in the model's dtype become views of private mappings of the files, as
@@ -21,6 +22,17 @@ from __future__ import annotations
 import json
 import os
 from typing import Optional
+
+
+def _local_folder(path: str, config_kwargs: dict) -> str:
+    """`path`, or a Hugging Face model id's snapshot in the local cache (qload.resolve), with the
+    `revision` and `cache_dir` that AutoConfig.from_pretrained would take from config_kwargs."""
+    from . import resolve
+
+    revision = config_kwargs.get("revision")
+    if revision is not None and "@" not in path and not os.path.exists(path):
+        path = f"{path}@{revision}"
+    return resolve(path, cache_dir=config_kwargs.get("cache_dir"))
 
 
 def _stored_dtype(path: str):
@@ -100,7 +112,7 @@ def from_pretrained(path, model_class=None, *, dtype="auto", device: str = "cpu"
 
     from . import load_into
 
-    path = os.fspath(path)
+    path = _local_folder(os.fspath(path), config_kwargs)
     if model_class is None:
         model_class = transformers.AutoModelForCausalLM
     config = transformers.AutoConfig.from_pretrained(path, **config_kwargs)

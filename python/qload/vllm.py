@@ -109,13 +109,45 @@ def _loader_class():
         """vLLM's default loader, its weights read by qload."""
 
         def _local_folder(self, model_config) -> str:
+            """The model's folder: a local path as it is; for a Hugging Face model id, its snapshot
+            in the cache (vLLM's --download-dir when given, else huggingface_hub's), offline,
+            when that holds the weights; else what snapshot_download fetches there, as vLLM's
+            default loader does (its lock, download dir, ignore patterns and HF_HUB_OFFLINE)."""
             path = model_config.model
             if os.path.isdir(path) or path.endswith(".safetensors"):
                 return path
-            from huggingface_hub import snapshot_download
+            import json
 
-            return snapshot_download(path, revision=getattr(model_config, "revision", None),
-                                     allow_patterns=["*.safetensors", "*.json"])
+            from . import resolve
+            from ._qload import CorruptError
+
+            revision = getattr(model_config, "revision", None)
+            download_dir = self.load_config.download_dir
+            try:
+                folder = resolve(path if revision is None else f"{path}@{revision}", cache_dir=download_dir)
+            except (NotFoundError, CorruptError):
+                folder = None
+            if folder is not None and os.path.isdir(folder):
+                # vLLM fetches config.json into the same snapshot before loading: a snapshot
+                # without the weights (or some of an index's shards) is not the model yet.
+                index = os.path.join(folder, "model.safetensors.index.json")
+                try:
+                    with open(index) as f:
+                        shards = set(json.load(f)["weight_map"].values())
+                except FileNotFoundError:
+                    shards = {f for f in os.listdir(folder) if f.endswith(".safetensors")} or {"model.safetensors"}
+                except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                    return folder  # not one snapshot_download would mend: qload's load says what is wrong
+                if all(os.path.isfile(os.path.join(folder, str(shard))) for shard in shards):
+                    return folder
+            import huggingface_hub
+            from vllm.model_executor.model_loader.weight_utils import get_lock
+
+            with get_lock(path, download_dir):  # one download per model, as vLLM's loader
+                return huggingface_hub.snapshot_download(
+                    path, revision=revision, cache_dir=download_dir, allow_patterns=["*.safetensors", "*.json"],
+                    ignore_patterns=self.load_config.ignore_patterns,
+                    local_files_only=huggingface_hub.constants.HF_HUB_OFFLINE)
 
         def download_model(self, model_config) -> None:
             self._local_folder(model_config)

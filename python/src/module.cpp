@@ -34,6 +34,7 @@
 #include "qload/session/inspect.hpp"
 #include "qload/session/load.hpp"
 #include "qload/session/request.hpp"
+#include "qload/session/source.hpp"
 #include "write.hpp"
 
 namespace nb = nanobind;
@@ -517,6 +518,14 @@ void check_settings(const std::vector<std::pair<std::string, std::string>>& sett
   if (Status applied = options.apply(resolved.values()); !applied) raise(applied.error());
 }
 
+std::string resolve(const std::string& source, const std::string& cache_dir) {
+  Result<std::string> r = [&] {
+    nb::gil_scoped_release no_gil;  // lists the snapshot: a network filesystem can be slow
+    return session::resolve_source(source, cache_dir);
+  }();
+  return unwrap(std::move(r));
+}
+
 }  // namespace
 }  // namespace qload::python
 
@@ -575,6 +584,7 @@ NB_MODULE(_qload, m) {
       "stream", [](const LoadArgs& args) { return new Stream(args); }, nb::arg("args"), nb::rv_policy::take_ownership);
   m.def("inspect", &inspect, nb::arg("source"));
   m.def("check_settings", &check_settings, nb::arg("settings"));
+  m.def("resolve", &resolve, nb::arg("source"), nb::arg("cache_dir") = "");
   m.def("load_into", &load_into, nb::arg("args"), nb::arg("destinations"), nb::arg("rest"),
         nb::arg("progress").none() = nb::none());
   bind_write(m);

@@ -6,6 +6,15 @@
 #include <fmt/ranges.h>
 
 namespace qload::cli {
+namespace {
+
+// What every command that reads a checkpoint takes.
+constexpr const char* kCheckpointHelp =
+    "Checkpoint: directory, .safetensors, .gguf or PyTorch file, or index json; or a Hugging Face model id "
+    "(org/name or org/name@revision) read from the local Hugging Face cache (HF_HUB_CACHE, HF_HOME; "
+    "a path of that name wins)";
+
+}  // namespace
 
 CommandLine::CommandLine() {
   app.require_subcommand(0, 1);
@@ -20,7 +29,7 @@ CommandLine::CommandLine() {
   selftest->add_flag("--json", selftest_args.json, "One JSON object on stdout");
 
   inspect = app.add_subcommand("inspect", "Format, files, tensor table, metadata and quantization config");
-  inspect->add_option("path", inspect_args.path, "Checkpoint: directory, .safetensors file or index json")->required();
+  inspect->add_option("path", inspect_args.path, kCheckpointHelp)->required();
   inspect->add_flag("--json", inspect_args.json, "One JSON object on stdout");
 
   auto& so = synth_args.options;
@@ -40,8 +49,7 @@ CommandLine::CommandLine() {
 
   // What to load and how: shared by load, plan and lock (a recipe's settings are the defaults).
   const auto add_load_options = [](CLI::App* cmd, LoadArgs& a) {
-    cmd->add_option("path", a.spec.source, "Checkpoint (directory, .safetensors, index json) or recipe (.lua)")
-        ->required();
+    cmd->add_option("path", a.spec.source, std::string(kCheckpointHelp) + ", or a recipe (.lua)")->required();
     cmd->add_option("--recipe", a.spec.recipe,
                     "A recipe (.lua) applied to the checkpoint PATH: its devices, dtype, quant rules, layout and "
                     "settings (its own source, if any, is not used)");
@@ -95,15 +103,14 @@ CommandLine::CommandLine() {
   lock->add_option("-o,--output", lock_args.out, "The lockfile to write")->capture_default_str();
 
   verify = app.add_subcommand("verify", "Re-hash a checkpoint (or a recipe's) against a lockfile");
-  verify->add_option("path", verify_args.path, "Checkpoint or recipe (.lua)")->required();
+  verify->add_option("path", verify_args.path, std::string(kCheckpointHelp) + ", or a recipe (.lua)")->required();
   verify->add_option("--recipe", verify_args.recipe, "A recipe (.lua) applied to the checkpoint PATH");
   verify->add_option("--lock", verify_args.lock, "The lockfile")->required();
   verify->add_flag("--json", verify_args.json, "One JSON object on stdout");
 
   convert = app.add_subcommand(
       "convert", "Load with --dequantize / --quantize / --dtype and write the result as a safetensors checkpoint");
-  convert->add_option("source", convert_args.source, "Checkpoint: directory, .safetensors file or index json")
-      ->required();
+  convert->add_option("source", convert_args.source, kCheckpointHelp)->required();
   convert->add_option("out", convert_args.out, "Output directory (model.safetensors, config.json)")->required();
   convert->add_option("--dtype", convert_args.dtype, "Convert floating tensors to bf16, f16 or f32");
   convert->add_option("--dequantize", convert_args.dequantize, "Dequantize quantized weights to bf16, f16 or f32");

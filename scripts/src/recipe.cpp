@@ -9,6 +9,7 @@
 #include <array>
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +19,7 @@
 
 #include <fmt/format.h>
 
+#include "qload/formats/hub_cache.hpp"
 #include "qload/io/digest.hpp"
 #include "qload/runtime/cuda.hpp"
 #include "qload/runtime/device.hpp"
@@ -174,7 +176,7 @@ std::string validate(lua_State* L, bool source_given) {
   const int source_type = lua_type(L, -1);
   lua_pop(L, 1);
   if (source_type != LUA_TSTRING && !(source_given && source_type == LUA_TNIL))
-    return "qload.recipe needs 'source', a path string";
+    return "qload.recipe needs 'source', a path string or a Hugging Face model id";
   const std::pair<const char*, std::string> checks[] = {
       {"devices", expect_type(L, 1, "devices", {LUA_TSTRING, LUA_TTABLE}, "a string like \"cpu\" or a list of them")},
       {"placement", expect_type(L, 1, "placement", {LUA_TSTRING, LUA_TFUNCTION}, "a string or a function")},
@@ -300,6 +302,23 @@ Result<std::string> resolve_source(const std::string& path, int line, const std:
         path, line, Errc::kNotFound,
         fmt::format("source '{}' matches {} paths; a source is one directory, file or index", source, found.size())));
   return found.front();
+}
+
+// The recipe's `source`: a path relative to the recipe's folder (or a glob naming one) when that
+// exists; otherwise a Hugging Face model id's snapshot in the local cache (hub_cache.hpp), found
+// here so that the recipe's folder, not the working directory, is where a path of that name
+// wins. An id not in the cache stays an id: the load says what is missing (a recipe is also read
+// for its settings alone, `qload config`, which needs no model). Anything else is the path.
+Result<std::string> recipe_source(const std::filesystem::path& base, const std::string& path, int line,
+                                  const std::string& given) {
+  const std::string joined = resolve(base, given);
+  std::error_code ec;
+  const std::optional<formats::HubId> id = formats::parse_hub_id(given);
+  if (!id || std::filesystem::exists(std::filesystem::symlink_status(joined, ec)))
+    return resolve_source(path, line, joined);
+  Result<std::string> snapshot =
+      formats::resolve_hub_id(*id, formats::hub_cache_dir([](const char* name) { return std::getenv(name); }));
+  return snapshot ? *snapshot : given;
 }
 
 Result<std::vector<std::string>> read_devices(lua_State* L, int recipe, const std::string& path, int line) {
@@ -570,8 +589,8 @@ Result<Recipe> parse_recipe(const std::string& text, const std::string& path, co
   if (applied_to) {
     recipe.source = *applied_to;  // the caller's checkpoint; the recipe's own source, if any, is a default
   } else {
-    QLOAD_ASSIGN_OR_RETURN(
-        recipe.source, resolve_source(path, line("source"), resolve(base, string_field(L, t, "source").value_or(""))));
+    QLOAD_ASSIGN_OR_RETURN(recipe.source,
+                           recipe_source(base, path, line("source"), string_field(L, t, "source").value_or("")));
   }
   QLOAD_ASSIGN_OR_RETURN(recipe.devices, read_devices(L, t, path, line("devices")));
   if (const auto p = string_field(L, t, "placement")) {

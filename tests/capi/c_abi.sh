@@ -15,7 +15,19 @@ dir=$(mktemp -d); trap 'rm -rf "$dir"' EXIT
 cp -r "$dir/m" "$dir/m2"
 last=$(ls "$dir/m2"/*.safetensors | sort | tail -1)
 python3 -c 'import sys; f = open(sys.argv[1], "r+b"); f.seek(-1, 2); b = f.read(1); f.seek(-1, 2); f.write(bytes([b[0] ^ 0xFF]))' "$last"
-QLOAD_TEST_LOCK="$dir/m.lock" QLOAD_TEST_CHANGED="$dir/m2" "$program" "$dir/m" "$dir/q" > "$dir/c.txt"
+# m again as huggingface_hub caches it: org/m's snapshot of its refs/main, each file a link to
+# its blob (named by its sha256, as LFS files are).
+commit=0123456789abcdef0123456789abcdef01234567
+repo="$dir/hub/models--org--m"
+mkdir -p "$repo/blobs" "$repo/refs" "$repo/snapshots/$commit"
+for f in "$dir/m"/*; do
+  sha=$(sha256sum "$f" | cut -c1-64)
+  cp "$f" "$repo/blobs/$sha"
+  ln -s "../../blobs/$sha" "$repo/snapshots/$commit/$(basename "$f")"
+done
+printf %s "$commit" > "$repo/refs/main"
+HF_HUB_CACHE="$dir/hub" QLOAD_TEST_HUB_ID=org/m QLOAD_TEST_LOCK="$dir/m.lock" QLOAD_TEST_CHANGED="$dir/m2" \
+  "$program" "$dir/m" "$dir/q" > "$dir/c.txt"
 "$qload" hash --json "$dir/m" | python3 -c '
 import json, sys
 for t in json.load(sys.stdin)["tensors"]:

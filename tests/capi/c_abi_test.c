@@ -2,8 +2,8 @@
  * and settings, a load read back through DLPack after the model and session are freed
  * (each tensor's XXH3-64 printed for the driving script to compare with the checkpoint's),
  * a streamed load (the digests printed from inside the callback, "stream NAME XXH3") and one
- * stopped by its callback, regions, loads into the caller's own memory (qload_load_into), and
- * kept-quantized weights described.
+ * stopped by its callback, regions, loads into the caller's own memory (qload_load_into),
+ * kept-quantized weights described, and a Hugging Face model id read from the local cache.
  *
  * Usage: c_abi_test PLAIN_CHECKPOINT [QUANTIZED_CHECKPOINT] */
 #include <stddef.h>
@@ -557,6 +557,57 @@ static void load_into(const char* checkpoint) {
   qload_model_free(whole);
 }
 
+static qload_model* load_source(const char* source) {
+  qload_session* session = NULL;
+  qload_model* model = NULL;
+  if (qload_open(source, NULL, &session) != QLOAD_OK || qload_load(session, &model) != QLOAD_OK) {
+    fprintf(stderr, "FAIL: load %s: %s\n", source, qload_last_error());
+    ++failures;
+    model = NULL;
+  }
+  qload_session_free(session);
+  return model;
+}
+
+/* A Hugging Face model id (QLOAD_TEST_HUB_ID) is read from the cache the driving script laid
+ * out in HF_HUB_CACHE from the plain checkpoint: the same tensors, byte for byte; an id the
+ * cache lacks is QLOAD_ERR_NOT_FOUND naming the folder looked for. */
+static void hub_id(const char* checkpoint) {
+  const char* id = getenv("QLOAD_TEST_HUB_ID");
+  qload_model* by_id = NULL;
+  qload_model* by_path = NULL;
+  qload_session* session = NULL;
+  qload_model* none = NULL;
+  size_t count = 0, want = 0, i = 0;
+  if (id == NULL) return;
+  by_id = load_source(id);
+  by_path = load_source(checkpoint);
+  if (by_id == NULL || by_path == NULL) return;
+  CHECK(qload_model_tensor_count(by_id, &count) == QLOAD_OK);
+  CHECK(qload_model_tensor_count(by_path, &want) == QLOAD_OK);
+  CHECK(count == want && count > 0);
+  for (i = 0; i < count && i < want; ++i) {
+    qload_tensor_info a, b;
+    struct DLManagedTensorVersioned* x = NULL;
+    struct DLManagedTensorVersioned* y = NULL;
+    CHECK(qload_model_tensor_info(by_id, i, &a) == QLOAD_OK);
+    CHECK(qload_model_tensor_info(by_path, i, &b) == QLOAD_OK);
+    CHECK(strcmp(a.name, b.name) == 0 && a.nbytes == b.nbytes);
+    CHECK(qload_model_tensor_dlpack(by_id, i, &x) == QLOAD_OK);
+    CHECK(qload_model_tensor_dlpack(by_path, i, &y) == QLOAD_OK);
+    if (x != NULL && y != NULL && a.nbytes == b.nbytes)
+      CHECK(memcmp(x->dl_tensor.data, y->dl_tensor.data, (size_t)a.nbytes) == 0);
+    if (x != NULL) x->deleter(x);
+    if (y != NULL) y->deleter(y);
+  }
+  qload_model_free(by_id);
+  qload_model_free(by_path);
+  CHECK(qload_open("org/absent-model", NULL, &session) == QLOAD_OK);
+  CHECK(qload_load(session, &none) == QLOAD_ERR_NOT_FOUND);
+  CHECK(error_says("models--org--absent-model"));
+  qload_session_free(session);
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: c_abi_test PLAIN_CHECKPOINT [QUANTIZED_CHECKPOINT]\n");
@@ -570,6 +621,7 @@ int main(int argc, char** argv) {
   stream(argv[1]);
   regions(argv[1]);
   load_into(argv[1]);
+  hub_id(argv[1]);
   if (argc > 2) quantized(argv[2]);
   if (failures > 0) fprintf(stderr, "%d check(s) failed\n", failures);
   return failures == 0 ? 0 : 1;

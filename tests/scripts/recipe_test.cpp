@@ -1,6 +1,11 @@
 // Recipes: data out of a sandboxed chunk, typed keys, errors naming file and line.
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+
 #include "qload/scripts/recipe.hpp"
 #include "support/scratch.hpp"
 
@@ -10,7 +15,7 @@ TEST_CASE("a recipe yields its source, devices and settings (io and settings tab
   const std::string text = R"(
     local chunk = 4 * 2
     return qload.recipe {
-      source = "models/tiny",
+      source = "models/tiny/",
       devices = { "cpu" },
       io = { engine = "pread", queue_depth = 16, direct = "off", chunk = chunk .. "MiB", staging = "1GiB" },
       settings = { digests = false, rendezvous_timeout = "45s", cpu_workers = 2 },
@@ -18,7 +23,7 @@ TEST_CASE("a recipe yields its source, devices and settings (io and settings tab
   auto r = scripts::parse_recipe(text, "/work/recipes/tiny.lua");
   REQUIRE(r);
   CHECK(r->path == "/work/recipes/tiny.lua");
-  CHECK(r->source == "/work/recipes/models/tiny");  // relative to the recipe file
+  CHECK(r->source == "/work/recipes/models/tiny/");  // relative to the recipe file
   CHECK(r->devices == std::vector<std::string>{"cpu"});
   ResolvedSettings s;
   REQUIRE(r->apply_settings(s));
@@ -40,6 +45,36 @@ TEST_CASE("a recipe yields its source, devices and settings (io and settings tab
   std::vector<std::string> warnings;
   REQUIRE(s.apply_environment({{"QLOAD_STAGING_BYTES", "512MB"}}, warnings));
   CHECK(s.values().staging_bytes == 512'000'000u);
+}
+
+TEST_CASE("a recipe's source: a path beside the recipe, else a Hugging Face model id in the cache",
+          "[scripts][recipe][hub]") {
+  testing::ScratchDir dir;
+  const std::filesystem::path cache = dir.path() / "hub";
+  const std::string commit(40, 'c');
+  const std::filesystem::path snapshot = cache / "models--org--tiny" / "snapshots" / commit;
+  std::filesystem::create_directories(snapshot);
+  std::filesystem::create_directories(cache / "models--org--tiny" / "refs");
+  { std::ofstream((cache / "models--org--tiny" / "refs" / "main").string()) << commit; }
+  const char* old = std::getenv("HF_HUB_CACHE");
+  const std::optional<std::string> saved = old != nullptr ? std::optional<std::string>(old) : std::nullopt;
+  ::setenv("HF_HUB_CACHE", cache.c_str(), 1);
+  const std::string recipe = dir.file("r.lua");
+  const auto source_of = [&](const std::string& source) {
+    const auto r = scripts::parse_recipe("return qload.recipe { source = '" + source + "' }", recipe);
+    return r ? r->source : r.error().to_string();
+  };
+  CHECK(source_of("org/tiny") == snapshot.string());
+  CHECK(source_of("org/tiny@" + commit) == snapshot.string());
+  // Not in the cache: the id itself, for the load to say what is missing.
+  CHECK(source_of("org/absent") == "org/absent");
+  // A folder of that name beside the recipe wins.
+  std::filesystem::create_directories(dir.path() / "org" / "tiny");
+  CHECK(source_of("org/tiny") == dir.file("org/tiny"));
+  if (saved)
+    ::setenv("HF_HUB_CACHE", saved->c_str(), 1);
+  else
+    ::unsetenv("HF_HUB_CACHE");
 }
 
 TEST_CASE("recipe defaults: devices cpu, no settings, absolute sources kept", "[scripts][recipe]") {

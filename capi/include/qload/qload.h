@@ -140,9 +140,12 @@ QLOAD_API qload_status qload_options_set_region(qload_options* options, const ch
                                                 uint64_t begin, uint64_t end);
 QLOAD_API void qload_options_free(qload_options* options);
 
-/* Opens `source` (a checkpoint directory, .safetensors file, index json, or a .lua recipe):
+/* Opens `source` (a checkpoint directory, .safetensors file, index json, a .lua recipe, or a
+ * Hugging Face model id "org/name[@revision]" that is not a path, read from its snapshot in the
+ * local Hugging Face cache: HF_HUB_CACHE, HF_HOME, ... as huggingface_hub finds it, offline):
  * the recipe is evaluated and the options and settings checked here; nothing is read.
- * `options` may be NULL. */
+ * `options` may be NULL. An id the cache lacks fails in qload_load, QLOAD_ERR_NOT_FOUND naming
+ * the path looked for. */
 QLOAD_API qload_status qload_open(const char* source, const qload_options* options, qload_session** out);
 /* Plans, checks the lock (if any) and loads: a complete model, or an error with everything
  * released. Under WORLD_SIZE > 1 this process is one rank of a multi-process load

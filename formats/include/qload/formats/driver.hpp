@@ -3,6 +3,7 @@
 // suite (tests/formats/conformance_test.cpp) runs over each of them.
 #pragma once
 
+#include <filesystem>
 #include <span>
 #include <string>
 #include <string_view>
@@ -26,7 +27,11 @@ class FormatDriver {
 // Every registered driver, in probing order.
 std::span<const FormatDriver* const> drivers();
 const FormatDriver* find_driver(std::string_view name);
-// Opens `source` with the first driver that recognises it; kUnsupported if none does.
+// Opens `source` with the first driver that recognises it; kUnsupported if none does. A source
+// that does not exist as a path and is a Hugging Face model id ("org/name[@revision]") is opened
+// from its snapshot in the local Hugging Face cache (hub_cache.hpp: the cache folder from the
+// environment, or `hub_cache`), and errors from the open then carry a note naming the id.
 Result<Catalog> open_catalog(const std::string& source);
+Result<Catalog> open_catalog(const std::string& source, const std::filesystem::path& hub_cache);
 
 }  // namespace qload::formats
