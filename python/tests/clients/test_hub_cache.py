@@ -4,8 +4,9 @@ The cache is written by huggingface_hub's own snapshot_download, from a fake Hub
 127.0.0.1 (fake_hub.py; no network), in a subprocess so that its HF_ENDPOINT and HF_HUB_CACHE
 are read as huggingface_hub reads them, at import. qload must then find what huggingface_hub
 finds offline (snapshot_download(local_files_only=True), try_to_load_from_cache), through
-every client: qload.load/stream/load_into/inspect/safe_open, the CLI, and the transformers and
-FMS integrations; and say clearly what is missing when the cache lacks it.
+every client: qload.load/stream/load_into/inspect (safe_open takes a file, as safetensors'
+does), the CLI, and the transformers and FMS integrations; and say clearly what is missing
+when the cache lacks it.
 """
 import json
 import os
@@ -79,7 +80,7 @@ def test_huggingface_hub_and_qload_find_the_same_snapshot(in_cache):
     assert qload.resolve("no-such-file.safetensors") == "no-such-file.safetensors"
 
 
-def test_load_stream_inspect_safe_open_and_load_into_take_an_id(in_cache):
+def test_load_stream_inspect_and_load_into_take_an_id(in_cache):
     main = stored(in_cache["main_dir"])
     assert_same(qload.load(REPO), main)
     assert_same(qload.load(f"{REPO}@v1"), stored(in_cache["v1_dir"]))
@@ -88,7 +89,8 @@ def test_load_stream_inspect_safe_open_and_load_into_take_an_id(in_cache):
     inspected = qload.inspect(REPO)
     assert {t["name"] for t in inspected["tensors"]} == set(main)
     assert inspected["files"][0]["path"].startswith(in_cache["main"])
-    with qload.safe_open(REPO, framework="pt") as f:
+    # safe_open opens one file, as safetensors' does: the id's snapshot names the folder.
+    with qload.safe_open(os.path.join(qload.resolve(REPO), "model.safetensors"), framework="pt") as f:
         assert f.keys() == sorted(main)
         assert torch.equal(f.get_tensor("lm_head.weight"), main["lm_head.weight"])
     out = torch.empty_like(main["model.norm.weight"])

@@ -1,5 +1,6 @@
 """qload against torch and transformers on checkpoints transformers wrote."""
 import glob
+import pathlib
 import os
 import warnings
 
@@ -152,3 +153,22 @@ def test_from_pretrained_refuses_a_checkpoint_missing_a_parameter(tiny_model, tm
     safetensors.torch.save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
     with pytest.raises(qload.NotFoundError, match="model.norm.weight"):
         qload.transformers.from_pretrained(out)
+
+
+def docs_block(heading: str) -> str:
+    """The first fenced block after `heading` in docs/python.md, as a user would copy it."""
+    doc = (pathlib.Path(__file__).resolve().parents[3] / "docs" / "python.md").read_text()
+    section = doc[doc.index(heading):]
+    start = section.index("```python\n") + len("```python\n")
+    return section[start:section.index("```\n", start)]
+
+
+def test_the_coming_from_transformers_recipe_runs(tmp_path, monkeypatch):
+    """docs/python.md's recipe, run as written in a folder holding the llama/ it names."""
+    from tiny_models import save_tiny
+
+    save_tiny("llama", False, tmp_path / "llama")
+    monkeypatch.chdir(tmp_path)
+    namespace = {}
+    exec(compile(docs_block("### Coming from transformers"), "docs/python.md", "exec"), namespace)
+    assert hasattr(namespace["model"], "qload_report")  # loaded through qload, not by transformers

@@ -4,6 +4,8 @@ stream), reads the files vLLM's default loader reads, and reports the bytes each
 in every load mode."""
 import json
 import os
+import pathlib
+import shlex
 import subprocess
 import sys
 
@@ -108,3 +110,48 @@ def test_the_weights_read_are_vllms_choice(tmp_path, tiny_model):
         assert read == {os.path.basename(f) for f in files}, (load_format, read, files)
     # The plain layout (no consolidated file) is the folder itself.
     assert qload.vllm._weights_source(tiny_model, "auto") == tiny_model
+
+
+def serve_commands() -> list:
+    """The `vllm serve` lines of docs/python.md's "Coming from vLLM", split as a shell would."""
+    doc = (pathlib.Path(__file__).resolve().parents[3] / "docs" / "python.md").read_text()
+    section = doc[doc.index("### Coming from vLLM"):]
+    start = section.index("```\n") + len("```\n")
+    return [shlex.split(line) for line in section[start:section.index("```\n", start)].splitlines()
+            if line.startswith("vllm serve ")]
+
+
+def test_the_coming_from_vllm_recipe_loads(tmp_path, monkeypatch, tp_rank):
+    """Each documented `vllm serve` line, parsed by vLLM's own serve argument parser into its
+    engine arguments and load config, makes the qload loader (found as vLLM finds plugins),
+    which loads the llama/ it names as vLLM's default loader does."""
+    from tiny_models import save_tiny
+    from vllm.config.load import LoadConfig
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.entrypoints.common.cli_args import make_arg_parser
+    from vllm.model_executor.model_loader import get_model_loader
+    from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
+    from vllm.platforms import current_platform
+    from vllm.plugins import load_general_plugins
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    # vLLM's CUDA wheel finds no device here; its parser's defaults need a device type.
+    monkeypatch.setattr(current_platform, "device_type", "cpu", raising=False)
+    save_tiny("llama", False, tmp_path / "llama")
+    monkeypatch.chdir(tmp_path)
+    tp_rank(0, 1)
+    commands = serve_commands()
+    assert len(commands) == 2
+    load_general_plugins()
+    theirs = load(DefaultModelLoader(LoadConfig(load_format="safetensors")), "llama/")
+    for command in commands:
+        assert command[:2] == ["vllm", "serve"]
+        args = make_arg_parser(FlexibleArgumentParser()).parse_args(command[2:])
+        args.model = args.model_tag
+        engine = EngineArgs.from_cli_args(args)
+        loader = get_model_loader(engine.create_load_config())
+        assert type(loader).__name__ == "QloadModelLoader", command
+        ours = load(loader, engine.model)
+        for (name, p), (_, q) in zip(ours.named_parameters(), theirs.named_parameters()):
+            assert torch.equal(p, q), (command, name)
+        assert loader.qload_into or loader.qload_report["tensors"] > 0
