@@ -2,15 +2,18 @@
 """Real clients to a ready model, by themselves and through qload, in one run.
 
     PYTHONPATH=build/python python bench/clients_bench.py [MODEL_DIR] [--qload build/qload]
-        [--clients fms,transformers] [--rounds 3]
+        [--clients fms,transformers,load_file,raw] [--rounds 3]
 
 For each client, the client's own loading against loading through qload, each load in a fresh
-process on a warm page cache (rounds alternate), measured to a ready model in the client's
+process on a warm page cache (rounds alternate; load_file also cold), measured to a ready model in the client's
 framework, not to qload's buffers:
   fms           fms.models.get_model("hf_pretrained", ...) in bf16 on cpu, by itself / inside
                 qload.fms.loading() (checkpoint rows read straight into FMS's parameters)
   transformers  AutoModelForCausalLM.from_pretrained(path, dtype=bf16) / qload.transformers.
                 from_pretrained(path)
+  load_file     safetensors.torch.load_file / qload.torch.load_file of each file, copied into a
+                transformers model's parameters (allocated once, as a server's are); warm and
+                cold (the checkpoint's pages dropped with posix_fadvise before each load)
   raw           bench/plain_read (one thread per core, into fresh memory) / qload.load_into into
                 torch tensors already faulted in (a server's live parameters): speed only
 Prints seconds to the ready model (median of the rounds) and the peak RSS above the process's
@@ -48,7 +51,32 @@ if client == "raw":  # load_into into tensors already faulted in (a server's liv
     seconds = time.perf_counter() - t0
     print(json.dumps({"seconds": seconds, "peak_above_kib": 0, "sum": 0.0, "first": []}))
     sys.exit(0)
-if client == "fms":
+if client == "load_file":  # safetensors.torch.load_file / qload.torch.load_file, then copied into the model
+    import glob
+    import safetensors.torch
+    import transformers
+    import qload.torch
+    from accelerate import init_empty_weights
+    library = qload.torch if through_qload else safetensors.torch
+    def ready():
+        with init_empty_weights(include_buffers=False):  # parameters on meta; buffers computed
+            model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.from_pretrained(path),
+                                                                  dtype=torch.bfloat16)
+        made = {}  # each parameter allocated once, where it will live (tied ones stay one tensor)
+        for name, p in model.named_parameters(remove_duplicate=False):
+            owner, _, leaf = name.rpartition(".")
+            fresh = made.setdefault(id(p), torch.nn.Parameter(torch.empty_like(p, device="cpu"), requires_grad=False))
+            setattr(model.get_submodule(owner), leaf, fresh)
+        with torch.no_grad():
+            for f in sorted(glob.glob(os.path.join(path, "*.safetensors"))):
+                model.load_state_dict(library.load_file(f), strict=False)  # copies into the parameters
+        return model.eval()
+    def logits(model, tokens):
+        return model(tokens).logits
+    def warm_up():
+        with torch.device("meta"):
+            transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.from_pretrained(path))
+elif client == "fms":
     from fms.models import get_model
     import qload.fms
     def ready():
@@ -101,8 +129,19 @@ def plain_read(path, binary):
             "first": []}
 
 
-def run(client, path, through_qload, plain_read_binary=None):
-    warm(path)
+def cool(path):
+    """The checkpoint's pages dropped from the page cache (posix_fadvise: no root needed)."""
+    for f in glob.glob(os.path.join(path, "*.safetensors")):
+        fd = os.open(f, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def run(client, path, through_qload, plain_read_binary=None, cold=False):
+    cool(path) if cold else warm(path)
     if client == "raw" and not through_qload:
         return plain_read(path, plain_read_binary)
     out = subprocess.run([sys.executable, "-c", CHILD, client, "1" if through_qload else "0", path], check=True,
@@ -114,7 +153,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model", nargs="?")
     ap.add_argument("--qload", default="build/qload")
-    ap.add_argument("--clients", default="fms,transformers,raw")
+    ap.add_argument("--clients", default="fms,transformers,load_file,raw")
     ap.add_argument("--plain-read", default="build/bench/qload_plain_read")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--layers", type=int, default=16)
@@ -132,29 +171,35 @@ def main():
           f"fresh process; {os.cpu_count()} cores")
     print(f"{'client':<14} {'loading':<14} {'seconds':>8} {'peak/model':>11}  runs (s)")
     for client in a.clients.split(","):
-        results = {False: [], True: []}
-        for _ in range(a.rounds):
-            for through_qload in (False, True):
-                results[through_qload].append(run(client, path, through_qload, a.plain_read))
-        everything = results[False] + results[True]
-        assert all(r["first"] == everything[0]["first"] and r["sum"] == everything[0]["sum"] for r in everything), \
-            f"{client}: its own loading and qload's gave different logits"
-        medians = {}
-        for through_qload, label in ((False, "its own"), (True, "through qload")):
-            rs = results[through_qload]
-            seconds = statistics.median(r["seconds"] for r in rs)
-            peak = max(r["peak_above_kib"] for r in rs) * 1024 / size
-            medians[through_qload] = (seconds, peak)
-            if client == "raw":
-                label = "load_into" if through_qload else "plain_read"
-            print(f"{client:<14} {label:<14} {seconds:8.3f} {peak:10.2f}x  " + " ".join(f"{r['seconds']:.3f}" for r in rs))
-        if client == "raw":
-            print(f"{client:<14} load_into into faulted-in tensors: {medians[False][0] / medians[True][0]:.2f}x the "
-                  "speed of the hand-written reader (which pays its first touch)")
-            continue
-        print(f"{client:<14} qload / own: time {medians[True][0] / medians[False][0]:.2f}x, "
-              f"peak {medians[True][1] / medians[False][1]:.2f}x; logits identical")
+        # load_file cold as well: the page cache dropped before each of its loads
+        for cold in (False, True) if client == "load_file" else (False,):
+            report(client, cold, [[run(client, path, through_qload, a.plain_read, cold) for through_qload in (False, True)]
+                                  for _ in range(a.rounds)], size)
 
+
+def report(client, cold, rounds, size):
+    """Prints one client's medians and its ratios; `rounds`: [own, through qload] per round."""
+    results = {False: [r[0] for r in rounds], True: [r[1] for r in rounds]}
+    everything = results[False] + results[True]
+    assert all(r["first"] == everything[0]["first"] and r["sum"] == everything[0]["sum"] for r in everything), \
+        f"{client}: its own loading and qload's gave different logits"
+    name = f"{client} cold" if cold else client
+    labels = {"raw": ("plain_read", "load_into"), "load_file": ("safetensors", "qload.torch")}.get(
+        client, ("its own", "through qload"))
+    medians = {}
+    for through_qload in (False, True):
+        rs = results[through_qload]
+        seconds = statistics.median(r["seconds"] for r in rs)
+        peak = max(r["peak_above_kib"] for r in rs) * 1024 / size
+        medians[through_qload] = (seconds, peak)
+        print(f"{name:<14} {labels[through_qload]:<14} {seconds:8.3f} {peak:10.2f}x  "
+              + " ".join(f"{r['seconds']:.3f}" for r in rs))
+    if client == "raw":
+        print(f"{name:<14} load_into into faulted-in tensors: {medians[False][0] / medians[True][0]:.2f}x the "
+              "speed of the hand-written reader (which pays its first touch)")
+        return
+    print(f"{name:<14} qload / own: time {medians[True][0] / medians[False][0]:.2f}x, "
+          f"peak {medians[True][1] / medians[False][1]:.2f}x; logits identical")
 
 if __name__ == "__main__":
     main()

@@ -81,7 +81,8 @@ def load_file(filename, device: Union[str, int] = "cpu", *, backend: Optional[st
     when the page cache holds the file, read otherwise; QLOAD_LOAD_MODE overrides). A mapping is
     private copy-on-write: tensors stay valid after the call and are writable, and writing them
     never changes the file. backend "mmap" or "pread" (safetensors' names) forces load_mode
-    "mmap" or "read". cuda devices are loaded there directly (qload's GPU path).
+    "mmap" or "read". cuda devices are loaded there directly (qload's GPU path). Digests are
+    not computed (nothing is checked against them; QLOAD_DIGESTS overrides).
     """
     path = check_path(filename)
     device = check_device(device, "pt")
@@ -92,6 +93,10 @@ def load_file(filename, device: Union[str, int] = "cpu", *, backend: Optional[st
     if mode is None and "QLOAD_LOAD_MODE" not in os.environ:
         mode = "auto"
     settings = {"load_mode": mode} if host and mode else {}
+    if "QLOAD_DIGESTS" not in os.environ:
+        # Nothing is checked against digests here (no lock) and the caller never sees them:
+        # hashing every byte would only slow the load down (safetensors hashes nothing).
+        settings["digests"] = "off"
     with as_safetensors_errors():
         tensors = dict(_load(path, device="cpu" if host else device, framework="pt", progress=False,
                              settings=settings))
