@@ -24,21 +24,14 @@
 #include "qload/runtime/cuda.hpp"
 #include "qload/runtime/device.hpp"
 #include "qload/runtime/settings.hpp"
-#include "qload/runtime/spelling.hpp"
 #include "qload/runtime/units.hpp"
 #include "recipe_hooks.hpp"
 #include "recipe_library.hpp"
+#include "recipe_shape.hpp"
 
 namespace qload::scripts {
 namespace {
 
-constexpr std::array<std::string_view, 11> kRecipeKeys{"source", "devices",  "placement", "dtype",  "quant", "parallel",
-                                                       "io",     "settings", "verify",    "report", "trace"};
-constexpr std::array<std::string_view, 5> kIoKeys{"engine", "queue_depth", "direct", "chunk", "staging"};
-constexpr std::array<std::string_view, 5> kParallelKeys{"tensor", "pipeline", "data", "rules", "share_reads"};
-constexpr std::array<std::string_view, 3> kSplitRuleKeys{"match", "pattern", "split"};
-constexpr std::array<std::string_view, 7> kRuleKeys{"match",      "pattern",  "keep",  "skip",
-                                                    "dequantize", "quantize", "repack"};
 const char kRecipeMark = 0;     // registry key (its address): metatable marking qload.recipe tables
 const char kRecipeContext = 0;  // registry key (its address): the RecipeContext of this parse
 
@@ -72,158 +65,6 @@ int line_of(std::string_view text, std::string_view word) {
   return 0;
 }
 
-template <std::size_t N>
-std::string unknown_key_message(std::string_view key, std::string_view where,
-                                const std::array<std::string_view, N>& known) {
-  std::string message = fmt::format("unknown key '{}' in {}", key, where);
-  for (std::string_view k : known)
-    if (edit_distance(key, k) <= 2) return message + fmt::format(" (did you mean '{}'?)", k);
-  return message + fmt::format(" (known keys: {})", fmt::join(known, ", "));
-}
-
-// Checks every key of the table at `index` against `known`; a message on the first
-// unknown or non-string key.
-template <std::size_t N>
-std::string check_keys(lua_State* L, int index, std::string_view where, const std::array<std::string_view, N>& known) {
-  lua_pushnil(L);
-  while (lua_next(L, index) != 0) {
-    lua_pop(L, 1);
-    if (lua_type(L, -1) != LUA_TSTRING) {
-      lua_pop(L, 1);
-      return fmt::format("{} has a key that is not a name", where);
-    }
-    const std::string_view key = lua_tostring(L, -1);
-    if (std::find(known.begin(), known.end(), key) == known.end()) {
-      std::string message = unknown_key_message(key, where, known);
-      context_of(L)->key = key;
-      lua_pop(L, 1);
-      return message;
-    }
-  }
-  return {};
-}
-
-// "" when the field is absent or of one of the `types`, else a message naming key and type.
-std::string expect_type(lua_State* L, int table, const char* key, std::initializer_list<int> types,
-                        std::string_view what) {
-  lua_getfield(L, table, key);
-  const int actual = lua_type(L, -1);
-  lua_pop(L, 1);
-  if (actual == LUA_TNIL || std::find(types.begin(), types.end(), actual) != types.end()) return {};
-  context_of(L)->key = key;
-  return fmt::format("'{}' must be {}, not a {}", key, what, lua_typename(L, actual));
-}
-
-// A rule list's shape: a list of tables with the keys `keys` (strings, or booleans where
-// `flags` names them), each naming its tensors by exactly one of match (glob) and pattern (Lua
-// pattern). `name` is how messages call the list ("quant", "parallel.rules").
-template <std::size_t N>
-std::string check_rules(lua_State* L, int rules, const char* name, const std::array<std::string_view, N>& keys,
-                        std::initializer_list<const char*> flags) {
-  const auto count = static_cast<int>(lua_objlen(L, rules));
-  int pairs = 0;
-  lua_pushnil(L);
-  while (lua_next(L, rules) != 0) {
-    lua_pop(L, 1);
-    ++pairs;
-  }
-  context_of(L)->key = name;
-  if (pairs != count) return fmt::format("'{}' must be a list of rules {{ match = ..., ... }}", name);
-  for (int i = 1; i <= count; ++i) {
-    lua_rawgeti(L, rules, i);
-    const int rule = lua_gettop(L);
-    std::string message;
-    const std::string where = fmt::format("{}[{}]", name, i);
-    if (lua_type(L, rule) != LUA_TTABLE) message = fmt::format("{} must be a table", where);
-    if (message.empty()) message = check_keys(L, rule, where, keys);
-    for (std::string_view key : keys) {
-      if (!message.empty()) break;
-      const std::string k(key);
-      const bool flag =
-          std::find_if(flags.begin(), flags.end(), [&](const char* f) { return key == f; }) != flags.end();
-      message = flag ? expect_type(L, rule, k.c_str(), {LUA_TBOOLEAN}, "true or false")
-                     : expect_type(L, rule, k.c_str(), {LUA_TSTRING}, "a string");
-    }
-    if (message.empty()) {
-      lua_getfield(L, rule, "match");
-      lua_getfield(L, rule, "pattern");
-      const int named = !lua_isnil(L, -2) + !lua_isnil(L, -1);
-      lua_pop(L, 2);
-      if (named != 1)
-        message = fmt::format("{} needs exactly one of 'match' (a glob) and 'pattern' (a Lua pattern)", where);
-    }
-    for (const char* key : {"match", "pattern"}) {
-      if (!message.empty()) break;
-      lua_getfield(L, rule, key);
-      std::size_t length = 0;
-      const char* text = lua_type(L, -1) == LUA_TSTRING ? lua_tolstring(L, -1, &length) : nullptr;
-      // An empty name matches nothing and a NUL would cut the glob short: both are mistakes.
-      if (text != nullptr && (length == 0 || std::string_view(text, length).find('\0') != std::string_view::npos))
-        message = fmt::format("{}.{} must be a non-empty string without NUL bytes", where, key);
-      lua_pop(L, 1);
-    }
-    lua_pop(L, 1);
-    if (!message.empty()) return message;
-  }
-  return {};
-}
-
-// Validates the shape of the recipe table (argument 1). Returns an error text or "".
-std::string validate(lua_State* L, bool source_given) {
-  if (lua_type(L, 1) != LUA_TTABLE) return "qload.recipe expects a table: qload.recipe { source = ... }";
-  if (std::string m = check_keys(L, 1, "qload.recipe", kRecipeKeys); !m.empty()) return m;
-  lua_getfield(L, 1, "source");
-  const int source_type = lua_type(L, -1);
-  lua_pop(L, 1);
-  if (source_type != LUA_TSTRING && !(source_given && source_type == LUA_TNIL))
-    return "qload.recipe needs 'source', a path string or a Hugging Face model id";
-  const std::pair<const char*, std::string> checks[] = {
-      {"devices", expect_type(L, 1, "devices", {LUA_TSTRING, LUA_TTABLE}, "a string like \"cpu\" or a list of them")},
-      {"placement", expect_type(L, 1, "placement", {LUA_TSTRING, LUA_TFUNCTION}, "a string or a function")},
-      {"dtype", expect_type(L, 1, "dtype", {LUA_TSTRING}, "a string")},
-      {"quant", expect_type(L, 1, "quant", {LUA_TTABLE, LUA_TFUNCTION}, "a list of rules or a function")},
-      {"parallel", expect_type(L, 1, "parallel", {LUA_TTABLE}, "a table")},
-      {"io", expect_type(L, 1, "io", {LUA_TTABLE}, "a table")},
-      {"settings", expect_type(L, 1, "settings", {LUA_TTABLE}, "a table of settings (docs/settings.md)")},
-      {"verify", expect_type(L, 1, "verify", {LUA_TSTRING}, "a lockfile path")},
-      {"trace", expect_type(L, 1, "trace", {LUA_TSTRING}, "a file path")},
-      {"report", expect_type(L, 1, "report", {LUA_TSTRING}, "\"text\" or \"json\"")},
-  };
-  for (const auto& [key, message] : checks)
-    if (!message.empty()) return message;
-  std::string message;
-  lua_getfield(L, 1, "io");
-  if (lua_type(L, -1) == LUA_TTABLE) {
-    const int io = lua_gettop(L);
-    message = check_keys(L, io, "io", kIoKeys);
-    if (message.empty()) message = expect_type(L, io, "queue_depth", {LUA_TNUMBER}, "a number");
-    for (const char* key : {"engine", "direct"})
-      if (message.empty()) message = expect_type(L, io, key, {LUA_TSTRING}, "a string");
-  }
-  lua_pop(L, 1);
-  if (!message.empty()) return message;
-  lua_getfield(L, 1, "parallel");
-  if (lua_type(L, -1) == LUA_TTABLE) {
-    const int parallel = lua_gettop(L);
-    message = check_keys(L, parallel, "parallel", kParallelKeys);
-    for (const char* key : {"tensor", "pipeline", "data"})
-      if (message.empty()) message = expect_type(L, parallel, key, {LUA_TNUMBER}, "a number");
-    if (message.empty()) message = expect_type(L, parallel, "rules", {LUA_TTABLE}, "a list of rules");
-    if (message.empty()) message = expect_type(L, parallel, "share_reads", {LUA_TBOOLEAN}, "true or false");
-    lua_getfield(L, parallel, "rules");
-    if (message.empty() && lua_type(L, -1) == LUA_TTABLE)
-      message = check_rules(L, lua_gettop(L), "parallel.rules", kSplitRuleKeys, {});
-    lua_pop(L, 1);
-  }
-  lua_pop(L, 1);
-  if (!message.empty()) return message;
-  lua_getfield(L, 1, "quant");
-  if (lua_type(L, -1) == LUA_TTABLE)
-    message = check_rules(L, lua_gettop(L), "quant", kRuleKeys, {"keep", "skip", "repack"});
-  lua_pop(L, 1);
-  return message;
-}
-
 // qload.recipe{...}: validates at the call site (so errors carry the recipe's file:line)
 // and marks the table as a recipe.
 int l_recipe(lua_State* L) {
@@ -231,7 +72,8 @@ int l_recipe(lua_State* L) {
   if (context_of(L) == nullptr) return luaL_error(L, "qload.recipe may be called only while the recipe file runs");
   char message[512] = {};
   {
-    const std::string text = validate(L, context_of(L)->source_given);
+    RecipeContext* context = context_of(L);
+    const std::string text = check_recipe_shape(L, context->source_given, context->key);
     std::snprintf(message, sizeof message, "%s", text.c_str());
   }  // no C++ object may be alive when luaL_error unwinds
   if (message[0] != '\0') {
