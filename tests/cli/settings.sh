@@ -14,6 +14,9 @@ dir=$(mktemp -d); trap 'rm -rf "$dir"' EXIT
 budget() { python3 -c 'import json,sys; print(json.load(sys.stdin)["staging_budget_bytes"])'; }
 # within SETTING GOT: the pool holds whole slots (of at most 1 MiB here, sized to the largest
 # read), so its capacity is the setting rounded down by less than one slot.
+# The staging budgets below are read from loads in the aligned host layout, which stages small
+# tensors: a file image reads every tensor straight into place and sizes its pool down to nothing.
+export QLOAD_HOST_LAYOUT=aligned
 within() { [ "$2" -le "$1" ] && [ "$2" -gt $(($1 - (1 << 20))) ]; }
 
 # 1. Sizes in any unit, and a slot size alone, load.

@@ -173,7 +173,7 @@ TEST_CASE("decode: a quantized checkpoint written by qload is dequantized on loa
       REQUIRE(original != nullptr);
       CHECK(part.dtype == original->dtype);
       CHECK(std::memcmp(part.data, original->data, part.nbytes) == 0);
-      CHECK(reinterpret_cast<std::uintptr_t>(part.data) % 256 == 0);
+      CHECK(reinterpret_cast<std::uintptr_t>(part.data) % dtype_info(part.dtype).block_bytes == 0);
       CHECK(((role == "weight" && part.dtype == DType::kF8_E4M3) || role == "weight_scale_inv"));
     }
   }

@@ -40,9 +40,11 @@ void check_chunks(const formats::Catalog& catalog, const Plan& plan, const PlanO
     REQUIRE(!c.pieces.empty());
     CHECK(c.bytes <= options.chunk_bytes);
     CHECK(c.file_offset + c.bytes <= catalog.files[c.file].size);
-    CHECK(std::make_pair(c.file, c.file_offset) >= last);  // file order
-    last = {c.file, c.file_offset};
-    if (c.direct) CHECK(c.pieces.size() == 1);
+    // File order of the data (a read may be rounded down before a neighbour's data).
+    const std::pair<std::uint32_t, std::uint64_t> data{c.file, c.file_offset + c.pieces.front().chunk_offset};
+    CHECK(data >= last);
+    last = data;
+    if (c.direct && !plan.layout.tensors[c.pieces.front().tensor].image) CHECK(c.pieces.size() == 1);
     for (const ChunkPiece& p : c.pieces) {
       const formats::TensorEntry& t = catalog.tensors[p.tensor];
       CHECK(t.file == c.file);
@@ -67,6 +69,7 @@ TEST_CASE("plan: tensors sit at aligned, disjoint arena offsets and the arena is
     SyntheticCheckpoint ckpt;
     make_synthetic(ckpt, seed, {.tensors_max = 30});
     PlanOptions options;
+    options.host_layout = HostLayout::kAligned;                  // plan_image_test: the file-image layout
     options.tensor_alignment = std::uint64_t{1} << (seed % 13);  // 1 .. 4096
     options.direct_min_bytes = seed % 2 ? 0 : 300000;
     auto plan = make_plan(ckpt.catalog, options);
@@ -152,6 +155,7 @@ TEST_CASE("plan: a tensor larger than a chunk spans several; large tensors can g
   check_chunks(catalog, *plan, options);
 
   options.direct_min_bytes = 500000;
+  options.host_layout = HostLayout::kAligned;  // (file images read every tensor straight in)
   plan = make_plan(catalog, options);
   REQUIRE(plan);
   CHECK(plan->reads.direct_tensors == 1);
@@ -166,13 +170,23 @@ TEST_CASE("plan: zero-size tensors and scalars get placements but no zero-length
   formats::TensorEntry empty{.name = "empty", .offset = 8, .nbytes = 0, .dtype = DType::kF32, .shape = Shape{0, 7}};
   formats::TensorEntry scalar{.name = "scalar", .offset = 8, .nbytes = 4, .dtype = DType::kF32, .shape = Shape{}};
   auto catalog = one_file_catalog(12, {empty, scalar});
-  auto plan = make_plan(catalog, {});
+  PlanOptions options;
+  options.host_layout = HostLayout::kAligned;
+  auto plan = make_plan(catalog, options);
   REQUIRE(plan);
   REQUIRE(plan->reads.chunks.size() == 1);
   CHECK(plan->reads.chunks[0].pieces.size() == 1);
   CHECK(plan->layout.arenas[0].bytes == 4);
   CHECK(plan->layout.tensors[0].offset == 0);
   CHECK(plan->layout.tensors[1].offset == 0);
+
+  plan = make_plan(catalog, {});  // a file image: the scalar at its file offset, the file read whole
+  REQUIRE(plan);
+  REQUIRE(plan->reads.chunks.size() == 1);
+  CHECK(plan->reads.chunks[0].file_offset == 0);
+  CHECK(plan->reads.chunks[0].bytes == 12);
+  CHECK(plan->layout.tensors[1].offset == 8);
+  CHECK(plan->layout.arenas[0].bytes == 4096);
 }
 
 TEST_CASE("plan: mmap maps from the page holding the first tensor byte to exactly the last", "[scheduler][plan]") {

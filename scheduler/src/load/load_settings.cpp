@@ -34,6 +34,12 @@ Status LoadOptions::apply(const Settings& s) {
   copy_lanes = s.copy_lanes;
   compute_digests = s.digests;
   plan.tensor_alignment = s.tensor_alignment;
+  if (s.host_layout == "file")
+    plan.host_layout = HostLayout::kFileImage;
+  else if (s.host_layout == "aligned")
+    plan.host_layout = HostLayout::kAligned;
+  else
+    return fail(Errc::kInvalidArgument, fmt::format("host_layout '{}' is not file or aligned", s.host_layout));
   plan.max_gap_bytes = s.max_gap_bytes;
   if (s.gptq_v1_zeros == "auto")
     plan.gptq_v1_whole_word.reset();

@@ -26,8 +26,8 @@ std::byte* direct_destination(const ReadLoadState& s, const ChunkPiece& piece) {
 Result<io::ReadRequest> prepare_read(ReadLoadState& s, std::uint32_t index) {
   const ReadChunk& chunk = s.plan.reads.chunks[index];
   std::byte* dest = nullptr;
-  if (chunk.direct) {
-    dest = direct_destination(s, chunk.pieces.front());  // direct: host arenas only
+  if (chunk.direct) {  // host arenas only; a span's read may start before its first piece
+    dest = direct_destination(s, chunk.pieces.front()) - chunk.pieces.front().chunk_offset;
   } else {
     s.leases[index] = s.pool.try_lease();
     // The executor's staging budget equals the pool's capacity, so this cannot happen.

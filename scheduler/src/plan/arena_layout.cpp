@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <string>
 
 #include <fmt/format.h>
@@ -23,6 +24,61 @@ namespace {
 DType placed_dtype(const formats::TensorEntry& t, const PlanOptions& options, bool quantized_part) {
   if (options.dtype && is_float_policy_dtype(t.dtype) && !quantized_part) return *options.dtype;
   return t.dtype;
+}
+
+// The alignment a tensor's elements need in memory: the largest power of two dividing its
+// element (or block) size, at most 16. A file-image arena keeps the file's alignment, so a
+// tensor stored off it is placed as the aligned layout places it.
+std::uint64_t element_alignment(DType dtype) {
+  const std::uint64_t bytes = dtype_info(dtype).block_bytes;
+  return std::min<std::uint64_t>(bytes & (~bytes + 1), 16);
+}
+
+// The open span of a file-image arena: the file its last tensor came from, where that tensor
+// ends in the file and in the arena.
+struct OpenSpan {
+  std::uint32_t file = 0;
+  std::uint64_t file_end = 0;
+  std::uint64_t arena_end = 0;
+  std::uint64_t last = 0;  // its last tensor's place among the tensors with bytes, in file order
+};
+
+Result<std::uint64_t> align_up(std::uint64_t value, std::uint64_t alignment, const std::string& arena) {
+  std::uint64_t cursor = value;
+  return take(cursor, 0, alignment, arena);
+}
+
+// Ends the arena's open span: whatever is placed next starts on a fresh aligned block, so the
+// span's last read, rounded up to a block, writes only padding.
+Status close_span(std::uint64_t& cursor, std::optional<OpenSpan>& span, const std::string& arena) {
+  if (!span) return {};
+  QLOAD_ASSIGN_OR_RETURN(cursor, align_up(cursor, kFileImageAlignment, arena));
+  span.reset();
+  return {};
+}
+
+// Places `t`, the `seq`-th tensor with bytes in file order, in a file-image arena: in the open
+// span when it is the next tensor of its file after the span's last, within `max_gap` bytes
+// (the gap is read through, so it keeps its place; a gap holding a tensor placed elsewhere
+// would be read twice, so it ends the span), else at the next free block plus the tensor's
+// offset within its block, which leaves the block's head, where the new span's first read is
+// rounded down to, free.
+Result<std::uint64_t> place_image(std::uint64_t& cursor, std::optional<OpenSpan>& span, const formats::TensorEntry& t,
+                                  std::uint64_t seq, std::uint64_t max_gap, bool& starts_span,
+                                  const std::string& arena) {
+  std::uint64_t offset = 0;
+  starts_span = !(span && span->file == t.file && span->last + 1 == seq && t.offset >= span->file_end &&
+                  t.offset - span->file_end <= max_gap);
+  if (starts_span) {
+    span.reset();
+    QLOAD_ASSIGN_OR_RETURN(cursor, align_up(cursor, kFileImageAlignment, arena));
+    QLOAD_ASSIGN_OR_RETURN(offset, checked_add(cursor, t.offset % kFileImageAlignment));
+  } else {
+    QLOAD_ASSIGN_OR_RETURN(offset, checked_add(span->arena_end, t.offset - span->file_end));
+  }
+  QLOAD_ASSIGN_OR_RETURN(cursor, checked_add(offset, t.nbytes));
+  span = OpenSpan{.file = t.file, .file_end = t.offset + t.nbytes, .arena_end = cursor, .last = seq};
+  return offset;
 }
 
 }  // namespace
@@ -61,11 +117,14 @@ Status place_in_arenas(const formats::Catalog& catalog, const std::vector<std::u
   std::vector<bool> decoded_here(catalog.tensors.size(), false);  // inputs of this process's decode jobs
   for (const DecodeJob& job : plan.decode.jobs)
     for (const std::uint32_t i : job.inputs) decoded_here[i] = true;
-  std::vector<std::uint64_t> cursor(device_count + 1, 0);  // the last one: scratch
+  std::vector<std::uint64_t> cursor(device_count + 1, 0);        // the last one: scratch
+  std::vector<std::optional<OpenSpan>> spans(device_count + 1);  // file-image arenas' open spans
   const std::uint32_t scratch = device_count;
   bool any_scratch = false;
+  std::uint64_t seq = 0;  // tensors with bytes so far, in file order
   for (const std::uint32_t i : order) {
     const formats::TensorEntry& t = catalog.tensors[i];
+    seq += t.nbytes > 0 ? 1 : 0;
     if (!roles.to_scratch[i] && (options.destinations.contains(t.name) || options.destinations_only)) {
       // Into the caller's memory (bind_destinations, once the arenas are laid out), or not loaded.
       plan.layout.tensors[i] = TensorPlacement{.region = kNoRegion, .dtype = t.dtype};
@@ -87,13 +146,28 @@ Status place_in_arenas(const formats::Catalog& catalog, const std::vector<std::u
       continue;
     }
     const std::string arena = d == scratch ? "scratch" : options.devices[d].to_string();
-    auto offset = take(cursor[d], bytes, options.tensor_alignment, arena);
-    if (!offset) return fail(tensor_error(catalog, t, Errc::kOverflow, offset.error().message()));
     const bool host = d == scratch || options.devices[d].is_cpu();
+    const bool image = host && d != scratch && !parallel && dtype == t.dtype && options.direct_min_bytes > 0 &&
+                       options.host_layout == HostLayout::kFileImage && t.nbytes > 0 &&
+                       t.offset % element_alignment(t.dtype) == 0;
+    bool starts_span = false;
+    Result<std::uint64_t> offset = std::uint64_t{0};
+    if (image) {
+      offset = place_image(cursor[d], spans[d], t, seq, options.max_gap_bytes, starts_span, arena);
+    } else {
+      const Status closed = close_span(cursor[d], spans[d], arena);
+      offset = closed ? take(cursor[d], bytes, options.tensor_alignment, arena) : fail(closed.error());
+    }
+    if (!offset) return fail(tensor_error(catalog, t, Errc::kOverflow, offset.error().message()));
     const bool direct =
-        host && dtype == t.dtype && options.direct_min_bytes > 0 && t.nbytes >= options.direct_min_bytes;
-    plan.layout.tensors[i] =
-        TensorPlacement{.region = d, .offset = *offset, .direct = direct, .dtype = dtype, .bytes = bytes};
+        image || (host && dtype == t.dtype && options.direct_min_bytes > 0 && t.nbytes >= options.direct_min_bytes);
+    plan.layout.tensors[i] = TensorPlacement{.region = d,
+                                             .offset = *offset,
+                                             .direct = direct,
+                                             .image = image,
+                                             .starts_span = starts_span,
+                                             .dtype = dtype,
+                                             .bytes = bytes};
     plan.reads.direct_tensors += direct ? 1 : 0;
     plan.layout.converted_tensors += dtype != t.dtype ? 1 : 0;
     if (d == scratch) continue;  // not part of the model
@@ -101,6 +175,8 @@ Status place_in_arenas(const formats::Catalog& catalog, const std::vector<std::u
     if (!placed) return fail(tensor_error(catalog, t, Errc::kOverflow, "total placed bytes exceed 2^64"));
     plan.layout.placed_bytes = *placed;
   }
+  for (std::uint32_t d = 0; d < device_count; ++d)
+    QLOAD_TRY(close_span(cursor[d], spans[d], options.devices[d].to_string()));
   for (DecodeJob& job : plan.decode.jobs) {
     for (DecodeOutput& out : job.outputs) {
       if (options.destinations.contains(out.name)) continue;  // bind_destinations places it

@@ -1,6 +1,7 @@
 #include "plan/chunker.hpp"
 
 #include <algorithm>
+#include <map>
 
 namespace qload::scheduler::detail {
 namespace {
@@ -127,6 +128,70 @@ void add_direct_shards(const formats::TensorEntry& t, std::uint32_t index, const
     }
 }
 
+// A span of a file-image arena (TensorPlacement::image): its tensors, read whole and straight
+// into place in reads of up to chunk_bytes cut on aligned file offsets, the first rounded down
+// and the last rounded up within the file (the layout keeps that padding free), so that with
+// O_DIRECT only a span's last partial block goes through the page cache.
+class SpanReads {
+ public:
+  SpanReads(const formats::Catalog& catalog, const PlanOptions& options, std::vector<ReadChunk>& out)
+      : catalog_(catalog), options_(options), out_(out) {}
+
+  void add(std::uint32_t tensor, const TensorPlacement& placed) {
+    if (placed.starts_span) flush(members_[placed.region]);
+    members_[placed.region].push_back(tensor);
+  }
+
+  void flush_all() {
+    for (auto& [region, members] : members_) flush(region);
+  }
+
+  // Emits the open span of `region`, if any: a tensor placed there outside the span comes next
+  // in the file, and the layout has ended the span before it, so reads stay in file order.
+  void flush(std::uint32_t region) {
+    const auto it = members_.find(region);
+    if (it != members_.end()) flush(it->second);
+  }
+
+ private:
+  void flush(std::vector<std::uint32_t>& members) {
+    if (members.empty()) return;
+    const formats::TensorEntry& first = catalog_.tensors[members.front()];
+    const formats::TensorEntry& last = catalog_.tensors[members.back()];
+    // Rounded out no further than the padding the layout keeps (kFileImageAlignment).
+    const std::uint64_t align = std::clamp<std::uint64_t>(options_.read_alignment, 1, kFileImageAlignment);
+    // Cut points: aligned file offsets, chunk_bytes apart (rounded down to the alignment when
+    // a chunk is larger than one block).
+    const std::uint64_t step =
+        options_.chunk_bytes >= align ? options_.chunk_bytes / align * align : options_.chunk_bytes;
+    const std::uint64_t begin = first.offset / align * align;
+    const std::uint64_t data_end = last.offset + last.nbytes;
+    const std::uint64_t end = std::min(catalog_.files[first.file].size, (data_end + align - 1) / align * align);
+    std::size_t next = 0;  // the first member that may still overlap the next read
+    for (std::uint64_t at = begin; at < end; at += step) {
+      ReadChunk chunk{.file = first.file, .file_offset = at, .bytes = std::min(step, end - at), .direct = true};
+      const std::uint64_t chunk_end = at + chunk.bytes;
+      for (std::size_t k = next; k < members.size(); ++k) {
+        const formats::TensorEntry& t = catalog_.tensors[members[k]];
+        if (t.offset >= chunk_end) break;
+        const std::uint64_t from = std::max(t.offset, at), to = std::min(t.offset + t.nbytes, chunk_end);
+        if (from < to)
+          chunk.pieces.push_back(ChunkPiece{
+              .tensor = members[k], .chunk_offset = from - at, .tensor_offset = from - t.offset, .bytes = to - from});
+        if (t.offset + t.nbytes <= chunk_end) next = k + 1;
+      }
+      // A read of gap bytes only (a gap wider than a read) carries nothing: skip it.
+      if (!chunk.pieces.empty()) out_.push_back(std::move(chunk));
+    }
+    members.clear();
+  }
+
+  const formats::Catalog& catalog_;
+  const PlanOptions& options_;
+  std::vector<ReadChunk>& out_;
+  std::map<std::uint32_t, std::vector<std::uint32_t>> members_;  // per region, in file order
+};
+
 }  // namespace
 
 std::vector<std::pair<std::uint64_t, std::uint64_t>> shard_ranges(const formats::TensorEntry& t,
@@ -164,9 +229,16 @@ std::vector<ReadChunk> make_chunks(const formats::Catalog& catalog, const std::v
                                    const std::vector<ShardPlacement>& shards, const PlanOptions& options) {
   std::vector<ReadChunk> out;
   ChunkBuilder builder(catalog, options, out);
+  SpanReads spans(catalog, options, out);
   for (const std::uint32_t i : order) {
     const formats::TensorEntry& t = catalog.tensors[i];
     if (t.nbytes == 0) continue;
+    if (placements[i].direct && placements[i].image) {
+      builder.close();  // staged data before the span is read before it
+      spans.add(i, placements[i]);
+      continue;
+    }
+    spans.flush(placements[i].region);
     if (placements[i].direct) {
       builder.close();
       if (placements[i].shard_count > 0) {
@@ -206,6 +278,7 @@ std::vector<ReadChunk> make_chunks(const formats::Catalog& catalog, const std::v
     }
   }
   builder.close();
+  spans.flush_all();
   return out;
 }
 

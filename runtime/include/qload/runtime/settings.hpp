@@ -33,6 +33,7 @@ struct Settings {
   std::uint32_t copy_lanes = 2;
   bool digests = true;
   std::uint64_t tensor_alignment = 256;
+  std::string host_layout = "file";
   std::uint64_t max_gap_bytes = std::uint64_t{64} << 10;
   std::chrono::milliseconds rendezvous_timeout{300'000};
   std::chrono::milliseconds nccl_timeout{300'000};
@@ -64,7 +65,7 @@ struct SettingSpec {
   std::string_view doc;
 };
 
-inline constexpr std::size_t kSettingCount = 17;  // setting_table().size(), checked where it is defined
+inline constexpr std::size_t kSettingCount = 18;  // setting_table().size(), checked where it is defined
 
 // Every setting, in the order `qload config` and docs/settings.md list them.
 std::span<const SettingSpec> setting_table() noexcept;

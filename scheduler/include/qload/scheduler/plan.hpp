@@ -11,6 +11,12 @@
 // and without conversion. A converted tensor is only ever split at element boundaries, so each
 // piece converts on its own.
 //
+// Host file-image layout (the default for cpu arenas): tensors kept as stored lie in the arena
+// as in their file, congruent modulo kFileImageAlignment, in spans of neighbouring tensors
+// (gaps of at most max_gap_bytes read through). Each span is read straight into place in
+// chunk_bytes reads cut on aligned file offsets, its first read rounded down and its last up
+// (within the file), so every byte but a span's last partial block can go O_DIRECT.
+//
 // Mmap mode: every file with tensor bytes gets one read-only mapping covering exactly the
 // validated tensor bytes (its start rounded down to a page), and tensors point into it.
 //
@@ -59,7 +65,13 @@ struct TensorPlacement {
   std::uint32_t reader = 0;
   bool relayed = false;
   std::uint32_t relay_index = 0;
-  bool direct = false;       // read mode: read straight into the arena, not through staging
+  bool direct = false;  // read mode: read straight into the arena, not through staging
+  // Host file-image layout (PlanOptions::host_layout): placed congruent to its file offset,
+  // as a member of a span of its file read whole into place (make_chunks); `starts_span` on
+  // the first member of each span. A span's reads are rounded out to kFileImageAlignment into
+  // padding the layout leaves free around it.
+  bool image = false;
+  bool starts_span = false;
   DType dtype = DType::kU8;  // as placed (the stored dtype unless the dtype policy converts it)
   std::uint64_t bytes = 0;   // as placed
 };
@@ -141,7 +153,9 @@ struct ReadChunk {
   std::uint32_t file = 0;
   std::uint64_t file_offset = 0;
   std::uint64_t bytes = 0;
-  bool direct = false;             // lands in the arena (one piece of one tensor), not in staging
+  // Lands in the arena, not in staging: one piece of one tensor, or (a file-image span) every
+  // piece of its tensors, read to where the first piece's tensor places it minus its chunk_offset.
+  bool direct = false;
   std::vector<ChunkPiece> pieces;  // in file order
 };
 

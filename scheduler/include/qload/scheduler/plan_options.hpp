@@ -87,6 +87,12 @@ struct ParallelLayout {
   bool trivial() const noexcept { return devices() == 1; }
 };
 
+// Host arena layouts (PlanOptions::host_layout).
+enum class HostLayout : std::uint8_t { kFileImage, kAligned };
+// The congruence a file-image arena keeps between addresses and file offsets: O_DIRECT's
+// alignment on every file system qload reads from (a logical block is 512 B or 4 KiB).
+inline constexpr std::uint64_t kFileImageAlignment = 4096;
+
 // Memory the caller owns for one tensor (PlanOptions::destinations): where the tensor's (or its
 // region's) placed bytes go, row-major and contiguous.
 struct Destination {
@@ -174,6 +180,14 @@ struct PlanOptions {
   // its copies need are read, and such a tensor gets no digest.
   bool whole_tensor_reads = false;
   std::uint64_t tensor_alignment = 256;  // each tensor's arena offset is a multiple (power of two)
+  // How host arenas are laid out (read mode; cpu devices, tensors kept in their stored dtype,
+  // not under a parallel layout or a region). kFileImage: each file's tensors lie as they lie in
+  // the file, every tensor's address congruent to its file offset modulo kFileImageAlignment
+  // (its alignment is then its alignment in the file), so whole aligned spans of a file are
+  // read with O_DIRECT straight into place in large requests (plan.hpp). kAligned: each tensor
+  // at a multiple of tensor_alignment, as on devices. A tensor whose file offset is not a
+  // multiple of its element's alignment is placed as kAligned places it.
+  HostLayout host_layout = HostLayout::kFileImage;
   // Largest coalesced read; must fit a staging slot. 16 MiB: see StagingOptions.
   std::uint64_t chunk_bytes = std::uint64_t{16} << 20;
   // Neighbouring tensors separated by at most this many unused file bytes share a read
