@@ -32,10 +32,10 @@ PY
 }
 echo "checkpoint: $(du -sh "$model" | cut -f1); $(nproc) cores"
 run "cpu" --device cpu
-run "cpu --no-digests" --device cpu --no-digests
+run "cpu digests=on" --device cpu --set digests=on  # the default, auto, hashes only for a lock
 run "cuda:0" --device cuda:0
 cp "$work/last.json" "$out/report-cuda.json"
-run "cuda:0 --no-digests" --device cuda:0 --no-digests
+run "cuda:0 digests=on" --device cuda:0 --set digests=on
 run "cuda:0 io_engine=pread" --device cuda:0 --set io_engine=pread
 run "cuda:0 staging 1GiB slot 64MiB" --device cuda:0 --set staging_bytes=1GiB --set slot_bytes=64MiB
 run "cuda:0 copy_lanes=4 reads_in_flight=16" --device cuda:0 --set copy_lanes=4 --set reads_in_flight=16

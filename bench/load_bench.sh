@@ -59,7 +59,8 @@ measure() {  # measure CACHE: $runs rounds of every configuration
     for mode in read read-nodigest mmap; do
       prepare "$cache"
       local flags=()
-      case $mode in read-nodigest) flags=(--no-digests) ;; mmap) flags=(--mmap) ;; esac
+      # Digests asked for where measured (the default, auto, hashes only for a lock).
+      case $mode in read) flags=(--set digests=on) ;; read-nodigest) flags=(--no-digests) ;; mmap) flags=(--mmap --set digests=on) ;; esac
       "$qload" load "$model" "${flags[@]}" --json > "$work/load.json"
       python3 - "$work/load.json" "$cache" "$mode" >> "$results" <<'PY'
 import json, sys

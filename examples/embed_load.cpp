@@ -1,7 +1,7 @@
 // Embedding the loader, the way an inference server would: open a checkpoint, load it into
 // host memory (or map it), look tensors up by name and use their bytes, then let the Model go.
 //
-//   qload_example_embed_load MODEL [--mmap] [--no-verify] [--direct-min BYTES] [--trace FILE]
+//   qload_example_embed_load MODEL [--mmap] [--digests] [--direct-min BYTES] [--trace FILE]
 //
 // Prints the load report and the first values of a few tensors.
 #include <bit>
@@ -74,7 +74,7 @@ int fail_with(const qload::Error& error) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s MODEL [--mmap] [--no-verify] [--direct-min BYTES] [--trace FILE]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s MODEL [--mmap] [--digests] [--direct-min BYTES] [--trace FILE]\n", argv[0]);
     return 64;
   }
   qload::scheduler::LoadOptions options;
@@ -84,7 +84,8 @@ int main(int argc, char** argv) {
   for (int i = 2; i < argc; ++i) {
     const std::string_view arg = argv[i];
     if (arg == "--mmap") options.plan.mode = qload::scheduler::LoadMode::kMmap;
-    if (arg == "--no-verify") options.compute_digests = false;
+    // Nothing is checked against digests here, so none are computed unless asked for.
+    if (arg == "--digests") options.digests = qload::scheduler::LoadOptions::Digests::kOn;
     if (arg == "--direct-min" && i + 1 < argc) options.plan.direct_min_bytes = std::stoull(argv[++i]);
     if (arg == "--trace" && i + 1 < argc) trace_path = argv[++i];
   }

@@ -198,7 +198,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   scheduler::LoadOptions options;
   options.plan.devices = {Device{}};
   options.cpu_workers = 2;
-  options.compute_digests = false;
   options.plan.chunk_bytes = options.staging.slot_bytes = 64 << 10;
   options.staging.total_bytes = 4 * options.staging.slot_bytes;
   if (policy & 4) options.plan.quantize = static_cast<formats::QuantizeTarget>(policy & 3);

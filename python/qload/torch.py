@@ -92,11 +92,8 @@ def load_file(filename, device: Union[str, int] = "cpu", *, backend: Optional[st
     mode = None if backend is None else {"mmap": "mmap", "pread": "read"}[check_backend(backend)]
     if mode is None and "QLOAD_LOAD_MODE" not in os.environ:
         mode = "auto"
+    # No digests setting: without a lock its default (auto) hashes nothing, as safetensors does.
     settings = {"load_mode": mode} if host and mode else {}
-    if "QLOAD_DIGESTS" not in os.environ:
-        # Nothing is checked against digests here (no lock) and the caller never sees them:
-        # hashing every byte would only slow the load down (safetensors hashes nothing).
-        settings["digests"] = "off"
     with as_safetensors_errors():
         tensors = dict(_load(path, device="cpu" if host else device, framework="pt", progress=False,
                              settings=settings))

@@ -79,6 +79,16 @@ def test_settings_by_name(checkpoint):
     assert same_bytes(model["f64"], written["f64"])
 
 
+def test_digests_setting_takes_auto_and_every_boolean_spelling(checkpoint):
+    path, written = checkpoint
+    for value in ("auto", "on", "off", True, False, "yes", 0):
+        qload.check_settings({"digests": value})
+    with pytest.raises(qload.InvalidArgumentError, match="not auto, on or off"):
+        qload.check_settings({"digests": "maybe"})
+    model = qload.load(path, settings={"digests": "on"}, framework="np")  # hashed, with no lock to check
+    assert same_bytes(model["f64"], written["f64"])
+
+
 def test_progress_callback_sees_every_byte(checkpoint):
     path, _ = checkpoint
     calls = []

@@ -46,9 +46,9 @@ constexpr std::array<SettingSpec, kSettingCount> kTable{{
     {.name = "copy_lanes", .env = "QLOAD_COPY_LANES", .recipe_key = "", .kind = SettingKind::kCount,
      .field = &S::copy_lanes, .min = 1, .max = 64,
      .doc = "host-to-device copies in flight per GPU, each with its own stream"},
-    {.name = "digests", .env = "QLOAD_DIGESTS", .recipe_key = "", .kind = SettingKind::kBool,
+    {.name = "digests", .env = "QLOAD_DIGESTS", .recipe_key = "", .kind = SettingKind::kSwitch,
      .field = &S::digests,
-     .doc = "hash every tensor (XXH3-64) as its bytes pass; a locked load needs it on"},
+     .doc = "hash every tensor (XXH3-64) as its bytes pass: when the load checks them against something (auto: a lock, or expected digests an embedder passes), always (reported per tensor), never (a lock is then refused)"},
     {.name = "tensor_alignment", .env = "QLOAD_TENSOR_ALIGNMENT", .recipe_key = "", .kind = SettingKind::kBytes,
      .field = &S::tensor_alignment, .min = 1, .max = 1024 * kMiB, .power_of_two = true,
      .doc = "each tensor's offset in its device arena is a multiple of this (host arenas: with host_layout aligned)"},
@@ -124,9 +124,17 @@ Status parse_into(const SettingSpec& spec, std::string_view text, Settings& valu
       }
       return fail(Errc::kInvalidArgument, fmt::format("'{}' is not one of {}", text, choices));
     }
-    case SettingKind::kBool: {
-      QLOAD_ASSIGN_OR_RETURN(const bool on, parse_bool(text));
-      values.*std::get<bool S::*>(spec.field) = on;
+    case SettingKind::kSwitch: {
+      std::string& field = values.*std::get<std::string S::*>(spec.field);
+      if (lower(text) == "auto") {
+        field = "auto";
+        return {};
+      }
+      const Result<bool> on = parse_bool(text);
+      if (!on)
+        return fail(Errc::kInvalidArgument,
+                    fmt::format("'{}' is not auto, on or off (or 1/0, true/false, yes/no)", text));
+      field = *on ? "on" : "off";
       return {};
     }
     case SettingKind::kCount: {
@@ -164,7 +172,7 @@ std::string_view setting_kind_name(SettingKind kind) noexcept {
     case SettingKind::kBytes: return "bytes";
     case SettingKind::kCount: return "count";
     case SettingKind::kDuration: return "duration";
-    case SettingKind::kBool: return "bool";
+    case SettingKind::kSwitch: return "switch";
     case SettingKind::kChoice: return "choice";
   }
   return "?";
@@ -274,7 +282,7 @@ void ResolvedSettings::fit_defaults() {
 std::string ResolvedSettings::text(const SettingSpec& spec) const {
   switch (spec.kind) {
     case SettingKind::kChoice: return values_.*std::get<std::string S::*>(spec.field);
-    case SettingKind::kBool: return values_.*std::get<bool S::*>(spec.field) ? "on" : "off";
+    case SettingKind::kSwitch: return values_.*std::get<std::string S::*>(spec.field);
     case SettingKind::kCount: return std::to_string(values_.*std::get<std::uint32_t S::*>(spec.field));
     case SettingKind::kDuration: return format_duration(values_.*std::get<std::chrono::milliseconds S::*>(spec.field));
     case SettingKind::kBytes: return format_byte_size(values_.*std::get<std::uint64_t S::*>(spec.field));

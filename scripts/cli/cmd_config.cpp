@@ -20,7 +20,7 @@ std::string type_text(const SettingSpec& spec) {
         if (c == '|') c = '/';
       return out;
     }
-    case SettingKind::kBool: return "on/off";
+    case SettingKind::kSwitch: return "auto/on/off";
     case SettingKind::kCount: return fmt::format("count, {}..{}", spec.min, spec.max);
     case SettingKind::kDuration:
       return fmt::format("duration, up to {}", format_duration(std::chrono::milliseconds(spec.max)));

@@ -87,7 +87,7 @@ CommandLine::CommandLine() {
                  "Hand each tensor over as soon as it is complete, as a server's loader takes them, and report the "
                  "time to the first tensor and to each tenth of the bytes");
   load->add_flag("--no-digests", load_args.no_digests,
-                 "Skip the per-tensor XXH3-64 digests (less CPU; nothing to check bytes against)");
+                 "Never hash tensors (digests=off; the default, auto, hashes only for a lock, which off refuses)");
   load->add_option("--trace", load_args.spec.trace, "Write a Chrome trace (Perfetto) of the load to this file");
   load->add_flag("--overwrite", load_args.spec.overwrite, "Let a recipe's trace replace an existing file");
   load->add_option("--dump", load_args.dump, "Write what was loaded to DIR/<device>.safetensors");

@@ -68,8 +68,10 @@ expect_fail 75 "differs from the locked one" "$qload" verify r.lua --lock r.lock
 echo 'return { dtype = "f32" }' > lib/settings.lua
 "$qload" load r.lua --locked r.lock >/dev/null
 
-# One flipped tensor byte: the load fails naming file, tensor and offset; verify names both
-# the file and the tensor; nothing is printed as loaded.
+# One flipped tensor byte: the load fails naming file, tensor and offset (digests at their
+# default, auto: a lock is something to check against); verify names both the file and the
+# tensor; nothing is printed as loaded. A lock with digests off is refused, never skipped.
+"$qload" lock m --mmap -o mapped.lock >/dev/null  # the mode is part of the plan
 python3 - <<'PY'
 import struct
 f = "m/model-00001-of-00002.safetensors"
@@ -81,6 +83,8 @@ PY
 expect_fail 75 "tensor 'model.embed_tokens.weight'" "$qload" load r.lua --locked r.lock
 set +e; out=$("$qload" load r.lua --locked r.lock 2>/dev/null); set -e
 [ -z "$out" ] || { echo "a failed locked load printed: $out"; exit 1; }
+expect_fail 75 "tensor 'model.embed_tokens.weight'" "$qload" load m --locked mapped.lock --mmap
+expect_fail 64 "digests are off" "$qload" load r.lua --locked r.lock --no-digests
 expect_fail 75 "model-00001-of-00002.safetensors" "$qload" verify m --lock r.lock
 report=$("$qload" verify m --lock r.lock --json 2>/dev/null || true)
 python3 -c '

@@ -49,7 +49,7 @@ expect("staging_bytes", "4MiB", "option", "--set staging_bytes")
 expect("io_depth", "6", "environment", "QLOAD_IO_DEPTH")
 expect("cpu_workers", "1", "recipe", "settings.cpu_workers")
 expect("slot_bytes", "1MiB", "recipe", "io.chunk")
-expect("digests", "on", "default", "")
+expect("digests", "auto", "default", "")
 print("config ok")
 PY
 got=$(QLOAD_STAGING_BYTES=3MiB "$qload" load "$dir/r.lua" --set staging_bytes=4MiB --json | budget)

@@ -61,12 +61,18 @@ TEST_CASE("settings: one syntax per type, whatever the source", "[settings]") {
   REQUIRE(r.set("rendezvous_timeout", "2m", SettingSource::kEnvironment, "QLOAD_RENDEZVOUS_TIMEOUT"));
   CHECK(r.values().rendezvous_timeout == std::chrono::minutes(2));
   CHECK(r.text(spec("rendezvous_timeout")) == "2m");
-  // Booleans in the usual spellings.
+  // Switches: auto, or on and off in the usual boolean spellings, kept as their canonical text.
+  CHECK(r.values().digests == "auto");
   for (const char* off : {"0", "false", "no", "off", "OFF"}) {
     REQUIRE(r.set("digests", off, SettingSource::kOption, "--set digests"));
-    CHECK_FALSE(r.values().digests);
-    REQUIRE(r.set("digests", "on", SettingSource::kOption, "--set digests"));
-    CHECK(r.values().digests);
+    CHECK(r.values().digests == "off");
+    CHECK(r.text(spec("digests")) == "off");
+    for (const char* on : {"1", "true", "Yes", "on"}) {
+      REQUIRE(r.set("digests", on, SettingSource::kOption, "--set digests"));
+      CHECK(r.values().digests == "on");
+    }
+    REQUIRE(r.set("digests", "auto", SettingSource::kOption, "--set digests"));
+    CHECK(r.values().digests == "auto");
   }
   // Choices and counts.
   REQUIRE(r.set("io_engine", "pread", SettingSource::kOption, "--engine"));
@@ -93,7 +99,7 @@ TEST_CASE("settings: a bad value is refused naming its source and the setting", 
                        Bad{"reads_in_flight", "2MiB", "QLOAD_READS_IN_FLIGHT", "not a whole number"},
                        Bad{"io_engine", "fast", "QLOAD_IO", "not one of auto|uring|io_uring|pread"},
                        Bad{"load_mode", "fast", "QLOAD_LOAD_MODE", "not one of read|mmap"},
-                       Bad{"digests", "maybe", "QLOAD_DIGESTS", "not a boolean"}}) {
+                       Bad{"digests", "maybe", "QLOAD_DIGESTS", "not auto, on or off"}}) {
     INFO(b.where << "=" << b.text);
     ResolvedSettings r;
     const Status s = r.set(b.name, b.text, SettingSource::kEnvironment, b.where);

@@ -74,6 +74,7 @@ LoadOptions small_chunks(std::uint64_t direct) {
   o.plan.chunk_bytes = o.staging.slot_bytes = 4096;  // tensors span chunks
   o.staging.total_bytes = 8 * 4096;
   o.plan.direct_min_bytes = direct;
+  o.digests = LoadOptions::Digests::kOn;  // the digests of what lands in the caller's memory are checked too
   return o;
 }
 
@@ -344,12 +345,14 @@ TEST_CASE(
   source.push_back(95);
   std::vector<std::pair<std::uint64_t, std::uint64_t>> rows;
   for (const std::uint64_t r : source) rows.emplace_back(r, r + 1);
-  auto whole = load_source(dir.path().string(), LoadOptions{});
+  LoadOptions hashed;
+  hashed.digests = LoadOptions::Digests::kOn;
+  auto whole = load_source(dir.path().string(), hashed);
   REQUIRE(whole);
   for (const bool streamed : {false, true}) {
     INFO((streamed ? "streamed" : "not streamed"));
     std::vector<float> dest(kRows * kCols + 32, -1.0f);  // 16 guard floats each side
-    LoadOptions o;
+    LoadOptions o = hashed;
     o.plan.direct_min_bytes = 4096;
     o.plan.chunk_bytes = o.staging.slot_bytes = 8192;  // several direct reads, hashed as a stream
     o.staging.total_bytes = 4 * 8192;

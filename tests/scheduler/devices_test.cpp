@@ -130,6 +130,7 @@ TEST_CASE("devices: a dtype policy converts floating tensors as they are placed,
         mix_float_dtypes(ckpt);
         std::mt19937_64 rng(seed);
         LoadOptions options;
+        options.digests = LoadOptions::Digests::kOn;
         options.plan.dtype = policy;
         options.plan.devices = cpus(1 + static_cast<int>(seed % 2));
         options.staging.slot_bytes = 4096 * (1 + rng() % 32);

@@ -101,11 +101,18 @@ TEST_CASE("load failure: a wrong expected digest is a checksum mismatch naming f
       DYNAMIC_SECTION(name << " " << load_mode_name(mode)) {
         LoadOptions options = fixture_options();
         options.plan.mode = mode;
-        auto good = load(ckpt.catalog, options);
+        LoadOptions hashed = options;
+        hashed.digests = LoadOptions::Digests::kOn;
+        auto good = load(ckpt.catalog, hashed);
         REQUIRE(good);
-        // The right digests pass...
+        REQUIRE(good->report().digests.size() == ckpt.catalog.tensors.size());
+        // The right digests pass, checked with digests left at their default (auto: hashed,
+        // since there is something to check them against)...
         for (const TensorDigest& d : good->report().digests) options.expected_xxh3_64[d.name] = d.xxh3_64;
-        REQUIRE(load(ckpt.catalog, options));
+        REQUIRE(options.digests == LoadOptions::Digests::kAuto);
+        auto checked = load(ckpt.catalog, options);
+        REQUIRE(checked);
+        CHECK(checked->report().digests.size() == ckpt.catalog.tensors.size());
         // ...one wrong digest fails.
         options.expected_xxh3_64[name] ^= 1;
         const int fds_before = open_fd_count();
@@ -228,7 +235,7 @@ TEST_CASE("load failure: conflicting or invalid options are refused before anyth
   options.plan.chunk_bytes = options.staging.slot_bytes + 1;  // a chunk must fit a slot
   CHECK(load(ckpt.catalog, options).error().code() == Errc::kInvalidArgument);
   options = fixture_options();
-  options.compute_digests = false;
+  options.digests = LoadOptions::Digests::kOff;  // expected digests are never skipped silently
   options.expected_xxh3_64["t0"] = 0;
   CHECK(load(ckpt.catalog, options).error().code() == Errc::kInvalidArgument);
   options = fixture_options();

@@ -23,7 +23,7 @@ TEST_CASE("load options: the settings table's defaults are LoadOptions' defaults
   CHECK(applied.reads_in_flight == plain.reads_in_flight);
   CHECK(applied.cpu_workers == plain.cpu_workers);
   CHECK(applied.copy_lanes == plain.copy_lanes);
-  CHECK(applied.compute_digests == plain.compute_digests);
+  CHECK(applied.digests == plain.digests);
   CHECK(applied.plan.tensor_alignment == plain.plan.tensor_alignment);
   CHECK(applied.plan.max_gap_bytes == plain.plan.max_gap_bytes);
 }
@@ -57,7 +57,24 @@ TEST_CASE("load options: resolved settings land in their fields, and a slot size
   CHECK(o.io.engine == io::EngineKind::kPread);
   CHECK(o.io.queue_depth == 12);
   CHECK(o.io.direct == io::DirectMode::kOff);
-  CHECK_FALSE(o.compute_digests);
+  CHECK(o.digests == LoadOptions::Digests::kOff);
   CHECK(o.plan.tensor_alignment == 4096);
   CHECK(o.validate());
+}
+
+TEST_CASE("load options: digests auto hashes exactly when there are expected digests to check",
+          "[scheduler][options]") {
+  for (const char* text : {"auto", "on", "off"}) {
+    INFO("digests=" << text);
+    ResolvedSettings s;
+    REQUIRE(s.set("digests", text, SettingSource::kOption, "--set digests"));
+    LoadOptions o;
+    REQUIRE(o.apply(s.values()));
+    const std::string mode = text;
+    CHECK(o.computes_digests() == (mode == "on"));
+    CHECK(o.validate());
+    o.expected_xxh3_64["t"] = 1;  // what a lock sets
+    CHECK(o.computes_digests() == (mode != "off"));
+    CHECK(o.validate().has_value() == (mode != "off"));  // off with expected digests is refused, never skipped
+  }
 }

@@ -37,6 +37,7 @@ LoadOptions random_options(std::mt19937_64& rng) {
   o.plan.host_layout = rng() % 2 ? HostLayout::kFileImage : HostLayout::kAligned;
   o.reads_in_flight = 1 + static_cast<std::uint32_t>(rng() % 8);
   o.cpu_workers = 1 + static_cast<std::uint32_t>(rng() % 3);
+  o.digests = LoadOptions::Digests::kOn;  // each tensor's digest, however it was chunked, is checked too
   return o;
 }
 
@@ -107,6 +108,7 @@ TEST_CASE("load: mmap mode points into private mappings with the file's bytes", 
     make_synthetic(ckpt, seed * 3);
     LoadOptions options;
     options.plan.mode = LoadMode::kMmap;
+    options.digests = LoadOptions::Digests::kOn;  // the verify tasks over the mappings, checked too
     const int fds_before = open_fd_count();
     auto model = load(ckpt.catalog, options);
     REQUIRE(model);
@@ -161,6 +163,7 @@ TEST_CASE("load: the report has per-stage busy time and the trace has read, veri
   options.trace = &trace;
   options.plan.direct_min_bytes = 1 << 20;
   options.plan.host_layout = HostLayout::kAligned;  // small tensors staged: a place lane
+  options.digests = LoadOptions::Digests::kOn;      // the verify lane hashes
   auto model = load(ckpt.catalog, options);
   REQUIRE(model);
   const LoadReport& r = model->report();
@@ -180,21 +183,27 @@ TEST_CASE("load: the report has per-stage busy time and the trace has read, veri
   CHECK_THAT(r.summary(), Catch::Contains("GB/s"));
 }
 
-TEST_CASE("load: with digests off nothing is hashed and nothing is reported", "[scheduler][load]") {
+TEST_CASE("load: with digests off, or by default with nothing to check them against, nothing is hashed or reported",
+          "[scheduler][load]") {
   SyntheticCheckpoint ckpt;
   make_synthetic(ckpt, 8);
-  for (const LoadMode mode : {LoadMode::kRead, LoadMode::kMmap}) {
-    LoadOptions options;
-    options.plan.mode = mode;
-    options.compute_digests = false;
-    auto model = load(ckpt.catalog, options);
-    REQUIRE(model);
-    CHECK(model->report().digests.empty());
-    for (const StageStats& s : model->report().stages) CHECK(s.lane != "verify");
-    for (std::size_t i = 0; i < ckpt.catalog.tensors.size(); ++i)
-      if (ckpt.catalog.tensors[i].nbytes > 0)
-        CHECK(std::memcmp(model->tensors()[i].data, ckpt.tensor_bytes(i).data(), ckpt.catalog.tensors[i].nbytes) == 0);
-  }
+  CHECK(LoadOptions{}.digests == LoadOptions::Digests::kAuto);
+  for (const LoadMode mode : {LoadMode::kRead, LoadMode::kMmap})
+    for (const LoadOptions::Digests digests : {LoadOptions::Digests::kOff, LoadOptions::Digests::kAuto}) {
+      INFO(load_mode_name(mode) << (digests == LoadOptions::Digests::kOff ? " off" : " auto"));
+      LoadOptions options;
+      options.plan.mode = mode;
+      options.digests = digests;
+      CHECK_FALSE(options.computes_digests());
+      auto model = load(ckpt.catalog, options);
+      REQUIRE(model);
+      CHECK(model->report().digests.empty());
+      for (const StageStats& s : model->report().stages) CHECK(s.lane != "verify");
+      for (std::size_t i = 0; i < ckpt.catalog.tensors.size(); ++i)
+        if (ckpt.catalog.tensors[i].nbytes > 0)
+          CHECK(std::memcmp(model->tensors()[i].data, ckpt.tensor_bytes(i).data(), ckpt.catalog.tensors[i].nbytes) ==
+                0);
+    }
 }
 
 TEST_CASE("load: auto mode maps a checkpoint the page cache holds and reads one it does not",

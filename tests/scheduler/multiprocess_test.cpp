@@ -79,6 +79,7 @@ TEST_CASE("parallel: each process of a multi-process layout holds its devices' c
               LoadOptions o;
               o.plan.chunk_bytes = o.staging.slot_bytes = 4096;  // tensors span chunks
               o.plan.direct_min_bytes = 1024;                    // whole-row shards read straight in
+              o.digests = LoadOptions::Digests::kOn;
               o.plan.parallel = {.tensor = tp, .pipeline = pp, .data = dp, .processes = processes, .process = p};
               o.plan.devices = cpu_devices(per_process);
               if (convert) o.plan.dtype = DType::kF32;

@@ -74,6 +74,7 @@ LoadOptions small_chunks(std::uint64_t direct) {
   o.plan.direct_min_bytes = direct;
   o.plan.max_gap_bytes = 0;  // read nothing but tensor bytes, so that reads can be counted
   o.plan.read_alignment = 1;
+  o.digests = LoadOptions::Digests::kOn;  // which tensors get a digest is part of what is checked
   return o;
 }
 

@@ -98,7 +98,7 @@ TEST_CASE("stream: each tensor is handed over once, complete, with each engine a
         options.plan.chunk_bytes = 1 + rng() % options.staging.slot_bytes;
         options.plan.direct_min_bytes = rng() % 2 == 0 ? 0 : 1 + rng() % 100000;
         options.cpu_workers = 1 + static_cast<std::uint32_t>(rng() % 3);
-        options.compute_digests = seed % 3 != 0;
+        options.digests = seed % 3 != 0 ? LoadOptions::Digests::kOn : LoadOptions::Digests::kOff;
         Recorder r;
         r.attach(options);
         auto model = load(ckpt.catalog, options);

@@ -45,6 +45,7 @@ std::pair<std::vector<std::byte>, std::vector<std::byte>> fp8(std::span<const st
 TEST_CASE("strided: views load row-major, as stored, converted or quantized", "[scheduler][strided]") {
   const StridedCheckpoint c;
   LoadOptions o = host_devices(1);
+  o.digests = LoadOptions::Digests::kOn;
   auto model = load(c.catalog, o);
   if (!model) FAIL(model.error().to_string());
   REQUIRE(model->size() == 4);

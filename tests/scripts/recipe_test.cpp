@@ -33,13 +33,21 @@ TEST_CASE("a recipe yields its source, devices and settings (io and settings tab
   CHECK(v.direct_io == "off");
   CHECK(v.slot_bytes == (8u << 20));
   CHECK(v.staging_bytes == (1u << 30));
-  CHECK_FALSE(v.digests);
+  CHECK(v.digests == "off");  // a Lua boolean, as on/off
   CHECK(v.rendezvous_timeout == std::chrono::seconds(45));
   CHECK(v.cpu_workers == 2u);
   const SettingOrigin& staging = s.origin(*find_setting("staging_bytes"));
   CHECK(staging.source == SettingSource::kRecipe);
   CHECK(staging.where == "io.staging");
   CHECK(s.origin(*find_setting("digests")).where == "settings.digests");
+  for (const auto& [lua, value] : {std::pair{"true", "on"}, std::pair{"'auto'", "auto"}}) {
+    auto other = scripts::parse_recipe(
+        std::string("return qload.recipe { source = 'x', settings = { digests = ") + lua + " } }", "/work/r.lua");
+    REQUIRE(other);
+    ResolvedSettings o;
+    REQUIRE(other->apply_settings(o));
+    CHECK(o.values().digests == value);
+  }
 
   // The environment outranks the recipe.
   std::vector<std::string> warnings;

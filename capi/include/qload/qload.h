@@ -153,7 +153,7 @@ QLOAD_API qload_status qload_open(const char* source, const qload_options* optio
 QLOAD_API qload_status qload_load(qload_session* session, qload_model** out);
 
 /* Streaming: called once for every tensor of the model as soon as its bytes are in place on
- * its device (and checked against their digest, when digests are on), while the rest still
+ * its device (and checked against their digest, when one is expected), while the rest still
  * loads, so a server can copy each into its own parameters early. Calls come one at a time,
  * in completion order, on a loader thread. `index` is the tensor's index in the model
  * qload_load_stream gives back; `info` and `tensor` (a borrowed view: no deleter, do not keep

@@ -17,8 +17,8 @@ Status LoadOptions::validate() const {
   QLOAD_TRY(plan.validate());
   if (reads_in_flight == 0) return fail(Errc::kInvalidArgument, "reads_in_flight must be at least 1");
   if (copy_lanes == 0 || copy_lanes > 64) return fail(Errc::kInvalidArgument, "copy_lanes must be 1 to 64");
-  if (!compute_digests && !expected_xxh3_64.empty())
-    return fail(Errc::kInvalidArgument, "expected digests were given but compute_digests is off");
+  if (digests == Digests::kOff && !expected_xxh3_64.empty())
+    return fail(Errc::kInvalidArgument, "expected digests were given but digests are off");
   if (plan.mode == LoadMode::kMmap) return {};
   QLOAD_TRY(staging.validate());
   const std::uint64_t slot = staging_pool != nullptr ? staging_pool->slot_bytes() : staging.slot_bytes;

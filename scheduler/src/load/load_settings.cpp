@@ -32,7 +32,14 @@ Status LoadOptions::apply(const Settings& s) {
   reads_in_flight = s.reads_in_flight;
   cpu_workers = s.cpu_workers;
   copy_lanes = s.copy_lanes;
-  compute_digests = s.digests;
+  if (s.digests == "auto")
+    digests = Digests::kAuto;
+  else if (s.digests == "on")
+    digests = Digests::kOn;
+  else if (s.digests == "off")
+    digests = Digests::kOff;
+  else
+    return fail(Errc::kInvalidArgument, fmt::format("digests '{}' is not auto, on or off", s.digests));
   plan.tensor_alignment = s.tensor_alignment;
   if (s.host_layout == "file")
     plan.host_layout = HostLayout::kFileImage;

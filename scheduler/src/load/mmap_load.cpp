@@ -79,13 +79,13 @@ Result<Model> load_mmap(const formats::Catalog& catalog, const Plan& plan, const
     QLOAD_ASSIGN_OR_RETURN(MappedRegion region,
                            MappedRegion::map(files[m.file].fd(), m.offset, m.bytes, files[m.file].path()));
     // Read ahead for hashing, unless regions are mapped: their other pages are not to be read.
-    if (options.compute_digests && plan.copies.shards.empty()) region.will_need();
+    if (options.computes_digests() && plan.copies.shards.empty()) region.will_need();
     regions.push_back(region.data());
     parts.mappings->push_back(std::move(region));
   }
   std::vector<std::uint64_t> digests(catalog.tensors.size());
   TaskGraph graph;
-  if (options.compute_digests)
+  if (options.computes_digests())
     graph = build_verify_graph(catalog, plan, regions, expected, cpu_workers(options), digests);
   QLOAD_ASSIGN_OR_RETURN(
       const ExecutionStats stats,
@@ -95,7 +95,7 @@ Result<Model> load_mmap(const formats::Catalog& catalog, const Plan& plan, const
   parts.tensors = describe_tensors(catalog, plan, regions, /*writable=*/false);
   parts.quantized = describe_quantized(catalog, plan, parts.tensors);
   parts.report.engine = "mmap";
-  fill_report(parts.report, catalog, plan, options.compute_digests ? digests : std::vector<std::uint64_t>{}, stats,
+  fill_report(parts.report, catalog, plan, options.computes_digests() ? digests : std::vector<std::uint64_t>{}, stats,
               begin);
   return Model(std::move(parts));
 }

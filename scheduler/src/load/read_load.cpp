@@ -225,7 +225,7 @@ Result<Model> load_read(const formats::Catalog& catalog, const Plan& plan, const
                                           {.reads_in_flight = options.reads_in_flight,
                                            .cpu_workers = workers,
                                            .copy_lanes = options.copy_lanes,
-                                           .compute_digests = options.compute_digests},
+                                           .compute_digests = options.computes_digests()},
                                           stream ? &*stream : nullptr, exchange ? &*exchange : nullptr));
   // h2d tasks wait for their copies on a thread of their own: no CPU worker sits idle behind
   // one; nor behind the tensor callback.
@@ -269,7 +269,7 @@ Result<Model> load_read(const formats::Catalog& catalog, const Plan& plan, const
   report.staging_budget_bytes = pool->capacity_bytes();
   report.peak_staging_bytes = pool->peak_leased_bytes();
   report.unpinned_reason = std::move(unpinned);
-  fill_report(report, catalog, plan, options.compute_digests ? state.digests : std::vector<std::uint64_t>{}, *stats,
+  fill_report(report, catalog, plan, options.computes_digests() ? state.digests : std::vector<std::uint64_t>{}, *stats,
               begin);
   report.shared_received_bytes = received;
   if (stream) {

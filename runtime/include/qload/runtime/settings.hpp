@@ -31,7 +31,7 @@ struct Settings {
   std::uint32_t reads_in_flight = 8;
   std::uint32_t cpu_workers = 0;
   std::uint32_t copy_lanes = 2;
-  bool digests = true;
+  std::string digests = "auto";
   std::uint64_t tensor_alignment = 256;
   std::string host_layout = "file";
   std::uint64_t max_gap_bytes = std::uint64_t{64} << 10;
@@ -42,7 +42,10 @@ struct Settings {
   std::string gptq_v1_zeros = "auto";
 };
 
-enum class SettingKind : std::uint8_t { kBytes, kCount, kDuration, kBool, kChoice };
+// kSwitch: auto, on or off, where on and off take every boolean spelling (1/0, true/false,
+// yes/no), so a recipe's Lua boolean and Python's True keep meaning on; stored as its
+// canonical text.
+enum class SettingKind : std::uint8_t { kBytes, kCount, kDuration, kSwitch, kChoice };
 std::string_view setting_kind_name(SettingKind kind) noexcept;
 
 // Where a value came from, in increasing precedence.
@@ -51,7 +54,7 @@ std::string_view setting_source_name(SettingSource source) noexcept;
 
 struct SettingSpec {
   using Field = std::variant<std::string Settings::*, std::uint32_t Settings::*, std::uint64_t Settings::*,
-                             bool Settings::*, std::chrono::milliseconds Settings::*>;
+                             std::chrono::milliseconds Settings::*>;
   std::string_view name;        // "staging_bytes": recipes' `settings` table, API options, --set
   std::string_view env;         // "QLOAD_STAGING_BYTES"
   std::string_view recipe_key;  // the older recipe spelling ("io.staging"); empty if none

@@ -41,9 +41,12 @@ struct LoadOptions {
   // event (and a conversion scratch buffer when the load converts there). Two keep a copy
   // engine busy while the previous chunk's event is being waited for.
   std::uint32_t copy_lanes = 2;
-  // Compute each tensor's XXH3-64 as its bytes pass (reported per tensor). Needed for
-  // expected digests; turning it off saves the hashing CPU time.
-  bool compute_digests = true;
+  // Whether to compute each tensor's XXH3-64 as its bytes pass (reported per tensor). kAuto
+  // hashes exactly when expected_xxh3_64 gives something to check them against: hashing
+  // costs about a fifth of a warm load on two cores, wasted when nothing reads the digests.
+  // kOn always hashes (the report's digests); kOff never (expected digests are then refused).
+  enum class Digests : std::uint8_t { kAuto, kOn, kOff };
+  Digests digests = Digests::kAuto;
   // Digests recorded earlier (a lockfile): a tensor whose bytes hash differently fails the
   // load with kChecksumMismatch naming file, tensor and offset; a name not in the catalog is
   // kNotFound.
@@ -60,7 +63,7 @@ struct LoadOptions {
   // on the loading thread, after each read. Must be quick.
   std::function<void(std::uint64_t done_bytes, std::uint64_t total_bytes)> progress;
   // Streaming: called once for every tensor of the model as soon as its bytes are in place on
-  // its device (and its digest checked, when digests are on), while the rest still loads, so
+  // its device (and its digest checked, when one is expected), while the rest still loads, so
   // a server can copy it into its own parameters early. `index` is the tensor's index in the
   // Model this load returns. Calls come one at a time, in completion order, on a loader
   // thread; the bytes stay valid until load() returns, then as long as its Model. Returning an
@@ -83,6 +86,12 @@ struct LoadOptions {
 
   // kInvalidArgument for a bad value or conflicting settings (never "last one wins").
   Status validate() const;
+
+  // Whether this load hashes: `digests` with kAuto resolved against expected_xxh3_64. The one
+  // place auto is decided, so the read and mmap paths (and the report) agree.
+  bool computes_digests() const noexcept {
+    return digests == Digests::kOn || (digests == Digests::kAuto && !expected_xxh3_64.empty());
+  }
 
   // Sets every field the settings table governs (runtime/settings.hpp: engine, queue depth,
   // O_DIRECT, load mode, staging and slot bytes, budgets, digests, alignment...) from `settings`;
