@@ -50,7 +50,7 @@ LoadOptions fixture_options() {
   o.plan.chunk_bytes = 65536;
   o.staging.slot_bytes = 65536;
   o.staging.total_bytes = 4 * 65536;
-  o.plan.direct_min_bytes = 1 << 20;  // t4 goes direct, t1 spans staged chunks
+  o.plan.direct_min_bytes = 1 << 20;  // aligned layout: t4 goes direct, t1 spans staged chunks
   return o;
 }
 
@@ -64,30 +64,33 @@ TEST_CASE("load failure: an EIO cancels the load and releases fds, slots and thr
   const std::uint64_t staged_offset = ckpt.catalog.tensors[1].offset + 200000;   // inside t1
   const std::uint64_t direct_offset = ckpt.catalog.tensors[4].offset + 1000000;  // inside t4
   for (const EngineCase& c : engine_cases()) {
-    for (const std::uint64_t offset : {staged_offset, direct_offset}) {
-      DYNAMIC_SECTION(c.label() << " EIO at " << offset) {
-        const int fds_before = open_fd_count();
-        const int threads_before = thread_count();
-        io::FaultInjector faults;
-        faults.add({.kind = io::FaultKind::kEio, .offset = offset, .times = io::FaultRule::kAlways});
-        LoadOptions options = fixture_options();
-        options.io.engine = c.engine;
-        options.io.direct = c.direct;
-        options.io.faults = &faults;
-        options.staging_pool = &*pool;
-        auto model = load(ckpt.catalog, options);
-        REQUIRE(!model);
-        CHECK(model.error().code() == Errc::kIo);
-        CHECK(model.error().file() == ckpt.catalog.files[0].path);
-        REQUIRE(model.error().offset());
-        CHECK(*model.error().offset() <= offset);
-        CHECK(faults.fired() >= 1);
-        CHECK(pool->leased_bytes() == 0);
-        CHECK(pool->peak_leased_bytes() <= pool->capacity_bytes());
-        CHECK(open_fd_count() == fds_before);
-        CHECK(thread_count() == threads_before);
+    for (const std::uint64_t offset : {staged_offset, direct_offset})
+      for (const HostLayout layout : {HostLayout::kAligned, HostLayout::kFileImage}) {
+        DYNAMIC_SECTION(c.label() << " EIO at " << offset
+                                  << (layout == HostLayout::kAligned ? " aligned" : " file image")) {
+          const int fds_before = open_fd_count();
+          const int threads_before = thread_count();
+          io::FaultInjector faults;
+          faults.add({.kind = io::FaultKind::kEio, .offset = offset, .times = io::FaultRule::kAlways});
+          LoadOptions options = fixture_options();
+          options.plan.host_layout = layout;  // staged and direct reads, or one span read whole
+          options.io.engine = c.engine;
+          options.io.direct = c.direct;
+          options.io.faults = &faults;
+          options.staging_pool = &*pool;
+          auto model = load(ckpt.catalog, options);
+          REQUIRE(!model);
+          CHECK(model.error().code() == Errc::kIo);
+          CHECK(model.error().file() == ckpt.catalog.files[0].path);
+          REQUIRE(model.error().offset());
+          CHECK(*model.error().offset() <= offset);
+          CHECK(faults.fired() >= 1);
+          CHECK(pool->leased_bytes() == 0);
+          CHECK(pool->peak_leased_bytes() <= pool->capacity_bytes());
+          CHECK(open_fd_count() == fds_before);
+          CHECK(thread_count() == threads_before);
+        }
       }
-    }
   }
 }
 
