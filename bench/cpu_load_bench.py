@@ -15,7 +15,8 @@ exit, the same measure for all):
 Cold: the checkpoint's files synced (fsync) and dropped from the page cache (posix_fadvise
 DONTNEED: no root needed, nothing else dropped) before each run. Warm: the files read once just
 before each run. Both checked with fincore where it exists. Every round runs every contender
-cold, then every one warm, the order rotated each round; the figures are medians of the rounds.
+cold, then every one warm, the order rotated each round and reversed every other round (no
+contender always follows the same one); the figures are medians of the rounds.
 
 MEMORY (--memory): on this project's VM the host reclaims memory a process frees within seconds,
 and the next process to touch that much fresh memory waits for the host to back it again (see
@@ -121,13 +122,20 @@ def timed(argv):
     return seconds, own
 
 
+def round_order(keys, r):
+    """Rotated by r and, every other round, reversed: a rotation alone keeps each contender's
+    neighbour (whose freed memory or cache state it meets) the same in every round."""
+    rotated = keys[r % len(keys):] + keys[:r % len(keys)]
+    return rotated[::-1] if r % 2 else rotated
+
+
 def run_rounds(args, table, paths, prime_bytes):
     """runs[cache][key]: one {seconds, own_seconds, cached_bytes} per round."""
     runs = {"cold": {}, "warm": {}}
     for r in range(args.rounds):
         for cache in runs:
             keys = [k for k, (_, _, caches) in table.items() if cache in caches]
-            for key in keys[r % len(keys):] + keys[:r % len(keys)]:
+            for key in round_order(keys, r):
                 drop(paths) if cache == "cold" else read_through(paths)
                 cached = resident_bytes(paths)
                 if prime_bytes:
@@ -152,8 +160,8 @@ def report(args, table, runs, total, meta):
     medians = {c: {k: statistics.median(run["seconds"] for run in v) for k, v in runs[c].items()} for c in runs}
     cold_left, warm_cached, checked = cache_check(runs, meta["file_bytes"])
     print(f"\ncheckpoint: {total / 1e9:.2f} GB ({total / 2**30:.2f} GiB) of safetensors in {meta['checkpoint']}")
-    print(f"{args.rounds} rounds, contenders alternating (order rotated each round); readers' threads: {args.threads} "
-          f"({os.cpu_count()} cores); memory {args.memory}; wall clock per process")
+    print(f"{args.rounds} rounds, contenders alternating (order rotated, reversed every other round); "
+          f"readers' threads: {args.threads} ({os.cpu_count()} cores); memory {args.memory}; wall clock per process")
     print(f"cold: files fsynced, then posix_fadvise DONTNEED; warm: files read just before; fincore: {checked}")
     print(f"\n{'cache':<5} {'contender':<44} {'median s':>8} {'GB/s':>6}  runs (s)")
     for cache in runs:
