@@ -131,6 +131,15 @@ else
   step gpu_load_bench env -u OUT LAYERS="${LAYERS:-16}" RUNS="${RUNS:-2}" MIN_BYTES="${MIN_BYTES:-4000000000}" \
     "$here/gpu_load_bench.sh" "$build" /tmp/qload-gpu-load-bench
 fi
+# Issue 48: cold and warm CPU loads against the whole-file O_DIRECT and buffered readers, on
+# this machine's cores and NVMe (last: the GPU steps come first within the device call).
+# Full size: the bench synthesizes its 1.65 GiB checkpoint itself; tiny: a toy one.
+cpu_ckpt=/tmp/qload-cpu-load-bench-tiny
+if [ "$tiny" = 1 ] && [ ! -d "$cpu_ckpt" ]; then
+  "$build/qload" synth "$cpu_ckpt" --layers 1 --hidden 256 --shards 2 >/dev/null
+fi
+step cpu_load_bench python3 "$here/cpu_load_bench.py" "$build" $(tiny_or "" "$cpu_ckpt") \
+  $(tiny_or "--rounds 3" "--rounds 1 --memory asis")
 
 rm -rf "$logs"
 echo "== summary ($summary)"
