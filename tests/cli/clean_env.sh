@@ -7,3 +7,6 @@ for qload_env_name in $(compgen -e | grep '^QLOAD_' | grep -v '^QLOAD_\(TEST\|CU
   unset "$qload_env_name"
 done
 unset qload_env_name
+# The harness's host layout: tests/CMakeLists.txt runs some tests again with the one that is
+# not the default (cli.aligned_layout.*), by this variable, which qload never reads itself.
+if [ -n "${QLOAD_TEST_HOST_LAYOUT:-}" ]; then export QLOAD_HOST_LAYOUT=$QLOAD_TEST_HOST_LAYOUT; fi
