@@ -21,8 +21,13 @@ every row goes, but qload reads the rows straight into the parameters:
 2. where that is a plain row move (a rename, a fusion at an offset, a row permutation) the
    parameter is allocated as FMS would allocate it and becomes a destination of
    `qload.load_into`, with its rows in the adapter's order;
-3. layers whose adapters do anything else (arithmetic, a transpose, packed GPTQ parts, an
-   adapter that refuses the probe), and tensor-parallel loads, go through FMS's own code.
+3. layers whose adapters do anything else (arithmetic, a transpose, an adapter that refuses
+   the probe), and tensor-parallel loads, go through FMS's own code. A GPTQ llama layer is one:
+   FMS's RoPE step permutes the columns of q's and k's qweight, scales and qzeros (transpose,
+   head-row interleave, transpose back), which a one-column probe cannot express and on which
+   it raises; load_into has no column-permuted destination, so the whole layer (FMS groups a
+   layer's tensors together) takes FMS's path, while the embedding, final norm and head go
+   straight in (python/tests/clients/test_fms.py).
 
 Every parameter's bytes are then read once, into their final place: no second copy of the
 model exists at any time.
