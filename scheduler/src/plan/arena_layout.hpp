@@ -1,8 +1,10 @@
 // Arena layout (read mode): each tensor at the next multiple of the alignment in its device's
 // arena (or the scratch arena), in file order, so reads and copies walk the arenas forwards;
 // decode outputs follow on the device of their first input. Each arena is exactly as long as
-// its last tensor's end. Under a parallel layout each tensor's copies are placed instead
-// (parallel_copies.hpp).
+// its last tensor's end. Host arenas under HostLayout::kFileImage instead keep each tensor kept
+// as stored congruent to its file offset modulo kFileImageAlignment, in spans laid out as in the
+// file, each starting and ending on a fresh block (plan.hpp, make_chunks). Under a parallel
+// layout each tensor's copies are placed instead (parallel_copies.hpp).
 #pragma once
 
 #include <cstdint>
