@@ -140,15 +140,14 @@ def _locate(model, key: str):
     return module, attr
 
 
-def _runs(rows: list) -> list:
-    """Consecutive rows as (begin, end) ranges, in order."""
-    ranges = []
-    for r in rows:
-        if ranges and ranges[-1][1] == r:
-            ranges[-1][1] = r + 1
-        else:
-            ranges.append([r, r + 1])
-    return [tuple(r) for r in ranges]
+def _runs(rows) -> list:
+    """Consecutive rows of a 1-d int64 tensor as (begin, end) ranges, in order."""
+    import torch
+
+    breaks = torch.nonzero(rows[1:] != rows[:-1] + 1).flatten() + 1
+    starts = torch.cat([breaks.new_zeros(1), breaks])
+    ends = torch.cat([breaks, breaks.new_full((1,), rows.numel())])
+    return list(zip(rows[starts].tolist(), (rows[ends - 1] + 1).tolist()))
 
 
 def _probe_values(number: int, rows: int, mirrored: bool, torch):
@@ -177,25 +176,27 @@ def _decode(adapted, group, infos, model, mirrored: bool, torch):
         flat = value.reshape(-1)
         if not torch.equal(flat, flat.floor()) or bool((flat < float(1 << _ROW_BITS)).any()):
             return None
-        codes = flat.long().tolist()
-        sources = [(c >> _ROW_BITS) - 1 for c in codes]
-        rows = [((1 << (_ROW_BITS - 1)) - 1 - (c & mask)) if mirrored else c & mask for c in codes]
-        start = 0
-        while start < len(codes):  # each source's rows: one block of this parameter's rows
-            number = sources[start]
-            end = start
-            while end < len(codes) and sources[end] == number:
-                end += 1
+        if flat.numel() == 0:
+            continue
+        codes = flat.long()  # exact: every code is below 2**53
+        sources = (codes >> _ROW_BITS) - 1
+        rows = codes & mask
+        if mirrored:
+            rows = ((1 << (_ROW_BITS - 1)) - 1) - rows
+        # each source's rows: one block of this parameter's rows
+        edges = (torch.nonzero(sources[1:] != sources[:-1]).flatten() + 1).tolist()
+        for start, end in zip([0] + edges, edges + [codes.numel()]):
+            number = int(sources[start])
             if not 0 <= number < len(group) or number in used:
                 return None
             used.add(number)
             key = group[number]
             info = infos[key]
             block = rows[start:end]
-            if list(param.shape[1:]) != info["shape"][1:] or min(block) < 0 or max(block) >= info["shape"][0]:
+            if (list(param.shape[1:]) != info["shape"][1:] or int(block.min()) < 0
+                    or int(block.max()) >= info["shape"][0]):
                 return None
             moves.append((key, where, (start, end), _runs(block), info["dtype"]))
-            start = end
     return moves
 
 

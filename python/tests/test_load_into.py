@@ -136,5 +136,10 @@ def test_rows_in_the_callers_order_make_a_permutation(checkpoint):
     dest = np.empty((4, 5), np.float32)
     qload.load_into(path, {"f32": (dest, order)})
     assert np.array_equal(dest, tensors["f32"][[2, 0, 1, 2]])
-    with pytest.raises(TypeError):
-        qload.load_into(path, {"f32": (dest, [(0, 1, 2)])})
+    # Each range a (begin, end) pair of non-negative ints: bools, negatives, floats, numpy
+    # ints, strings and sets are refused before anything is read.
+    for bad in ([(0, 1, 2)], [(0,)], [(True, 1)], [(0, -1)], [(0.0, 1)], [(np.int64(0), 1)], ["01"], [{0, 1}],
+                [(0, 1), 5]):
+        with pytest.raises(TypeError, match="must be a list of"):
+            qload.load_into(path, {"f32": (dest, bad)})
+    assert np.array_equal(dest, tensors["f32"][[2, 0, 1, 2]])
