@@ -225,12 +225,26 @@ Result<scheduler::Destination> destination_of(const qload_destination& d) {
   }
   out.shape = Shape(dims);
   QLOAD_ASSIGN_OR_RETURN(out.bytes, out.shape->nbytes(out.dtype));
-  if (t.strides != nullptr) {  // compact row-major only (a dimension of size 1 may have any stride)
+  if (t.strides != nullptr) {
+    // Row-major with every row of dim 0 compact (a dimension of size 1 may have any stride);
+    // the rows themselves may be further apart: some columns of a larger tensor.
     std::int64_t expected = 1;
-    for (std::int32_t i = t.ndim - 1; i >= 0; --i) {
+    for (std::int32_t i = t.ndim - 1; i >= 1; --i) {
       if (t.shape[i] != 1 && t.strides[i] != expected)
-        return error(Errc::kUnsupported, "the target is not contiguous and row-major (strides); give a compact tensor");
+        return error(Errc::kUnsupported,
+                     "the target's rows are not contiguous and row-major (strides): only the stride of dimension 0 "
+                     "may be larger than compact");
       expected *= t.shape[i];
+    }
+    if (t.ndim >= 1 && t.shape[0] > 1 && t.strides[0] != expected) {
+      const DTypeInfo& element = dtype_info(*dtype);
+      if (t.strides[0] < expected || t.strides[0] % element.block_elems != 0)
+        return error(Errc::kUnsupported,
+                     fmt::format("the target's dimension 0 has stride {}: at least {} (its rows would overlap) and a "
+                                 "whole number of {}-element blocks",
+                                 t.strides[0], expected, element.block_elems));
+      QLOAD_ASSIGN_OR_RETURN(out.row_pitch, checked_mul(static_cast<std::uint64_t>(t.strides[0]) / element.block_elems,
+                                                        element.block_bytes));
     }
   }
   if (t.data == nullptr && out.bytes > 0) return error(Errc::kInvalidArgument, "the target's data is NULL");
@@ -271,14 +285,17 @@ struct Exported {
   DLManagedTensorVersioned managed{};
   std::shared_ptr<const scheduler::Model> model;
   std::vector<std::int64_t> shape;
+  std::vector<std::int64_t> strides;  // empty: compact (DLPack's NULL)
 };
 
 void delete_exported(DLManagedTensorVersioned* self) {
   delete static_cast<Exported*>(self->manager_ctx);
 }
 
-// The DLPack description of `t`, with `shape` (which must outlive it) as its shape.
-Result<DLTensor> dl_tensor_of(const scheduler::DeviceTensor& t, std::span<std::int64_t> shape) {
+// The DLPack description of `t`, with `shape` and `strides` (which must outlive it; strides
+// empty for a compact tensor) as its shape and strides.
+Result<DLTensor> dl_tensor_of(const scheduler::DeviceTensor& t, std::span<std::int64_t> shape,
+                              std::span<std::int64_t> strides) {
   const std::optional<DLDataType> dtype = dlpack_dtype(t.dtype);
   if (!dtype)
     return fail(
@@ -294,8 +311,15 @@ Result<DLTensor> dl_tensor_of(const scheduler::DeviceTensor& t, std::span<std::i
   d.ndim = static_cast<std::int32_t>(shape.size());
   d.dtype = *dtype;
   d.shape = shape.data();
-  d.strides = nullptr;  // compact row-major, as every loaded tensor is
+  d.strides = strides.empty() ? nullptr : strides.data();
   return d;
+}
+
+// `t`'s strides for DLPack: empty when compact row-major (every tensor qload places; a caller's
+// destination with gaps between its rows is not).
+std::vector<std::int64_t> strides_of(const scheduler::DeviceTensor& t) {
+  if (t.strides.empty() || t.strides == t.shape.contiguous_strides()) return {};
+  return t.strides;
 }
 
 std::vector<std::int64_t> shape_of(const scheduler::DeviceTensor& t) {
@@ -319,8 +343,9 @@ scheduler::LoadOptions::TensorCallback stream_to(qload_tensor_callback callback,
   return [callback, user_data](std::uint32_t index, const scheduler::DeviceTensor& t,
                                const std::shared_ptr<const void>&) -> Status {
     std::vector<std::int64_t> shape = shape_of(t);
+    std::vector<std::int64_t> strides = strides_of(t);
     const qload_tensor_info info = info_of(t, shape);
-    const Result<DLTensor> tensor = dl_tensor_of(t, shape);
+    const Result<DLTensor> tensor = dl_tensor_of(t, shape, strides);
     if (const int stop = callback(user_data, index, &info, tensor ? &*tensor : nullptr); stop != 0)
       return fail(Errc::kCancelled, fmt::format("the tensor callback returned {}: load stopped", stop));
     return {};
@@ -536,8 +561,9 @@ qload_status qload_model_tensor_dlpack(const qload_model* model, size_t index, D
     auto exported = std::make_unique<Exported>();
     exported->model = model->model;
     exported->shape = model->shapes[index];
+    exported->strides = strides_of(t);
     DLManagedTensorVersioned& m = exported->managed;
-    auto described = dl_tensor_of(t, exported->shape);
+    auto described = dl_tensor_of(t, exported->shape, exported->strides);
     if (!described) return failed(described.error());
     m.dl_tensor = *described;
     m.version = DLPackVersion{DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION};

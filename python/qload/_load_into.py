@@ -20,33 +20,57 @@ _TORCH_DTYPES = {
 _NUMPY_DTYPES = dict(_TORCH_DTYPES)  # numpy's names agree (ml_dtypes gives bfloat16 and the fp8 family)
 
 
+def _row_pitch(name, shape, strides, itemsize) -> int:
+    """Bytes from one row of dim 0 to the next when each row is contiguous and row-major but the
+    rows are further apart (a view of some columns of a larger tensor: a projection's part of a
+    fused parameter), 0 when the whole is contiguous; ValueError for any other layout. `strides`
+    in elements."""
+    compact = 1
+    for size, stride in zip(reversed(shape[1:]), reversed(strides[1:])):
+        if size != 1 and stride != compact:
+            raise ValueError(f"destination {name!r} is not contiguous within its rows: qload writes row-major "
+                             "rows (only dimension 0 may be strided)")
+        compact *= size
+    if not shape or shape[0] <= 1 or strides[0] == compact:
+        return 0
+    if strides[0] < 0:
+        raise ValueError(f"destination {name!r} has its rows in reverse order (a negative stride): give a "
+                         "row-major view")
+    if strides[0] < compact:
+        raise ValueError(f"destination {name!r} has rows {strides[0]} elements apart but {compact} long: "
+                         "they overlap")
+    return strides[0] * itemsize
+
+
 def _describe_torch(name, t, region, rows):
     if t.device.type == "meta":
         raise ValueError(f"destination {name!r} is a meta tensor (no memory): allocate it first "
                          "(module.to_empty(device=...))")
-    if not t.is_contiguous():
-        raise ValueError(f"destination {name!r} is not contiguous: qload writes row-major tensors")
+    pitch = 0 if t.is_contiguous() else _row_pitch(name, list(t.shape), list(t.stride()), t.element_size())
     dtype = _TORCH_DTYPES.get(str(t.dtype).removeprefix("torch."))
     if dtype is None:
         raise TypeError(f"destination {name!r} has dtype {t.dtype}, which qload does not load into")
     device = "cpu" if t.device.type == "cpu" else f"{t.device.type}:{t.device.index or 0}"
     nbytes = t.numel() * t.element_size()
-    return (name, t.data_ptr(), nbytes, dtype, list(t.shape), device, region, rows)
+    return (name, t.data_ptr(), nbytes, dtype, list(t.shape), device, region, rows, pitch)
 
 
 def _describe_numpy(name, a, region, rows):
     if not a.flags.writeable:
         raise ValueError(f"destination {name!r} is a read-only array: qload writes into it")
+    pitch = 0
     if not a.flags.c_contiguous:
-        raise ValueError(f"destination {name!r} is not C-contiguous: qload writes row-major arrays")
+        if any(s % a.itemsize for s in a.strides):
+            raise ValueError(f"destination {name!r} has strides that are not whole elements")
+        pitch = _row_pitch(name, list(a.shape), [s // a.itemsize for s in a.strides], a.itemsize)
     dtype = _NUMPY_DTYPES.get(a.dtype.name)
     if dtype is None:
         raise TypeError(f"destination {name!r} has dtype {a.dtype}, which qload does not load into")
-    return (name, a.ctypes.data, a.nbytes, dtype, list(a.shape), "cpu", region, rows)
+    return (name, a.ctypes.data, a.nbytes, dtype, list(a.shape), "cpu", region, rows, pitch)
 
 
 def _describe(name, target, region, rows):
-    """(name, address, nbytes, dtype, shape, device, region, rows) of one destination."""
+    """(name, address, nbytes, dtype, shape, device, region, rows, row pitch) of one destination."""
     kind = type(target).__module__.split(".")[0]
     if kind == "torch":
         return _describe_torch(name, target.detach(), region, rows)

@@ -14,10 +14,11 @@ region qload read; its one `narrow` returns those bytes, and any operation the d
 predict raises instead of reading data that is not there.
 
 The same dry run shows where those bytes end up (`predict_destinations`): a tensor whose part (or
-whole) goes, untouched, through exactly one `copy_` into a contiguous piece of a parameter of its
-shape can be read by qload straight into that piece, the copy the weight loader then does being
-of that memory onto itself. Everything else the loader does to it (a second copy, arithmetic, a
-transpose, a `fill_`), a target that is not contiguous or of another kind of dtype, and any other
+whole) goes, untouched, through exactly one `copy_` into a piece of a parameter of its shape
+whose rows are contiguous (the rows may be apart: a column-parallel part of a fused quantized
+parameter) can be read by qload straight into that piece, the copy the weight loader then does
+being of that memory onto itself. Everything else the loader does to it (a second copy,
+arithmetic, a transpose, a `fill_`), a target of another layout or kind of dtype, and any other
 write into the same memory (another tensor's, or the loader's own, such as zeroing a parameter
 before its part is copied in) leave it to the copy the loader makes.
 """
@@ -249,7 +250,7 @@ def predict_destinations(model: torch.nn.Module, tensors: dict, convert: bool = 
     region or None for the whole)} for each tensor (or region) whose only use is one plain copy
     into `target`, a view of a parameter that qload can read it straight into; ({}, {}) when the
     dry run fails. `convert`: whether a float tensor may go into a parameter of another float
-    dtype (qload converts plain tensors, not the parts of quantized weights, such as scales)."""
+    dtype (qload converts among F16, BF16 and F32 as it reads, quantized weights' scales too)."""
     record = _dry_run(model, tensors)
     if record is None:
         return {}, {}
@@ -302,10 +303,28 @@ def _destinations(record: _Record, tensors: dict, regions: dict, convert: bool) 
 
 
 def _fits(target: torch.Tensor, shape: list, dtype: torch.dtype, convert: bool) -> bool:
-    """Whether qload can read a part of `shape` and stored `dtype` into `target` as it is."""
+    """Whether qload can read a part of `shape` and stored `dtype` into `target` as it is: its
+    rows contiguous (the rows themselves may be apart, as a part's columns of a fused parameter)."""
     same_kind = target.dtype == dtype or (convert and target.dtype in _FLOATS and dtype in _FLOATS)
-    return (same_kind and target.is_contiguous() and list(target.shape) == shape and target.numel() > 0
+    return (same_kind and _rows(target) is not None and list(target.shape) == shape and target.numel() > 0
             and target.device.type in ("cpu", "cuda"))
+
+
+def _rows(t: torch.Tensor) -> Optional[tuple]:
+    """(first byte, bytes of a row, bytes from row to row, rows) of a tensor whose dim-0 rows are
+    each contiguous and row-major, the whole tensor one row when it is contiguous; None for any
+    other layout (a transpose, a negative stride)."""
+    if t.is_contiguous() or t.dim() == 0:
+        nbytes = t.numel() * t.element_size()
+        return t.data_ptr(), nbytes, max(nbytes, 1), 1
+    compact = 1
+    for size, stride in zip(reversed(t.shape[1:]), reversed(t.stride()[1:])):
+        if size != 1 and stride != compact:
+            return None
+        compact *= size
+    if t.stride(0) < compact:
+        return None
+    return t.data_ptr(), compact * t.element_size(), t.stride(0) * t.element_size(), t.shape[0]
 
 
 def _span(t: torch.Tensor) -> tuple:
@@ -316,17 +335,36 @@ def _span(t: torch.Tensor) -> tuple:
     return str(t.device), start, start + (high - low + 1) * t.element_size()
 
 
+def _share_a_byte(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two writes whose spans meet touch a common byte: exact for tensors whose rows are
+    each contiguous (a fused parameter's column parts interleave without sharing one), assumed
+    for any other layout."""
+    ra, rb = _rows(a), _rows(b)
+    if ra is None or rb is None:
+        return True
+    few, many = (ra, rb) if ra[3] <= rb[3] else (rb, ra)
+    start, width, pitch, rows = many
+    for r in range(few[3]):
+        begin = few[0] + r * few[2]
+        end = begin + few[1]
+        # the first of `many`'s rows ending after `begin`, and whether it starts before `end`
+        first = 0 if begin < start + width else (begin - start - width) // pitch + 1
+        if first < rows and start + first * pitch < end:
+            return True
+    return False
+
+
 def _overlapping(writes: list) -> set:
     """Names whose written memory overlaps any other write's (by any tensor, or by none)."""
-    spans = sorted((_span(t) + (name,) for name, t in writes if t.numel() > 0), key=lambda s: s[:2])
+    spans = sorted((_span(t) + (name, t) for name, t in writes if t.numel() > 0), key=lambda s: s[:2])
     marked: set = set()
-    reach = None  # the span reaching furthest on its device so far
-    for span in spans:
-        device, start, end, name = span
-        if reach is not None and reach[0] == device and start < reach[2]:
-            marked.update((name, reach[3]))
-        if reach is None or reach[0] != device or end > reach[2]:
-            reach = span
+    active: list = []  # earlier spans on the same device reaching past the current start
+    for device, start, end, name, t in spans:
+        active = [s for s in active if s[0] == device and s[2] > start]
+        for other in active:
+            if _share_a_byte(other[4], t):
+                marked.update((name, other[3]))
+        active.append((device, start, end, name, t))
     return marked
 
 

@@ -185,10 +185,9 @@ def _loader_class():
                 inspected = inspect(folder)
                 stored = _regions.stored_tensors(inspected) or {}
                 if stored and self.qload_read_into:
-                    # qload converts float dtypes as it reads plain tensors, not quantized
-                    # weights' parts (their scales): in a quantized checkpoint, none.
-                    convert = not inspected.get("quantized_weights")
-                    regions, destinations = _regions.predict_destinations(model, stored, convert)
+                    # qload converts float dtypes as it reads, quantized weights' kept scales
+                    # included (F32 into a BF16 parameter, as the weight loader's copy would).
+                    regions, destinations = _regions.predict_destinations(model, stored)
                 elif stored:
                     regions = _regions.predict(model, stored)
             self._planned = (folder, stored, regions, destinations)

@@ -283,19 +283,25 @@ Model load(const LoadArgs& args, nb::object progress) {
 // shape, device, region) and keeps it alive for the call; a failed load's exception lists, as
 // `written`, the destinations that were completely written before it failed.
 
+// (name, address, bytes, dtype, shape, device, region, rows, row pitch in bytes: 0 for packed rows)
 using DestinationArgs = std::tuple<std::string, std::uintptr_t, std::uint64_t, std::string, std::vector<std::uint64_t>,
                                    std::string, std::optional<std::tuple<std::uint32_t, std::uint64_t, std::uint64_t>>,
-                                   std::vector<std::pair<std::uint64_t, std::uint64_t>>>;
+                                   std::vector<std::pair<std::uint64_t, std::uint64_t>>, std::uint64_t>;
 
 std::map<std::string, scheduler::Destination, std::less<>> destinations_of(const std::vector<DestinationArgs>& list) {
   std::map<std::string, scheduler::Destination, std::less<>> out;
-  for (const auto& [name, address, bytes, dtype_text, shape, device_text, region, rows] : list) {
+  for (const auto& [name, address, bytes, dtype_text, shape, device_text, region, rows, row_pitch] : list) {
     const std::optional<DType> dtype = parse_dtype(dtype_text);
     if (!dtype) raise(Error(Errc::kInvalidArgument, "unknown dtype " + dtype_text).with_tensor(name));
     Result<Device> device = parse_device(device_text);
     if (!device) raise(Error(device.error()).with_tensor(name));
-    scheduler::Destination d{
-        .device = *device, .address = address, .bytes = bytes, .dtype = *dtype, .rows = rows, .shape = Shape(shape)};
+    scheduler::Destination d{.device = *device,
+                             .address = address,
+                             .bytes = bytes,
+                             .row_pitch = row_pitch,
+                             .dtype = *dtype,
+                             .rows = rows,
+                             .shape = Shape(shape)};
     if (region) {
       const auto& [dim, begin, end] = *region;
       d.region = scheduler::TensorRegion{.dim = dim, .begin = begin, .end = end};

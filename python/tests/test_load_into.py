@@ -51,6 +51,29 @@ def test_float_destinations_convert_on_load_and_regions_keep_their_rows_or_colum
     assert e.value.tensor == "f64"
 
 
+def test_views_of_some_columns_take_each_row_and_leave_the_columns_around_them(checkpoint):
+    """A destination whose rows are further apart than their length (a column slice of a wider
+    array, as a projection's part of a fused parameter): each row lands in its columns, the
+    columns around it keep the caller's values, conversions included; two such parts side by
+    side in one array do not overlap, while parts sharing a column do and are refused."""
+    path, tensors = checkpoint
+    fused = np.full((3, 14), 7, np.float32)         # f32 [3, 5] at columns 1..6, i32's column 1 nowhere
+    f16_rows = np.full((4, 9), 7, np.float32)       # f16 [4, 4] converted at columns 3..7
+    qload.load_into(path, {"f32": fused[:, 1:6], "bf16": (fused[:, 8:11], (0, 0, 3)), "f16": f16_rows[:, 3:7]})
+    want = np.full((3, 14), 7, np.float32)
+    want[:, 1:6] = tensors["f32"]
+    want[:, 8:11] = tensors["bf16"][:3].astype(np.float32)
+    assert np.array_equal(fused, want)
+    want = np.full((4, 9), 7, np.float32)
+    want[:, 3:7] = tensors["f16"].astype(np.float32)
+    assert np.array_equal(f16_rows, want)
+    with pytest.raises(qload.InvalidArgumentError, match="overlaps"):
+        qload.load_into(path, {"f32": fused[:, 1:6], "bf16": (fused[:, 5:8], (0, 0, 3))})
+    assert np.array_equal(fused[:, 1:6], tensors["f32"])
+    with pytest.raises(ValueError, match="reverse order"):
+        qload.load_into(path, {"f32": fused[::-1, 1:6]})
+
+
 def test_rest_true_hands_back_the_tensors_without_a_destination(checkpoint):
     path, tensors = checkpoint
     f32 = np.empty((3, 5), np.float32)

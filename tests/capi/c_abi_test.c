@@ -489,6 +489,54 @@ static void load_into(const char* checkpoint) {
     CHECK(got.shape[0] == 64);
     qload_model_free(rest);
     free(part);
+    /* Columns 8..24 of q_proj into columns 4..20 of a wider caller tensor (dimension 0's stride
+     * larger than compact, as a projection's part of a fused parameter): each row's 16 columns
+     * land there, the columns around them keep their bytes, and the rest's DLPack tensor for it
+     * carries the target's strides. */
+    {
+      const int64_t width = 24, rows_q = qi.shape[0];
+      int64_t shape[2], strides[2];
+      unsigned char* wide = malloc((size_t)(rows_q * width * 2));
+      const unsigned char* stored = NULL;
+      qload_tensor_info info;
+      size_t index = 0;
+      int64_t r = 0;
+      memset(wide, 0xAB, (size_t)(rows_q * width * 2));
+      shape[0] = rows_q;
+      shape[1] = 16;
+      strides[0] = width;
+      strides[1] = 1;
+      d = destination_for(q, &qi, bf16, wide + 4 * 2);
+      d.target.shape = shape;
+      d.target.strides = strides;
+      d.region_dim = 1;
+      d.region_begin = 8;
+      d.region_end = 24;
+      CHECK(qload_open(checkpoint, NULL, &session) == QLOAD_OK);
+      CHECK(qload_load_into(session, &d, 1, &rest) == QLOAD_OK);
+      qload_session_free(session);
+      CHECK(qload_model_tensor_dlpack(whole, qi_index, &t) == QLOAD_OK);
+      stored = (const unsigned char*)t->dl_tensor.data + t->dl_tensor.byte_offset;
+      for (r = 0; r < rows_q; ++r) {
+        const unsigned char* row = wide + r * width * 2;
+        CHECK(memcmp(row + 4 * 2, stored + (r * qi.shape[1] + 8) * 2, 16 * 2) == 0);
+        for (j = 0; j < 4 * 2; ++j) CHECK(row[j] == 0xAB && row[(4 + 16) * 2 + j] == 0xAB);
+      }
+      t->deleter(t);
+      index = find_tensor(rest, q, &info);
+      CHECK(qload_model_tensor_dlpack(rest, index, &t) == QLOAD_OK);
+      CHECK(t->dl_tensor.strides != NULL && t->dl_tensor.strides[0] == width && t->dl_tensor.strides[1] == 1);
+      CHECK((const unsigned char*)t->dl_tensor.data + t->dl_tensor.byte_offset == wide + 4 * 2);
+      t->deleter(t);
+      qload_model_free(rest);
+      /* A stride that would make rows overlap is refused, naming the tensor. */
+      strides[0] = 15;
+      CHECK(qload_open(checkpoint, NULL, &session) == QLOAD_OK);
+      CHECK(qload_load_into(session, &d, 1, NULL) == QLOAD_ERR_UNSUPPORTED);
+      CHECK(error_says(q) && error_says("overlap"));
+      qload_session_free(session);
+      free(wide);
+    }
   }
   /* Refused before anything is read: the wrong dtype, shape, a strided target, an unknown name. */
   {

@@ -95,3 +95,81 @@ TEST_CASE(
   model->release();
   REQUIRE(cuda::copy_to_host(back.data() + embed_at, pool->data() + embed_at, 2, 0));
 }
+
+TEST_CASE(
+    "gpu load_into: column parts a row pitch apart land in their columns of the caller's device memory, converted "
+    "on the GPU row by row, the columns between them untouched",
+    "[gpu]") {
+  const CudaInfo info = probe_cuda();
+  if (info.devices.empty()) {
+    WARN("SKIPPED [gpu]: no GPU visible: " << info.unavailable_reason);
+    return;
+  }
+  Llama m;
+  make_model(m);
+  const std::string o0 = "model.layers.0.self_attn.o_proj.weight", down = "model.layers.0.mlp.down_proj.weight";
+  // A "fused parameter" [32, 92] in f32: 4 guard columns, o0's columns [8, 24) converted from
+  // bf16, 4 guard columns, down's 64 columns converted too, 4 guard columns. Then the same in
+  // bf16 (no conversion: one 2-D copy per staged block of rows).
+  const std::uint64_t f32_pitch = 92 * 4, bf16_pitch = 92 * 2, bf16_at = 32 * f32_pitch,
+                      total = bf16_at + 32 * bf16_pitch;
+  const Device gpu{.kind = Device::Kind::kCuda, .index = 0};
+  for (const std::uint64_t chunk : {std::uint64_t{1000}, std::uint64_t{65536}}) {
+    INFO("chunk " << chunk);
+    std::vector<std::byte> want(total, std::byte{0xAB});
+    auto pool = cuda::DeviceBuffer::allocate(0, total);
+    REQUIRE(pool);
+    REQUIRE(cuda::copy_to_device(pool->data(), want.data(), total, 0));
+    const auto address = [&](std::uint64_t at) { return reinterpret_cast<std::uintptr_t>(pool->data() + at); };
+    LoadOptions o;
+    o.staging = {.slot_bytes = 65536, .total_bytes = 4 * 65536};
+    o.plan.chunk_bytes = chunk;
+    const TensorRegion cols{.dim = 1, .begin = 8, .end = 24};
+    o.plan.destinations[o0] = {.device = gpu,
+                               .address = address(4 * 4),
+                               .bytes = 32 * 16 * 4,
+                               .row_pitch = f32_pitch,
+                               .dtype = DType::kF32,
+                               .region = cols};
+    o.plan.destinations[down] = {
+        .device = gpu, .address = address(24 * 4), .bytes = 32 * 64 * 4, .row_pitch = f32_pitch, .dtype = DType::kF32};
+    auto model = load_source(m.dir.path().string(), o);  // everything else into qload's own arenas
+    if (!model) FAIL(model.error().to_string());
+    LoadOptions b = o;
+    b.plan.destinations[o0] = {.device = gpu,
+                               .address = address(bf16_at + 4 * 2),
+                               .bytes = 32 * 16 * 2,
+                               .row_pitch = bf16_pitch,
+                               .dtype = DType::kBF16,
+                               .region = cols};
+    b.plan.destinations[down] = {.device = gpu,
+                                 .address = address(bf16_at + 24 * 2),
+                                 .bytes = 32 * 64 * 2,
+                                 .row_pitch = bf16_pitch,
+                                 .dtype = DType::kBF16};
+    b.plan.destinations_only = true;
+    auto unconverted = load_source(m.dir.path().string(), b);
+    if (!unconverted) FAIL(unconverted.error().to_string());
+    for (std::uint64_t r = 0; r < 32; ++r) {
+      for (std::uint64_t c = 8; c < 24; ++c) {
+        const float f = as_float(stored(m, o0, r, c));
+        const std::uint16_t h = stored(m, o0, r, c);
+        std::memcpy(want.data() + r * f32_pitch + (4 + c - 8) * 4, &f, 4);
+        std::memcpy(want.data() + bf16_at + r * bf16_pitch + (4 + c - 8) * 2, &h, 2);
+      }
+      for (std::uint64_t c = 0; c < 64; ++c) {
+        const float f = as_float(stored(m, down, r, c));
+        const std::uint16_t h = stored(m, down, r, c);
+        std::memcpy(want.data() + r * f32_pitch + (24 + c) * 4, &f, 4);
+        std::memcpy(want.data() + bf16_at + r * bf16_pitch + (24 + c) * 2, &h, 2);
+      }
+    }
+    std::vector<std::byte> back(total);
+    REQUIRE(cuda::copy_to_host(back.data(), pool->data(), total, 0));
+    REQUIRE(back == want);
+    const DeviceTensor* t = unconverted->find(o0);
+    REQUIRE(t != nullptr);
+    CHECK(t->strides == std::vector<std::int64_t>{92, 1});
+    CHECK(model->find("lm_head.weight") != nullptr);
+  }
+}

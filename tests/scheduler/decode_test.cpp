@@ -521,10 +521,40 @@ TEST_CASE(
   REQUIRE_FALSE(plan);
   CHECK(plan.error().code() == Errc::kUnsupported);
   bad = into.plan;
+  bad.destinations[w].row_pitch = 256 * 2 + 64;  // a decoded tensor goes into packed rows only
+  plan = make_plan(*catalog, bad);
+  REQUIRE_FALSE(plan);
+  CHECK(plan.error().code() == Errc::kUnsupported);
+  bad = into.plan;
   bad.destinations["model.layers.0.mlp.down_proj.weight_scale_inv"] = bad.destinations[w];
   bad.destinations.erase(w);
   bad.destinations_only = false;  // the weight is dequantized, so its scale is a decode input
   plan = make_plan(*catalog, bad);
   REQUIRE_FALSE(plan);
   CHECK(plan.error().to_string().find("give the decoded tensor the destination") != std::string::npos);
+
+  // Kept packed, a part converts into the caller's float dtype as a server's own copy would (F32
+  // block scales into a BF16 parameter): each value rounded to nearest, ties to even.
+  const std::string scale = "model.layers.0.mlp.down_proj.weight_scale_inv";
+  LoadOptions kept = small_chunks({Device{}});
+  auto packed = load_source(fp8.path().string(), kept);
+  REQUIRE(packed);
+  const DeviceTensor* f32 = packed->find(scale);
+  REQUIRE(f32 != nullptr);
+  REQUIRE(f32->dtype == DType::kF32);
+  const std::size_t count = f32->nbytes / 4;
+  std::vector<std::uint16_t> rounded(count), scales(count + 32, 0x5A5A);  // 16 guard values each side
+  for (std::size_t i = 0; i < count; ++i) {
+    std::uint32_t bits;
+    std::memcpy(&bits, f32->data + 4 * i, 4);
+    rounded[i] = static_cast<std::uint16_t>((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16);  // finite scales
+  }
+  kept.plan.destinations[scale] = {
+      .address = reinterpret_cast<std::uintptr_t>(scales.data() + 16), .bytes = count * 2, .dtype = DType::kBF16};
+  kept.plan.destinations_only = true;
+  auto converted = load_source(fp8.path().string(), kept);
+  if (!converted) FAIL(converted.error().to_string());
+  CHECK(std::memcmp(scales.data() + 16, rounded.data(), count * 2) == 0);
+  for (std::size_t g = 0; g < 16; ++g) CHECK((scales[g] == 0x5A5A && scales[16 + count + g] == 0x5A5A));
+  CHECK(converted->report().converted_tensors == 1);
 }

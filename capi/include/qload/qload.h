@@ -177,8 +177,10 @@ typedef struct qload_destination {
   const char* tensor;
   /* The caller's memory: data + byte_offset, on kDLCPU or kDLCUDAHost (host memory) or kDLCUDA
      (device_id: a GPU; its memory), with the tensor's (or region's) dtype and shape, row-major:
-     strides NULL or compact. The dtype is the stored one, or F16 / BF16 / F32 for a plain
-     floating tensor, converted on load. */
+     strides NULL or compact, except that dimension 0's stride may be larger (some columns of a
+     larger tensor, such as a projection's part of a fused parameter: its rows are written, the
+     bytes between them never). The dtype is the stored one, or F16 / BF16 / F32 for a floating
+     tensor (a quantized weight's kept scales too), converted on load. */
   DLTensor target;
   /* -1: the whole tensor. 0 (any tensor) or 1 (2-D): only indices [region_begin, region_end) of
      that dimension, e.g. a tensor-parallel rank's rows or columns. */
@@ -197,11 +199,12 @@ typedef struct qload_destination {
  * memory; pinned staging, then host-to-device copies straight into GPU memory), converted or
  * dequantized into it; no other memory is allocated for it, and nothing outside the
  * destinations is written. Every destination is checked before the first byte is read (a name
- * the checkpoint lacks, the wrong dtype, shape or size, a misaligned or non-contiguous target,
- * two destinations sharing a byte): an error then names the tensor and nothing is written.
- * `rest` NULL: tensors without a destination are not read. Otherwise *rest is the model of
- * every tensor loaded, those with a destination included (pointing at the caller's memory,
- * which the model neither owns nor frees). The destinations' memory must stay valid, and not
+ * the checkpoint lacks, the wrong dtype, shape or size, a misaligned target or one whose rows
+ * are not contiguous, two destinations sharing a byte): an error then names the tensor and
+ * nothing is written. `rest` NULL: tensors without a destination are not read. Otherwise *rest
+ * is the model of every tensor loaded, those with a destination included (pointing at the
+ * caller's memory, which the model neither owns nor frees; its DLPack tensor has the target's
+ * strides). The destinations' memory must stay valid, and not
  * be touched by the caller, until this returns. On failure a destination may hold part of its
  * tensor; qload_last_error() ends with the destinations completely written before it failed.
  * The session loads once, as with qload_load. */

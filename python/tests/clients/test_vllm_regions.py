@@ -3,8 +3,9 @@ whose load_weights do each thing a weight loader may do: a tensor is read in par
 one operation is a narrow or a plain slice, anything else reads it whole, a dry run that fails
 or replaces parameters reads everything whole, the model is left untouched, and a stand-in
 refuses any operation the dry run did not predict. The same dry run names the memory a tensor
-can be read straight into: a plain copy of its one cut (or of all of it) into a contiguous
-piece of a parameter that nothing else writes to."""
+can be read straight into: a plain copy of its one cut (or of all of it) into a piece of a
+parameter whose rows are contiguous (its columns of a fused parameter too) and that nothing else
+writes to."""
 import pytest
 import torch
 
@@ -207,6 +208,21 @@ def test_cuts_copied_into_rows_of_a_fused_parameter():
                                    "c": ((0, 3, 6), "c", 0, (3,))}
 
 
+def test_cuts_copied_into_columns_of_a_fused_parameter_interleave_and_are_read_straight_in():
+    """As GPTQ's packed q/k/v columns into qkv_proj's qweight under tensor parallelism: each
+    rank's columns of a and of b into their own columns of one parameter, whose rows the two
+    parts share without sharing a byte; parts that share a column are streamed."""
+    def columns(model, name, w, second=1):
+        if name == "c":
+            narrowing(model, name, w)
+        else:  # a's column 1 into column 0 of b's parameter, b's column 3 into its column `second`
+            model.b.data.narrow(1, 0 if name == "a" else second, 1).copy_(w.narrow(1, 1 if name == "a" else 3, 1))
+
+    assert destinations(columns) == {"a": ((1, 1, 2), "b", 0, (8, 1)), "b": ((1, 3, 4), "b", 1, (8, 1)),
+                                     "c": ((0, 3, 6), "c", 0, (3,))}
+    assert set(destinations(lambda model, name, w: columns(model, name, w, second=0))) == {"c"}
+
+
 def filled(model, name, w):
     if name == "a":
         model.a.data.fill_(w.narrow(0, 4, 4).max())
@@ -244,7 +260,7 @@ def shared(model, name, w):
     (transposed_first, {"b", "c"}), (cut_twice, {"b", "c"}), (filled, {"b", "c"}), (into_a_transpose, {"b", "c"}),
     (zeroed_first, {"b", "c"}), (copied_whole_in_place, {"c"}), (copied_twice, {"c"}), (shared, {"c"})])
 def test_anything_but_one_plain_copy_into_memory_of_its_own_is_streamed(load, kept):
-    """A cut twice, transposed, used for a fill_ or copied into a non-contiguous target is not
+    """A cut twice, transposed, used for a fill_ or copied into a transposed target is not
     read straight in; nor are two tensors written into the same memory (a and b: a's into b's
     parameter, or b's into a's), nor one its loader writes to otherwise."""
     assert set(destinations(load)) == kept

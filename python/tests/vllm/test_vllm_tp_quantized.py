@@ -86,10 +86,15 @@ def test_each_rank_reads_its_part_of_a_quantized_checkpoint(base_model, tmp_path
         assert projections and all(regions.get(n) for n in projections), (rank, kind)
         if kind == "gptq":  # vLLM drops g_idx (no act-order kernel): never read
             assert all(regions[n] is None for n in stored if n.endswith(".g_idx"))
-        # Read straight into the parameters: every projection's weight, or with GPTQ and AWQ
-        # (their column-parallel parts are columns of the fused parameters) the row-parallel ones'.
-        rows = [n for n in projections if ".o_proj." in n or ".down_proj." in n]
-        assert set(rows if kind in ("gptq", "awq") else projections) <= set(ours.qload_into), (rank, kind)
+        # Read straight into the parameters: every projection's packed weight (GPTQ's and AWQ's
+        # column-parallel parts are columns of the fused parameters: rows a pitch apart), and
+        # every scale and zero point matrix the rank keeps, converted where vLLM's parameter is
+        # of another float dtype (compressed-tensors' F32 scales). A per-tensor scale is one
+        # element of vLLM's per-shard vector: it is streamed.
+        parts = {n for n, t in stored.items() if len(t["shape"]) == 2 and regions.get(n, ()) is not None
+                 and n.rpartition(".")[2] in (anchor, "scales", "qzeros", "weight_scale", "weight_scale_inv")}
+        assert projections and parts >= set(projections)
+        assert parts <= set(ours.qload_into), (rank, kind, sorted(parts - set(ours.qload_into)))
         assert_read_once(ours, stored)
         read = read_bytes(ours)
         assert_reads_only(regions, stored, read)
@@ -100,29 +105,45 @@ def test_each_rank_reads_its_part_of_a_quantized_checkpoint(base_model, tmp_path
 
 
 def test_a_destination_qload_refuses_is_streamed(base_model, tmp_path, qload_cli, no_kernels, tp_rank, monkeypatch):
-    """qload converts no dtype as it reads a quantized weight's part (compressed-tensors' F32
-    weight_scale into vLLM's bf16 parameter), which is why a quantized checkpoint's tensors go
-    straight in only in their own dtype. Were they offered, each refusal would stream that
-    tensor, and after a few, every tensor; the parameters are the default loader's either way."""
+    """A destination qload refuses when it checks them (here each F32 weight_scale's parameter
+    seen as int16, a dtype no float converts into: qload's own check refuses it, naming the
+    tensor, before anything is read) is streamed instead, and after a few refusals every tensor
+    is; the parameters are the default loader's either way."""
     import qload.vllm
-    from qload import _vllm_regions
 
     path = checkpoint("int8", base_model, tmp_path / "int8", qload_cli)
     stored = {t["name"]: t for t in qload.inspect(path)["tensors"]}
     scales = {n for n, t in stored.items() if n.endswith(".weight_scale") and t["dtype"] == "F32"}
     assert scales
-    predict = _vllm_regions.predict_destinations
-    monkeypatch.setattr(_vllm_regions, "predict_destinations", lambda model, tensors, convert: predict(model, tensors))
+    real = qload.vllm._load_into
+    refusals = []
+
+    def through_int16(folder, destinations, **kwargs):
+        def seen(name, d):
+            if name not in scales:
+                return d
+            target, region = d if isinstance(d, tuple) else (d, None)
+            target = target.view(torch.int16)
+            return target if region is None else (target, region)
+        try:
+            return real(folder, {n: seen(n, d) for n, d in destinations.items()}, **kwargs)
+        except qload.InvalidArgumentError as e:
+            refusals.append(e.tensor)
+            raise
+
+    monkeypatch.setattr(qload.vllm, "_load_into", through_int16)
     tp_rank(1, 2)
-    for refusals in (len(scales), len(scales) - 1):
-        monkeypatch.setattr(qload.vllm, "_REFUSALS", refusals)
+    for allowed in (len(scales), len(scales) - 1):
+        monkeypatch.setattr(qload.vllm, "_REFUSALS", allowed)
+        refusals.clear()
         ours, theirs = loaders({"qload": {"max_gap_bytes": 1024, "load_mode": "read"}})
         got = load(ours, path, quant_config=quant_config(path))
         want = dict(load(theirs, path, quant_config=quant_config(path)).named_parameters())
         for name, p in got.named_parameters():
             assert torch.equal(p.flatten().view(torch.uint8), want[name].flatten().view(torch.uint8)), name
         into = set(ours.qload_into)
-        if refusals == len(scales):
+        assert set(refusals) <= scales and len(refusals) == min(allowed + 1, len(scales))
+        if allowed == len(scales):
             assert into and not into & scales and {n for n in stored if n.endswith("weight_packed")} <= into
         else:
             assert into == set() and ours.qload_into_report is None

@@ -197,8 +197,13 @@ def assert_read_once(loader, stored: dict) -> None:
     regions = loader.qload_regions
     streamed = sum(part_bytes(regions, stored, n) for n in stored if n not in into)
     assert loader.qload_report["placed_bytes"] == streamed, (loader.qload_report["placed_bytes"], streamed)
-    placed = (loader.qload_into_report or {}).get("placed_bytes", 0)
-    assert placed == sum(part_bytes(regions, stored, n) for n in into), placed
+    report = loader.qload_into_report or {}
+    placed, parts = report.get("placed_bytes", 0), sum(part_bytes(regions, stored, n) for n in into)
+    assert report.get("tensors", 0) == len(into)
+    if report.get("converted_tensors", 0) == 0:
+        assert placed == parts, (placed, parts)
+    else:  # F32 scales placed as BF16 (vLLM's parameter dtype): fewer bytes than stored
+        assert placed < parts, (placed, parts)
 
 
 def assert_reads_only(regions: dict, stored: dict, read: int) -> None:

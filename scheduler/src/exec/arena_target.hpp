@@ -24,15 +24,21 @@ namespace qload::scheduler::detail {
 //
 // A 2-D delivery (a column shard's rows within one staged piece) has `rows` rows: row i's
 // stored bytes are the `stored.size()` bytes at stored.data() + i * stored_pitch, and the
-// placed rows follow each other in the arena. One strided copy (cudaMemcpy2DAsync) instead of
-// one per row.
+// placed rows follow each other in the arena, or are `placed_pitch` apart (a caller's
+// destination with gaps between its rows). One strided copy (cudaMemcpy2DAsync) instead of one
+// per row.
 struct Delivery {
+  // Bytes from one placed row's start to the next in the arena.
+  std::uint64_t placed_row_step(std::uint64_t placed_row_bytes) const noexcept {
+    return placed_pitch != 0 ? placed_pitch : placed_row_bytes;
+  }
   std::span<const std::byte> stored;  // the (first) row
   std::uint64_t arena_offset = 0;     // of the slice's first placed byte
   DType from = DType::kU8;
   DType to = DType::kU8;
   std::uint64_t rows = 1;
   std::uint64_t stored_pitch = 0;  // rows > 1: bytes from one row's start to the next in stored memory
+  std::uint64_t placed_pitch = 0;  // rows > 1: the same in the arena; 0: the placed rows are packed
   // `stored` is pageable memory (not the pinned staging pool): a GPU target copies it
   // synchronously, since the copy engines cannot read it directly (one row, no conversion).
   bool pageable = false;

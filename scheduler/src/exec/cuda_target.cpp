@@ -87,26 +87,26 @@ class CudaTarget final : public ArenaTarget {
     for (const Delivery& d : deliveries) {
       std::byte* out = base_ + d.arena_offset;
       const std::uint64_t stored_bytes = d.stored.size() * d.rows;  // contiguous once copied
-      // Rows land next to each other: in the arena, or in scratch for a conversion after.
-      const auto copy = [&](std::byte* dst) -> Status {
+      // Rows land `dst_pitch` apart: in the arena (packed, or a destination's row pitch), or
+      // next to each other in scratch for a conversion after.
+      const auto copy = [&](std::byte* dst, std::uint64_t dst_pitch) -> Status {
         if (d.pageable) {  // the copy engines cannot read it: through the lane's pinned halves
           for (std::uint64_t i = 0; i < d.rows; ++i)
-            QLOAD_TRY(
-                copy_pageable(lane, dst + i * d.stored.size(), d.stored.data() + i * d.stored_pitch, d.stored.size()));
+            QLOAD_TRY(copy_pageable(lane, dst + i * dst_pitch, d.stored.data() + i * d.stored_pitch, d.stored.size()));
           return {};
         }
         if (synchronous_) {  // nothing is pinned: the driver stages every copy, synchronously
           for (std::uint64_t i = 0; i < d.rows; ++i)
-            QLOAD_TRY(cuda::copy_to_device(dst + i * d.stored.size(), d.stored.data() + i * d.stored_pitch,
-                                           d.stored.size(), device_.index));
+            QLOAD_TRY(cuda::copy_to_device(dst + i * dst_pitch, d.stored.data() + i * d.stored_pitch, d.stored.size(),
+                                           device_.index));
           return {};
         }
         if (d.rows == 1) return cuda::copy_to_device_async(dst, d.stored.data(), d.stored.size(), lane.stream);
-        return cuda::copy_2d_to_device_async(dst, d.stored.size(), d.stored.data(), d.stored_pitch, d.stored.size(),
-                                             d.rows, lane.stream);
+        return cuda::copy_2d_to_device_async(dst, dst_pitch, d.stored.data(), d.stored_pitch, d.stored.size(), d.rows,
+                                             lane.stream);
       };
       if (d.from == d.to) {
-        QLOAD_TRY(copy(out));
+        QLOAD_TRY(copy(out, d.placed_row_step(d.stored.size())));
         continue;
       }
       const std::uint64_t at = (scratch_used + kScratchAlignment - 1) / kScratchAlignment * kScratchAlignment;
@@ -114,9 +114,16 @@ class CudaTarget final : public ArenaTarget {
         return fail(Errc::kInternal, fmt::format("{}: conversion scratch of {} bytes is too small", device_.to_string(),
                                                  lane.scratch.size()));
       std::byte* staged = lane.scratch.data() + at;
-      QLOAD_TRY(copy(staged));
-      const std::uint64_t count = stored_bytes / dtype_info(d.from).block_bytes;
-      QLOAD_TRY(formats::convert_on_device(staged, d.from, out, d.to, count, lane.stream));
+      QLOAD_TRY(copy(staged, d.stored.size()));
+      if (d.placed_pitch == 0) {
+        const std::uint64_t count = stored_bytes / dtype_info(d.from).block_bytes;
+        QLOAD_TRY(formats::convert_on_device(staged, d.from, out, d.to, count, lane.stream));
+      } else {  // rows a pitch apart: one conversion per row (a destination's pitched rows are few)
+        const std::uint64_t count = d.stored.size() / dtype_info(d.from).block_bytes;
+        for (std::uint64_t i = 0; i < d.rows; ++i)
+          QLOAD_TRY(formats::convert_on_device(staged + i * d.stored.size(), d.from, out + i * d.placed_pitch, d.to,
+                                               count, lane.stream));
+      }
       scratch_used = at + stored_bytes;
     }
     return {};

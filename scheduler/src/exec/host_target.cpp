@@ -48,7 +48,7 @@ Status deliver_on_host(std::byte* base, std::span<const Delivery> deliveries) {
     const std::uint64_t out_bytes =
         d.from == d.to ? d.stored.size() : formats::converted_bytes(d.stored.size(), d.from, d.to);
     for (std::uint64_t row = 0; row < d.rows; ++row) {
-      std::byte* out = base + d.arena_offset + row * out_bytes;
+      std::byte* out = base + d.arena_offset + row * d.placed_row_step(out_bytes);
       const std::span<const std::byte> in(d.stored.data() + row * d.stored_pitch, d.stored.size());
       if (d.from == d.to) {
         std::memcpy(out, in.data(), in.size());

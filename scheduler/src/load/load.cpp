@@ -143,6 +143,10 @@ std::vector<DeviceTensor> describe_tensors(const formats::Catalog& catalog, cons
       add(t.name, shard.region, shard.offset, shard.dtype, shard.slice.shape, shard.bytes);
       // A mapped region is a view of the stored tensor: its rows keep the stored row stride.
       if (mmap) out.back().strides = t.shape.contiguous_strides();
+      if (shard.row_pitch != 0) {  // a caller's destination with gaps between its rows
+        const DTypeInfo& element = dtype_info(shard.dtype);
+        out.back().strides[0] = static_cast<std::int64_t>(shard.row_pitch / element.block_bytes * element.block_elems);
+      }
     }
     if (p.shard_count == 0) add(t.name, p.region, p.offset, p.dtype, t.shape, p.bytes);
   }

@@ -63,6 +63,43 @@ void for_each_run(const formats::TensorEntry& t, const ShardPlacement& shard, co
   }
 }
 
+// A run of for_each_run as the arena takes it: with packed rows, one delivery at its placed
+// offset; with a destination's row pitch (ShardPlacement::row_pitch), its placed bytes cut where
+// the destination's rows end, each part at its row's place (a run of whole destination rows,
+// the common case, as one 2-D delivery). Calls emit(source offset, stored bytes, arena offset
+// from the shard's, rows, stored pitch, placed pitch).
+template <typename Emit>
+void place_run(const formats::TensorEntry& t, const ShardPlacement& shard, std::uint64_t source, std::uint64_t bytes,
+               std::uint64_t target, std::uint64_t rows, std::uint64_t pitch, Emit emit) {
+  if (shard.row_pitch == 0) {
+    emit(source, bytes, target, rows, pitch, std::uint64_t{0});
+    return;
+  }
+  const std::uint64_t stored_element = dtype_info(t.dtype).block_bytes;
+  const std::uint64_t placed_element = dtype_info(shard.dtype).block_bytes;
+  // Converted runs hold whole elements (chunker), so placed and stored offsets map exactly.
+  const auto placed = [&](std::uint64_t b) { return t.dtype == shard.dtype ? b : b / stored_element * placed_element; };
+  const auto stored = [&](std::uint64_t b) { return t.dtype == shard.dtype ? b : b / placed_element * stored_element; };
+  const std::uint64_t width = shard.row_bytes();             // placed bytes of one destination row
+  const std::uint64_t length = placed(bytes);                // placed bytes of each of the run's rows
+  if (rows > 1 && length == width && target % width == 0) {  // a column shard's whole rows
+    emit(source, bytes, target / width * shard.row_pitch, rows, pitch, shard.row_pitch);
+    return;
+  }
+  if (rows == 1 && target % width == 0 && length % width == 0 && length > width) {  // whole rows of packed bytes
+    emit(source, stored(width), target / width * shard.row_pitch, length / width, stored(width), shard.row_pitch);
+    return;
+  }
+  for (std::uint64_t r = 0; r < rows; ++r)
+    for (std::uint64_t done = 0; done < length;) {
+      const std::uint64_t at = target + r * length + done;  // in the packed shard
+      const std::uint64_t n = std::min(length - done, width - at % width);
+      emit(source + r * pitch + stored(done), stored(n), at / width * shard.row_pitch + at % width, 1, 0,
+           std::uint64_t{0});
+      done += n;
+    }
+}
+
 }  // namespace
 
 void shard_deliveries(const formats::TensorEntry& tensor, const ShardPlacement& shard, const ChunkPiece& piece,
@@ -76,12 +113,17 @@ void shard_deliveries(const formats::TensorEntry& tensor, const ShardPlacement& 
   for_each_run(
       tensor, shard, piece,
       [&](std::uint64_t source, std::uint64_t bytes, std::uint64_t target, std::uint64_t rows, std::uint64_t pitch) {
-        out.push_back(Delivery{.stored = std::span(stored + source, static_cast<std::size_t>(bytes)),
-                               .arena_offset = shard.offset + target,
-                               .from = tensor.dtype,
-                               .to = shard.dtype,
-                               .rows = rows,
-                               .stored_pitch = pitch});
+        place_run(tensor, shard, source, bytes, target, rows, pitch,
+                  [&](std::uint64_t from, std::uint64_t n, std::uint64_t at, std::uint64_t count,
+                      std::uint64_t stored_pitch, std::uint64_t placed_pitch) {
+                    out.push_back(Delivery{.stored = std::span(stored + from, static_cast<std::size_t>(n)),
+                                           .arena_offset = shard.offset + at,
+                                           .from = tensor.dtype,
+                                           .to = shard.dtype,
+                                           .rows = count,
+                                           .stored_pitch = stored_pitch,
+                                           .placed_pitch = placed_pitch});
+                  });
       });
 }
 
@@ -92,11 +134,15 @@ ShardPieceSize shard_piece_size(const formats::TensorEntry& tensor, const ShardP
     if (piece.tensor_offset == 0) size = {.bytes = shard.slice.literal.size(), .runs = 1};
     return size;
   }
-  for_each_run(tensor, shard, piece,
-               [&](std::uint64_t, std::uint64_t bytes, std::uint64_t, std::uint64_t rows, std::uint64_t) {
-                 size.bytes += bytes * rows;
-                 ++size.runs;
-               });
+  for_each_run(
+      tensor, shard, piece,
+      [&](std::uint64_t source, std::uint64_t bytes, std::uint64_t target, std::uint64_t rows, std::uint64_t pitch) {
+        size.bytes += bytes * rows;
+        place_run(tensor, shard, source, bytes, target, rows, pitch,
+                  [&](std::uint64_t, std::uint64_t, std::uint64_t, std::uint64_t, std::uint64_t, std::uint64_t) {
+                    ++size.runs;
+                  });
+      });
   return size;
 }
 

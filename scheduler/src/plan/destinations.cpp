@@ -59,15 +59,54 @@ Result<ShardSlice> rows_slice(const formats::TensorEntry& t,
   return s;
 }
 
+// The bytes a destination covers in the caller's memory: `rows` rows of `row_bytes`, `pitch`
+// apart (a packed destination is one row of all its bytes).
+struct Footprint {
+  std::uintptr_t address = 0;
+  std::uint64_t row_bytes = 0;
+  std::uint64_t pitch = 0;
+  std::uint64_t rows = 1;
+  std::uint64_t end() const noexcept { return address + (rows - 1) * pitch + row_bytes; }
+  bool empty() const noexcept { return rows == 0 || row_bytes == 0; }
+};
+
+// Whether some row of `f` shares a byte with [begin, end).
+bool touches(const Footprint& f, std::uintptr_t begin, std::uintptr_t end) {
+  if (f.empty() || begin >= end) return false;
+  // The first row ending after `begin`, then whether it starts before `end`.
+  std::uint64_t row = 0;
+  if (begin >= f.address + f.row_bytes) row = (begin - f.address - f.row_bytes) / f.pitch + 1;
+  return row < f.rows && f.address + row * f.pitch < end;
+}
+
+// Whether two destinations share a byte: exact for interleaved rows (the q, k and v parts of one
+// fused parameter's columns), by the rows of the one with fewer.
+bool overlap(const Footprint& a, const Footprint& b) {
+  if (a.empty() || b.empty() || a.end() <= b.address || b.end() <= a.address) return false;
+  const Footprint& few = a.rows <= b.rows ? a : b;
+  const Footprint& many = a.rows <= b.rows ? b : a;
+  for (std::uint64_t r = 0; r < few.rows; ++r) {
+    const std::uintptr_t begin = few.address + r * few.pitch;
+    if (touches(many, begin, begin + few.row_bytes)) return true;
+  }
+  return false;
+}
+
 // One destination, checked, waiting for its device's arena to exist: `apply` writes the region
 // and offset into the plan.
 struct Bound {
   std::string_view name;
   const Destination* destination = nullptr;
+  Footprint footprint;
   std::function<void(std::uint32_t region, std::uint64_t offset)> apply;
 };
 
-Status check_room(std::string_view name, const Destination& d, DType dtype, const Shape& shape, std::uint64_t bytes) {
+Footprint packed(const Destination& d) {
+  return Footprint{.address = d.address, .row_bytes = d.bytes, .pitch = d.bytes, .rows = 1};
+}
+
+Status check_room(std::string_view name, const Destination& d, DType dtype, const Shape& shape, std::uint64_t bytes,
+                  std::uint64_t extent) {
   if (d.shape && *d.shape != shape)
     return fail(destination_error(name, Errc::kInvalidArgument,
                                   fmt::format("the destination's shape is {}, but the tensor{} is {}",
@@ -80,7 +119,7 @@ Status check_room(std::string_view name, const Destination& d, DType dtype, cons
     return fail(destination_error(name, Errc::kInvalidArgument,
                                   fmt::format("the destination address {:#x} is not aligned to its {}-byte elements",
                                               d.address, element_alignment(d.dtype))));
-  if (d.address > UINTPTR_MAX - bytes)
+  if (d.address > UINTPTR_MAX - extent)
     return fail(destination_error(name, Errc::kInvalidArgument, "the destination runs past the end of memory"));
   if (!d.device.is_cpu() && !d.device.is_cuda())
     return fail(destination_error(name, Errc::kUnsupported,
@@ -106,14 +145,16 @@ std::optional<std::vector<std::uint64_t>> permutation(const std::vector<std::pai
 
 // A stored tensor (or its region) into the caller's memory, in the destination's dtype.
 Status bind_stored(const formats::Catalog& catalog, std::uint32_t i, const Destination& d, const PlanOptions& options,
-                   const TensorRoles& roles, Plan& plan, std::vector<Bound>& bound) {
+                   Plan& plan, std::vector<Bound>& bound) {
   const formats::TensorEntry& t = catalog.tensors[i];
   const bool converts = d.dtype != t.dtype;
-  if (converts && (!is_float_policy_dtype(t.dtype) || !is_float_policy_dtype(d.dtype) || roles.quantized_part[i]))
-    return fail(tensor_error(
-        catalog, t, Errc::kInvalidArgument,
-        fmt::format("the destination is {}, the tensor {}: only plain F16, BF16 and F32 tensors convert on load",
-                    dtype_name(d.dtype), dtype_name(t.dtype))));
+  // A quantized weight's kept parts convert too (F32 scales into a server's BF16 parameter, as
+  // the server's own copy would): only the dtype policy leaves them as stored.
+  if (converts && (!is_float_policy_dtype(t.dtype) || !is_float_policy_dtype(d.dtype)))
+    return fail(
+        tensor_error(catalog, t, Errc::kInvalidArgument,
+                     fmt::format("the destination is {}, the tensor {}: only F16, BF16 and F32 tensors convert on load",
+                                 dtype_name(d.dtype), dtype_name(t.dtype))));
   const bool host = d.device.is_cpu();
   const bool large = options.direct_min_bytes > 0 && t.nbytes >= options.direct_min_bytes;
   TensorPlacement& placed = plan.layout.tensors[i];
@@ -121,12 +162,12 @@ Status bind_stored(const formats::Catalog& catalog, std::uint32_t i, const Desti
   // whole and straight into the destination, then permuted there (no staging copy, and no read
   // per row, as a permutation of single rows would otherwise need).
   const std::uint64_t row_bytes = t.shape.rank() == 0 || t.shape[0] == 0 ? 0 : t.nbytes / t.shape[0];
-  if (!d.rows.empty() && !d.region && host && !converts && large && row_bytes >= kPermutedRowBytes)
+  if (!d.rows.empty() && !d.region && d.row_pitch == 0 && host && !converts && large && row_bytes >= kPermutedRowBytes)
     if (auto source = permutation(d.rows, t.shape[0])) {
-      QLOAD_TRY(check_room(t.name, d, d.dtype, t.shape, t.nbytes));
+      QLOAD_TRY(check_room(t.name, d, d.dtype, t.shape, t.nbytes, t.nbytes));
       placed = TensorPlacement{.direct = true, .dtype = d.dtype, .bytes = t.nbytes};
       plan.layout.permuted.push_back(RowPermutation{.tensor = i, .source = std::move(*source)});
-      bound.push_back({t.name, &d, [&placed](std::uint32_t region, std::uint64_t offset) {
+      bound.push_back({t.name, &d, packed(d), [&placed](std::uint32_t region, std::uint64_t offset) {
                          placed.region = region;
                          placed.offset = offset;
                        }});
@@ -134,41 +175,69 @@ Status bind_stored(const formats::Catalog& catalog, std::uint32_t i, const Desti
       QLOAD_ASSIGN_OR_RETURN(plan.layout.placed_bytes, checked_add(plan.layout.placed_bytes, placed.bytes));
       return {};
     }
-  if (!d.region && d.rows.empty()) {
+  if (!d.region && d.rows.empty() && d.row_pitch == 0) {
     const std::uint64_t bytes = converts ? formats::converted_bytes(t.nbytes, t.dtype, d.dtype) : t.nbytes;
-    QLOAD_TRY(check_room(t.name, d, d.dtype, t.shape, bytes));
+    QLOAD_TRY(check_room(t.name, d, d.dtype, t.shape, bytes, bytes));
     placed = TensorPlacement{.direct = host && !converts && large, .dtype = d.dtype, .bytes = bytes};
-    bound.push_back({t.name, &d, [&placed](std::uint32_t region, std::uint64_t offset) {
+    bound.push_back({t.name, &d, packed(d), [&placed](std::uint32_t region, std::uint64_t offset) {
                        placed.region = region;
                        placed.offset = offset;
                      }});
   } else {
-    QLOAD_ASSIGN_OR_RETURN(ShardSlice slice, d.region ? region_slice(t, *d.region) : rows_slice(t, d.rows));
+    // A region, rows in the caller's order, or rows a pitch apart (the whole tensor's, as a
+    // region of all of dim 0): a shard of the tensor, placed by the deliveries.
+    if (!d.region && d.rows.empty() && t.shape.rank() == 0)
+      return fail(destination_error(t.name, Errc::kInvalidArgument, "a row pitch for a scalar, which has no rows"));
+    QLOAD_ASSIGN_OR_RETURN(ShardSlice slice,
+                           d.region         ? region_slice(t, *d.region)
+                           : d.rows.empty() ? region_slice(t, TensorRegion{.dim = 0, .begin = 0, .end = t.shape[0]})
+                                            : rows_slice(t, d.rows));
     QLOAD_ASSIGN_OR_RETURN(const std::uint64_t numel, slice.shape.numel());
     const std::uint64_t element = dtype_info(d.dtype).block_bytes;
     const std::uint64_t bytes = numel * element;  // at most the tensor's placed bytes
-    QLOAD_TRY(check_room(t.name, d, d.dtype, slice.shape, bytes));
+    const std::uint64_t rows_placed = slice.shape.rank() == 0 ? 1 : slice.shape[0];
+    const std::uint64_t placed_row = rows_placed == 0 ? 0 : bytes / rows_placed;
+    const std::uint64_t pitch = d.row_pitch == placed_row ? 0 : d.row_pitch;
+    if (pitch != 0 && pitch < placed_row)
+      return fail(destination_error(
+          t.name, Errc::kInvalidArgument,
+          fmt::format("the destination's rows are {} bytes apart, but each holds {}: they would overlap", pitch,
+                      placed_row)));
+    if (pitch % element != 0)
+      return fail(destination_error(
+          t.name, Errc::kInvalidArgument,
+          fmt::format("the destination's row pitch of {} bytes is not a whole number of its {}-byte elements", pitch,
+                      element)));
+    const Footprint footprint =
+        pitch == 0 ? packed(d)
+                   : Footprint{.address = d.address, .row_bytes = placed_row, .pitch = pitch, .rows = rows_placed};
+    QLOAD_TRY(check_room(t.name, d, d.dtype, slice.shape, bytes, footprint.empty() ? 0 : footprint.end() - d.address));
     const auto k = static_cast<std::uint32_t>(plan.copies.shards.size());
-    plan.copies.shards.push_back(ShardPlacement{
-        .tensor = i, .dtype = d.dtype, .bytes = bytes, .split = Split::kRegion, .slice = std::move(slice)});
+    plan.copies.shards.push_back(ShardPlacement{.tensor = i,
+                                                .dtype = d.dtype,
+                                                .bytes = bytes,
+                                                .split = Split::kRegion,
+                                                .slice = std::move(slice),
+                                                .row_pitch = pitch});
     const ShardPlacement& shard = plan.copies.shards.back();
     std::uint64_t needed = 0;
     for (const auto& [begin, end] : shard_ranges(t, std::span(&shard, 1), options.max_gap_bytes)) needed += end - begin;
     const bool partial = needed < t.nbytes && !options.whole_tensor_reads;
     // Whole rows of an unconverted tensor, nothing else read, in ranges large enough to be reads
-    // of their own: straight into the destination.
+    // of their own, packed in the destination: straight into it.
     const bool rows =
         shard.slice.col_begin == 0 &&
         shard.slice.col_end * dtype_info(t.dtype).block_bytes * view_row_count(t.shape, shard.slice) == t.nbytes &&
         std::ranges::all_of(shard.slice.rows,
                             [&](const auto& r) { return (r.second - r.first) * row_bytes >= kDirectRangeBytes; });
-    placed = TensorPlacement{.first_shard = k,
-                             .shard_count = 1,
-                             .partial = partial,
-                             .direct = host && !converts && large && rows && bytes == (partial ? needed : t.nbytes),
-                             .dtype = d.dtype,
-                             .bytes = bytes};
-    bound.push_back({t.name, &d, [&plan, &placed, k](std::uint32_t region, std::uint64_t offset) {
+    placed = TensorPlacement{
+        .first_shard = k,
+        .shard_count = 1,
+        .partial = partial,
+        .direct = host && !converts && large && rows && pitch == 0 && bytes == (partial ? needed : t.nbytes),
+        .dtype = d.dtype,
+        .bytes = bytes};
+    bound.push_back({t.name, &d, footprint, [&plan, &placed, k](std::uint32_t region, std::uint64_t offset) {
                        plan.copies.shards[k].region = placed.region = region;
                        plan.copies.shards[k].offset = placed.offset = offset;
                      }});
@@ -185,13 +254,17 @@ Status bind_output(DecodeOutput& out, const Destination& d, Plan& plan, std::vec
     return fail(destination_error(out.name, Errc::kUnsupported,
                                   "a region of a tensor produced by decoding (dequantized, quantized or gathered): "
                                   "give the whole tensor a destination"));
+  const std::uint64_t out_rows = out.shape.rank() == 0 ? 1 : out.shape[0];
+  if (d.row_pitch != 0 && (out_rows == 0 || d.row_pitch != out.bytes / out_rows))
+    return fail(destination_error(out.name, Errc::kUnsupported,
+                                  "a tensor produced by decoding goes into packed rows only (no row pitch)"));
   if (d.dtype != out.dtype)
     return fail(destination_error(
         out.name, Errc::kInvalidArgument,
         fmt::format("the destination is {}, but decoding produces {}", dtype_name(d.dtype), dtype_name(out.dtype))));
-  QLOAD_TRY(check_room(out.name, d, out.dtype, out.shape, out.bytes));
+  QLOAD_TRY(check_room(out.name, d, out.dtype, out.shape, out.bytes, out.bytes));
   QLOAD_ASSIGN_OR_RETURN(plan.layout.placed_bytes, checked_add(plan.layout.placed_bytes, out.bytes));
-  bound.push_back({out.name, &d, [&out](std::uint32_t region, std::uint64_t offset) {
+  bound.push_back({out.name, &d, packed(d), [&out](std::uint32_t region, std::uint64_t offset) {
                      out.region = region;
                      out.offset = offset;
                    }});
@@ -199,12 +272,10 @@ Status bind_output(DecodeOutput& out, const Destination& d, Plan& plan, std::vec
 }
 
 // One external arena per device, from its lowest destination to the end of its highest; two
-// destinations sharing a byte are refused, naming both.
+// destinations sharing a byte are refused, naming both (interleaved rows that do not are fine).
 Status make_external_arenas(std::vector<Bound>& bound, Plan& plan) {
   std::ranges::sort(bound, [](const Bound& a, const Bound& b) {
-    const Destination& x = *a.destination;
-    const Destination& y = *b.destination;
-    return std::tie(x.device, x.address) < std::tie(y.device, y.address);
+    return std::tie(a.destination->device, a.footprint.address) < std::tie(b.destination->device, b.footprint.address);
   });
   for (std::size_t first = 0; first < bound.size();) {
     const Device device = bound[first].destination->device;
@@ -212,24 +283,24 @@ Status make_external_arenas(std::vector<Bound>& bound, Plan& plan) {
     while (last < bound.size() && bound[last].destination->device == device) ++last;
     std::uintptr_t begin = UINTPTR_MAX, end = 0;
     for (std::size_t k = first; k < last; ++k) {
-      const Destination& d = *bound[k].destination;
-      if (d.bytes == 0) continue;  // needs no bytes, overlaps nothing
-      begin = std::min(begin, d.address);
-      if (d.address < end)
+      const Footprint& f = bound[k].footprint;
+      if (f.empty()) continue;  // needs no bytes, overlaps nothing
+      begin = std::min(begin, f.address);
+      if (f.address < end)
         for (std::size_t j = first; j < k; ++j)  // the earlier one it overlaps (the overlap is rare, the scan cheap)
-          if (const Destination& e = *bound[j].destination; e.bytes > 0 && e.address + e.bytes > d.address)
+          if (overlap(bound[j].footprint, f))
             return fail(destination_error(bound[k].name, Errc::kInvalidArgument,
                                           fmt::format("its destination on {} overlaps the destination of '{}'",
                                                       device.to_string(), bound[j].name)));
-      end = std::max(end, d.address + d.bytes);
+      end = std::max(end, f.end());
     }
     if (begin == UINTPTR_MAX) begin = end = 0;
     const auto region = static_cast<std::uint32_t>(plan.layout.arenas.size());
     plan.layout.arenas.push_back(
         ArenaPlan{.device = device, .bytes = end - begin, .alignment = 1, .external = true, .address = begin});
     for (std::size_t k = first; k < last; ++k) {
-      const Destination& d = *bound[k].destination;
-      bound[k].apply(region, d.bytes == 0 ? 0 : d.address - begin);
+      const Footprint& f = bound[k].footprint;
+      bound[k].apply(region, f.empty() ? 0 : f.address - begin);
     }
     first = last;
   }
@@ -279,7 +350,7 @@ Status bind_destinations(const formats::Catalog& catalog, const PlanOptions& opt
       return fail(tensor_error(catalog, catalog.tensors[it->second], Errc::kInvalidArgument,
                                "this tensor is decoded on load (a part of a weight dequantized, quantized or "
                                "repacked): give the decoded tensor the destination"));
-    QLOAD_TRY(bind_stored(catalog, it->second, destination, options, roles, plan, bound));
+    QLOAD_TRY(bind_stored(catalog, it->second, destination, options, plan, bound));
   }
   return make_external_arenas(bound, plan);
 }

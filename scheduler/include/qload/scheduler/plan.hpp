@@ -109,6 +109,18 @@ struct ShardPlacement {
   std::uint64_t bytes = 0;   // as placed
   Split split = Split::kReplicate;
   ShardSlice slice;
+  // A caller's destination with gaps between its rows (Destination::row_pitch): bytes from one
+  // placed dim-0 row to the next in the arena. 0: rows packed.
+  std::uint64_t row_pitch = 0;
+  // The placed bytes of one dim-0 row of slice.shape; 0 for a scalar or no rows.
+  std::uint64_t row_bytes() const noexcept {
+    return slice.shape.rank() == 0 || slice.shape[0] == 0 ? 0 : bytes / slice.shape[0];
+  }
+  // The arena bytes from the first placed byte to the last: bytes, or with a row pitch the rows
+  // and the gaps between them.
+  std::uint64_t extent() const noexcept {
+    return row_pitch == 0 || bytes == 0 ? bytes : (slice.shape[0] - 1) * row_pitch + row_bytes();
+  }
 };
 
 // How the processes of a shared-read load exchange tensors (ParallelLayout::share_reads).

@@ -94,12 +94,19 @@ enum class HostLayout : std::uint8_t { kFileImage, kAligned };
 inline constexpr std::uint64_t kFileImageAlignment = 4096;
 
 // Memory the caller owns for one tensor (PlanOptions::destinations): where the tensor's (or its
-// region's) placed bytes go, row-major and contiguous.
+// region's) placed bytes go, row-major, each dim-0 row contiguous and the rows contiguous or
+// `row_pitch` apart.
 struct Destination {
   Device device;               // cpu (host memory), or cuda:N (device memory)
   std::uintptr_t address = 0;  // the first byte: a host pointer, or a device pointer on `device`
-  std::uint64_t bytes = 0;     // room there: must equal the placed bytes
-  DType dtype = DType::kU8;    // the stored dtype, or F16 / BF16 / F32 for a plain float tensor
+  std::uint64_t bytes = 0;     // the placed bytes (rows x row bytes, without the gaps between rows)
+  // Bytes from the start of one dim-0 row to the next: 0 (or the row's own bytes) for packed
+  // rows; more for a view of some columns of a larger row-major tensor, such as a quantized
+  // weight's column-parallel part inside a fused parameter ([K/8, N_q + N_k + N_v] packed
+  // rows): the bytes between rows are the caller's and are never written. Not below the row's
+  // bytes (rows would overlap), and a whole number of elements.
+  std::uint64_t row_pitch = 0;
+  DType dtype = DType::kU8;  // the stored dtype, or F16 / BF16 / F32 for a float one (kept scales too)
   // Only this part of a stored tensor (as PlanOptions::region); nullopt: the whole tensor.
   std::optional<TensorRegion> region;
   // Or whole rows of a stored tensor in the caller's order: ranges [begin, end) of dim 0, placed
