@@ -3,9 +3,9 @@
 #include <cstdint>
 #include <string_view>
 
-#include "qload/scripts/lockfile.hpp"
+#include "qload/session/lockfile.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  (void)qload::scripts::parse_lockfile(std::string_view(reinterpret_cast<const char*>(data), size), "fuzz.lock");
+  (void)qload::session::parse_lockfile(std::string_view(reinterpret_cast<const char*>(data), size), "fuzz.lock");
   return 0;
 }

@@ -16,7 +16,7 @@ Result<formats::CheckpointDigest> digest(const formats::Catalog& catalog, const 
 
 }  // namespace
 
-Result<scripts::Lockfile> make_lock(const LoadSpec& spec, const Logger& log) {
+Result<Lockfile> make_lock(const LoadSpec& spec, const Logger& log) {
   QLOAD_ASSIGN_OR_RETURN(const std::optional<World> world, world_of(spec));
   if (world)
     return fail(Errc::kInvalidArgument,
@@ -25,7 +25,7 @@ Result<scripts::Lockfile> make_lock(const LoadSpec& spec, const Logger& log) {
   QLOAD_ASSIGN_OR_RETURN(LoadRequest request, build_request(spec, log));
   QLOAD_ASSIGN_OR_RETURN(const PlannedLoad planned, plan_request(std::move(request)));
   QLOAD_ASSIGN_OR_RETURN(const formats::CheckpointDigest digests, digest(planned.catalog, planned.request.options));
-  scripts::Lockfile lock = scripts::lock_checkpoint(planned.catalog, digests);
+  Lockfile lock = lock_checkpoint(planned.catalog, digests);
   if (planned.request.recipe) {
     lock.recipe = spec.recipe.empty() ? spec.source : spec.recipe;  // as the user named it: the lock travels with it
     lock.recipe_hash = planned.request.recipe->hash;
@@ -35,11 +35,11 @@ Result<scripts::Lockfile> make_lock(const LoadSpec& spec, const Logger& log) {
 }
 
 Result<Verification> verify(const LoadRequest& request, const std::string& lock_file) {
-  QLOAD_ASSIGN_OR_RETURN(const scripts::Lockfile lock, scripts::read_lockfile(lock_file));
+  QLOAD_ASSIGN_OR_RETURN(const Lockfile lock, read_lockfile(lock_file));
   QLOAD_ASSIGN_OR_RETURN(const formats::Catalog catalog, scheduler::open_source(request.source));
   QLOAD_ASSIGN_OR_RETURN(const formats::CheckpointDigest digests, digest(catalog, request.options));
   Verification out;
-  out.differences = scripts::lock_differences(lock, catalog, &digests);
+  out.differences = lock_differences(lock, catalog, &digests);
   if (request.recipe && lock.recipe_hash != request.recipe->hash)
     out.differences.insert(out.differences.begin(), "the recipe (or a module it requires) differs from the locked one");
   out.files = digests.files.size();
@@ -48,8 +48,8 @@ Result<Verification> verify(const LoadRequest& request, const std::string& lock_
   return out;
 }
 
-Status write_lock(const scripts::Lockfile& lock, const std::string& path) {
-  return scripts::write_lockfile(path, lock);
+Status write_lock(const Lockfile& lock, const std::string& path) {
+  return write_lockfile(path, lock);
 }
 
 }  // namespace qload::session

@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 
 #include "qload/io/digest.hpp"
-#include "qload/scripts/lockfile.hpp"
+#include "qload/session/lockfile.hpp"
 
 namespace qload::session {
 namespace {
@@ -48,7 +48,7 @@ std::string canonical(const json& value) {
 class PlanPieces {
  public:
   PlanPieces(const formats::Catalog& catalog, const scheduler::Plan& plan) : catalog_(catalog), plan_(plan) {
-    for (const formats::CatalogFile& f : catalog.files) files_.push_back(scripts::path_in_checkpoint(catalog, f.path));
+    for (const formats::CatalogFile& f : catalog.files) files_.push_back(path_in_checkpoint(catalog, f.path));
     consumed_by_.resize(catalog.tensors.size());
     for (const scheduler::DecodeJob& job : plan.decode.jobs)
       for (const std::uint32_t i : job.inputs) consumed_by_[i] = decode_kind(job.kind) + " " + job.outputs.front().name;

@@ -9,7 +9,7 @@
 
 #include "qload/io/digest.hpp"
 #include "qload/runtime/device.hpp"
-#include "qload/scripts/lockfile.hpp"
+#include "qload/session/lockfile.hpp"
 #include "qload/session/plan_report.hpp"
 #include "qload/session/request.hpp"
 
@@ -237,7 +237,7 @@ Result<PlannedLoad> prepare(LoadRequest request) {
 }
 
 Status apply_lock(const std::string& lock_file, PlannedLoad& load) {
-  QLOAD_ASSIGN_OR_RETURN(const scripts::Lockfile lock, scripts::read_lockfile(lock_file));
+  QLOAD_ASSIGN_OR_RETURN(const Lockfile lock, read_lockfile(lock_file));
   std::vector<std::string> differences;
   const std::optional<scripts::Recipe>& recipe = load.request.recipe;
   if (lock.recipe_hash && !recipe)
@@ -252,7 +252,7 @@ Status apply_lock(const std::string& lock_file, PlannedLoad& load) {
   if (!load.request.world && !planned.region && planned.destinations.empty() && lock.plan_hash != load.plan_hash)
     differences.push_back(fmt::format("the plan hashes to {}, the lock says {} (`qload plan` shows what goes where)",
                                       io::hex64(load.plan_hash), io::hex64(lock.plan_hash)));
-  for (std::string& d : scripts::lock_differences(lock, load.catalog)) differences.push_back(std::move(d));
+  for (std::string& d : lock_differences(lock, load.catalog)) differences.push_back(std::move(d));
   if (!differences.empty()) {
     std::string message = fmt::format("the checkpoint does not match the lock: {}", differences.front());
     if (differences.size() > 1) message += fmt::format(" (and {} more differences)", differences.size() - 1);

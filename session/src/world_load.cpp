@@ -8,7 +8,7 @@
 
 #include "qload/io/digest.hpp"
 #include "qload/scheduler/page_cache.hpp"
-#include "qload/scripts/lockfile.hpp"
+#include "qload/session/lockfile.hpp"
 #include "qload/session/plan_report.hpp"
 
 namespace qload::session {
@@ -26,7 +26,7 @@ std::string hash_of(const json& value) {
 LoadFingerprint load_fingerprint(const PlannedLoad& load) {
   json files = json::array();
   for (const formats::CatalogFile& f : load.catalog.files)
-    files.push_back({scripts::path_in_checkpoint(load.catalog, f.path), f.size});
+    files.push_back({path_in_checkpoint(load.catalog, f.path), f.size});
   json tensors = json::array();
   for (const formats::TensorEntry& t : load.catalog.tensors) {
     json shape = json::array();

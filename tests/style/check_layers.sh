@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Layers depend only downward (docs/architecture.md):
 #   runtime <- io <- formats <- dist <- scheduler <- scripts (recipes) <- session <- clients
-# and the clients (the CLI in scripts/cli, the C ABI in capi/) include only the session's and
+# and the clients (the CLI in cli/, the C ABI in capi/) include only the session's and
 # the runtime's headers: every operation goes through the session layer, and the lower
 # layers' types reach them through its headers. Fails listing every include that breaks this.
 set -euo pipefail
@@ -14,13 +14,11 @@ declare -A allowed=(
   [scheduler]="runtime io formats dist scheduler"
   [scripts]="runtime io formats dist scheduler scripts"
   [session]="runtime io formats dist scheduler scripts session"
-  [scripts/cli]="runtime session"
+  [cli]="runtime session"
   [capi]="runtime session"
 )
 bad=0
 for dir in "${!allowed[@]}"; do
-  exclude=()
-  [ "$dir" = scripts ] && exclude=(-path scripts/cli -prune -o)
   while IFS= read -r file; do
     while IFS= read -r line; do
       layer=$(sed -E 's|.*#include "qload/([a-z_]+)/.*|\1|' <<<"${line#*:}")
@@ -29,7 +27,7 @@ for dir in "${!allowed[@]}"; do
         bad=1
       fi
     done < <(grep -n '#include "qload/[a-z_]*/' "$file" || true)
-  done < <(find "$dir" "${exclude[@]}" \( -name '*.cpp' -o -name '*.hpp' -o -name '*.cu' -o -name '*.cuh' -o -name '*.h' \) -print)
+  done < <(find "$dir" \( -name '*.cpp' -o -name '*.hpp' -o -name '*.cu' -o -name '*.cuh' -o -name '*.h' \) -print)
 done
 [ "$bad" -eq 0 ] && echo "layers ok"
 exit "$bad"

@@ -6,20 +6,20 @@
 
 #include <string>
 
-#include "qload/scripts/synth.hpp"
+#include "qload/session/synth.hpp"
 #include "support/scratch.hpp"
 
 namespace qload::testing {
 
 // Writes it to `dir`/m and returns that path (FAILs the test if synth fails).
 inline std::string small_llama(const ScratchDir& dir) {
-  scripts::SynthOptions o;
+  session::SynthOptions o;
   o.layers = 2;
   o.hidden = 128;
   o.intermediate = 352;
   o.vocab = 300;
   const std::string out = dir.file("m");
-  const auto made = scripts::synthesize(out, o);
+  const auto made = session::synthesize(out, o);
   if (!made) FAIL(made.error().to_string());
   return out;
 }

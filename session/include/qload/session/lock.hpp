@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "qload/runtime/error.hpp"
-#include "qload/scripts/lockfile.hpp"
+#include "qload/session/lockfile.hpp"
 #include "qload/session/request.hpp"
 
 namespace qload::session {
@@ -17,9 +17,9 @@ namespace qload::session {
 // I/O engine: the lock for it, with the recipe and plan hashes. kInvalidArgument in a
 // multi-process world (WORLD_SIZE > 1): a lock records a single-process plan, and every rank
 // of a multi-process load can then load with it.
-Result<scripts::Lockfile> make_lock(const LoadSpec& spec, const Logger& log);
+Result<Lockfile> make_lock(const LoadSpec& spec, const Logger& log);
 // Writes `lock` to `path` (lockfile.hpp's format).
-Status write_lock(const scripts::Lockfile& lock, const std::string& path);
+Status write_lock(const Lockfile& lock, const std::string& path);
 
 struct Verification {
   std::vector<std::string> differences;  // empty: everything matches

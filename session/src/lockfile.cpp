@@ -1,4 +1,4 @@
-#include "qload/scripts/lockfile.hpp"
+#include "qload/session/lockfile.hpp"
 
 #include <cerrno>
 #include <cstdio>
@@ -14,7 +14,7 @@
 #include "qload/io/digest.hpp"
 #include "qload/runtime/version.hpp"
 
-namespace qload::scripts {
+namespace qload::session {
 namespace {
 
 constexpr std::string_view kSchema = "qload.lock/1";
@@ -206,4 +206,4 @@ std::vector<std::string> lock_differences(const Lockfile& lock, const formats::C
   return out;
 }
 
-}  // namespace qload::scripts
+}  // namespace qload::session

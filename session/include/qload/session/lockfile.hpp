@@ -19,7 +19,7 @@
 #include "qload/formats/checkpoint_digest.hpp"
 #include "qload/runtime/error.hpp"
 
-namespace qload::scripts {
+namespace qload::session {
 
 struct LockedFile {
   std::string path;  // relative to the checkpoint's root
@@ -59,4 +59,4 @@ Lockfile lock_checkpoint(const formats::Catalog& catalog, const formats::Checkpo
 std::vector<std::string> lock_differences(const Lockfile& lock, const formats::Catalog& catalog,
                                           const formats::CheckpointDigest* digest = nullptr);
 
-}  // namespace qload::scripts
+}  // namespace qload::session

@@ -21,7 +21,7 @@
 #include "qload/formats/quant_codec.hpp"
 #include "qload/formats/quant_pack.hpp"
 
-namespace qload::scripts::detail {
+namespace qload::session::detail {
 namespace {
 
 using formats::QuantizeTarget;
@@ -347,7 +347,7 @@ nlohmann::json quantization_config(const SynthOptions& o) {
           {{"num_bits", 4}, {"type", "float"}, {"symmetric", true}, {"strategy", "tensor_group"}, {"group_size", 16}});
     case Kind::kFp8: break;
   }
-  // Exactly what `qload convert --quantize` writes (scripts/cli/cmd_convert.cpp).
+  // Exactly what `qload convert --quantize` writes (cli/cmd_convert.cpp).
   switch (s.target) {
     case QuantizeTarget::kFp8Block:
       return {{"quant_method", "fp8"},
@@ -386,4 +386,4 @@ Result<std::vector<formats::WriterTensor>> quantized_parts(const SynthOptions& o
   return fail(Error(Errc::kInternal, "quantized_parts: unknown scheme").with_tensor(name));
 }
 
-}  // namespace qload::scripts::detail
+}  // namespace qload::session::detail

@@ -9,7 +9,7 @@
 #include "qload/formats/driver.hpp"
 #include "qload/io/digest.hpp"
 #include "qload/io/reader.hpp"
-#include "qload/scripts/synth.hpp"
+#include "qload/session/synth.hpp"
 #include "support/scratch.hpp"
 
 using namespace qload;
@@ -25,7 +25,7 @@ std::string file_hash(const std::string& path) {
 
 TEST_CASE("synth writes a llama-shaped sharded checkpoint that opens as a catalog", "[scripts][synth]") {
   testing::ScratchDir dir;
-  const scripts::SynthOptions o{.layers = 3,
+  const session::SynthOptions o{.layers = 3,
                                 .hidden = 64,
                                 .intermediate = 160,
                                 .vocab = 100,
@@ -34,7 +34,7 @@ TEST_CASE("synth writes a llama-shaped sharded checkpoint that opens as a catalo
                                 .shards = 3,
                                 .dtype = DType::kBF16,
                                 .seed = 5};
-  const auto report = scripts::synthesize(dir.path().string(), o).value();
+  const auto report = session::synthesize(dir.path().string(), o).value();
   CHECK(report.tensors == 1 + 9 * 3 + 2);
   CHECK(report.files == 3);
 
@@ -60,7 +60,7 @@ TEST_CASE("synth writes a llama-shaped sharded checkpoint that opens as a catalo
 
 TEST_CASE("synth is deterministic in its seed", "[scripts][synth]") {
   testing::ScratchDir a, b, c;
-  const scripts::SynthOptions o{.layers = 1,
+  const session::SynthOptions o{.layers = 1,
                                 .hidden = 32,
                                 .intermediate = 64,
                                 .vocab = 50,
@@ -69,11 +69,11 @@ TEST_CASE("synth is deterministic in its seed", "[scripts][synth]") {
                                 .shards = 1,
                                 .dtype = DType::kF16,
                                 .seed = 9};
-  REQUIRE(scripts::synthesize(a.path().string(), o));
-  REQUIRE(scripts::synthesize(b.path().string(), o));
+  REQUIRE(session::synthesize(a.path().string(), o));
+  REQUIRE(session::synthesize(b.path().string(), o));
   auto other = o;
   other.seed = 10;
-  REQUIRE(scripts::synthesize(c.path().string(), other));
+  REQUIRE(session::synthesize(c.path().string(), other));
   const auto path = [](const testing::ScratchDir& d) { return d.file("model.safetensors"); };
   CHECK(file_hash(path(a)) == file_hash(path(b)));
   CHECK(file_hash(path(a)) != file_hash(path(c)));
@@ -82,7 +82,7 @@ TEST_CASE("synth is deterministic in its seed", "[scripts][synth]") {
 
 TEST_CASE("synth values are finite, small, and not constant", "[scripts][synth]") {
   testing::ScratchDir dir;
-  const scripts::SynthOptions o{.layers = 1,
+  const session::SynthOptions o{.layers = 1,
                                 .hidden = 16,
                                 .intermediate = 32,
                                 .vocab = 8,
@@ -91,7 +91,7 @@ TEST_CASE("synth values are finite, small, and not constant", "[scripts][synth]"
                                 .shards = 1,
                                 .dtype = DType::kF32,
                                 .seed = 1};
-  REQUIRE(scripts::synthesize(dir.path().string(), o));
+  REQUIRE(session::synthesize(dir.path().string(), o));
   const auto catalog = formats::open_catalog(dir.file("model.safetensors")).value();
   const auto* t = catalog.find("model.layers.0.mlp.up_proj.weight");
   REQUIRE(t != nullptr);
@@ -113,9 +113,9 @@ TEST_CASE("synth values are finite, small, and not constant", "[scripts][synth]"
 }
 
 TEST_CASE("synth rejects impossible shapes", "[scripts][synth]") {
-  CHECK_FALSE(scripts::validate({.hidden = 100, .heads = 3}));
-  CHECK_FALSE(scripts::validate({.heads = 4, .kv_heads = 3}));
-  CHECK_FALSE(scripts::validate({.dtype = DType::kI8}));
-  CHECK_FALSE(scripts::validate({.layers = 1, .shards = 9}));
-  CHECK(scripts::validate({}));
+  CHECK_FALSE(session::validate({.hidden = 100, .heads = 3}));
+  CHECK_FALSE(session::validate({.heads = 4, .kv_heads = 3}));
+  CHECK_FALSE(session::validate({.dtype = DType::kI8}));
+  CHECK_FALSE(session::validate({.layers = 1, .shards = 9}));
+  CHECK(session::validate({}));
 }

@@ -17,7 +17,7 @@
 
 #include "qload/formats/quant_codec.hpp"
 #include "qload/scheduler/load.hpp"
-#include "qload/scripts/synth.hpp"
+#include "qload/session/synth.hpp"
 #include "support/llama_splits.hpp"
 #include "support/scratch.hpp"
 
@@ -30,7 +30,7 @@ namespace {
 constexpr std::uint64_t kHeads = 4, kKv = 2, kHeadDim = 128;
 
 std::string synth(const ScratchDir& dir, const std::string& quant) {
-  scripts::SynthOptions o;
+  session::SynthOptions o;
   o.layers = 2;
   o.hidden = 512;
   o.intermediate = 1024;
@@ -39,7 +39,7 @@ std::string synth(const ScratchDir& dir, const std::string& quant) {
   o.kv_heads = kKv;
   o.quant = quant;
   const std::string out = dir.file(quant);
-  const auto made = scripts::synthesize(out, o);
+  const auto made = session::synthesize(out, o);
   if (!made) FAIL(made.error().to_string());
   return out;
 }

@@ -1,4 +1,4 @@
-#include "qload/scripts/synth.hpp"
+#include "qload/session/synth.hpp"
 
 #include <cstring>
 #include <filesystem>
@@ -13,7 +13,7 @@
 #include "qload/runtime/shape.hpp"
 #include "synth_quant.hpp"
 
-namespace qload::scripts {
+namespace qload::session {
 namespace {
 
 using detail::mix;
@@ -182,4 +182,4 @@ Result<SynthReport> synthesize(const std::string& out, const SynthOptions& o) {
   return report;
 }
 
-}  // namespace qload::scripts
+}  // namespace qload::session

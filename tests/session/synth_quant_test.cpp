@@ -17,14 +17,14 @@
 #include "qload/formats/quant_codec.hpp"
 #include "qload/io/digest.hpp"
 #include "qload/io/reader.hpp"
-#include "qload/scripts/synth.hpp"
+#include "qload/session/synth.hpp"
 #include "support/scratch.hpp"
 
 using namespace qload;
 
 namespace {
 
-scripts::SynthOptions small_model(std::string quant) {
+session::SynthOptions small_model(std::string quant) {
   return {.layers = 2,
           .hidden = 256,
           .intermediate = 512,
@@ -103,12 +103,12 @@ std::string file_hash(const std::string& path) {
 
 TEST_CASE("synth --quant writes checkpoints detected as their scheme that dequantize correctly",
           "[synth][quant][scripts]") {
-  const std::string quant(GENERATE(from_range(scripts::kSynthQuantNames.begin(), scripts::kSynthQuantNames.end())));
+  const std::string quant(GENERATE(from_range(session::kSynthQuantNames.begin(), session::kSynthQuantNames.end())));
   CAPTURE(quant);
   const Expected want = expected(quant);
   testing::ScratchDir dir, plain_dir;
-  const auto report = scripts::synthesize(dir.path().string(), small_model(quant)).value();
-  REQUIRE(scripts::synthesize(plain_dir.path().string(), small_model("")));
+  const auto report = session::synthesize(dir.path().string(), small_model(quant)).value();
+  REQUIRE(session::synthesize(plain_dir.path().string(), small_model("")));
 
   const formats::Catalog catalog = formats::open_catalog(dir.path().string()).value();
   const formats::Catalog plain = formats::open_catalog(plain_dir.path().string()).value();
@@ -156,7 +156,7 @@ TEST_CASE("synth --quant writes checkpoints detected as their scheme that dequan
 
 TEST_CASE("synth --quant gptq writes v1 symmetric zeros and g_idx = k / 128", "[synth][quant][scripts]") {
   testing::ScratchDir dir;
-  REQUIRE(scripts::synthesize(dir.path().string(), small_model("gptq4")));
+  REQUIRE(session::synthesize(dir.path().string(), small_model("gptq4")));
   const formats::Catalog catalog = formats::open_catalog(dir.path().string()).value();
   const auto config = nlohmann::json::parse(catalog.config_json);
   CHECK(config["quantization_config"] == nlohmann::json::parse(R"({"quant_method":"gptq","bits":4,"group_size":128,
@@ -186,7 +186,7 @@ TEST_CASE("synth --quant configs match what the formats layer and qload convert 
   using nlohmann::json;
   const auto config_of = [](const std::string& quant) {
     testing::ScratchDir dir;
-    REQUIRE(scripts::synthesize(dir.path().string(), small_model(quant)));
+    REQUIRE(session::synthesize(dir.path().string(), small_model(quant)));
     std::ifstream in(dir.file("config.json"));
     return json::parse(in)["quantization_config"];
   };
@@ -210,11 +210,11 @@ TEST_CASE("synth --quant is deterministic in its options", "[synth][quant][scrip
   const std::string quant = GENERATE(as<std::string>{}, "gptq3", "awq", "ct-pack4", "fp8-block", "ct-fp8");
   CAPTURE(quant);
   testing::ScratchDir a, b, c;
-  REQUIRE(scripts::synthesize(a.path().string(), small_model(quant)));
-  REQUIRE(scripts::synthesize(b.path().string(), small_model(quant)));
+  REQUIRE(session::synthesize(a.path().string(), small_model(quant)));
+  REQUIRE(session::synthesize(b.path().string(), small_model(quant)));
   auto other = small_model(quant);
   other.seed = 8;
-  REQUIRE(scripts::synthesize(c.path().string(), other));
+  REQUIRE(session::synthesize(c.path().string(), other));
   for (const char* name : {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
                            "model.safetensors.index.json", "config.json"})
     CHECK(file_hash(a.file(name)) == file_hash(b.file(name)));
@@ -222,8 +222,8 @@ TEST_CASE("synth --quant is deterministic in its options", "[synth][quant][scrip
 }
 
 TEST_CASE("synth --quant rejects unknown schemes and sizes the scheme cannot pack", "[synth][quant][scripts]") {
-  const auto error = [](scripts::SynthOptions o) {
-    const Status s = scripts::validate(o);
+  const auto error = [](session::SynthOptions o) {
+    const Status s = session::validate(o);
     REQUIRE_FALSE(s);
     CHECK(s.error().code() == Errc::kInvalidArgument);
     return s.error().message();
@@ -236,11 +236,11 @@ TEST_CASE("synth --quant rejects unknown schemes and sizes the scheme cannot pac
   o.quant = "ct-pack4";
   CHECK_THAT(error(o), Contains("intermediate is 688"));
   o.quant = "fp8-block";  // FP8 takes any shape (partial edge blocks)
-  CHECK(scripts::validate(o));
+  CHECK(session::validate(o));
   auto awq = small_model("awq");
   awq.heads = 64;  // head_dim 4, 2 kv heads: k_proj / v_proj have 8 outputs, fine
-  CHECK(scripts::validate(awq));
+  CHECK(session::validate(awq));
   awq.kv_heads = 1;  // 4 outputs
   CHECK_THAT(error(awq), Contains("multiple of 8") && Contains("kv_heads * head_dim") && Contains("is 4"));
-  CHECK(scripts::validate(small_model("")));
+  CHECK(session::validate(small_model("")));
 }

@@ -15,10 +15,10 @@ int run_lock(const LockArgs& args) {
   if (!spec) return report(spec.error());
   auto made = session::make_lock(*spec, Logger::to_stderr(LogLevel::kWarn));
   if (!made) return report(made.error());
-  const scripts::Lockfile& lock = *made;
+  const session::Lockfile& lock = *made;
   if (Status s = session::write_lock(lock, args.out); !s) return report(s.error());
   std::uint64_t bytes = 0;
-  for (const scripts::LockedFile& f : lock.files) bytes += f.bytes;
+  for (const session::LockedFile& f : lock.files) bytes += f.bytes;
   fmt::print("qload: locked {} files ({}), {} tensors; plan {}{} -> {}\n", lock.files.size(), format_bytes(bytes),
              lock.tensors.size(), fmt::format("{:016x}", lock.plan_hash),
              lock.recipe_hash ? fmt::format(", recipe {:016x}", *lock.recipe_hash) : std::string(),

@@ -13,9 +13,9 @@
 #include "qload/formats/safetensors_writer.hpp"
 #include "qload/runtime/error.hpp"
 #include "qload/runtime/shape.hpp"
-#include "qload/scripts/synth.hpp"
+#include "qload/session/synth.hpp"
 
-namespace qload::scripts::detail {
+namespace qload::session::detail {
 
 // splitmix64 of a counter: random access to a deterministic sequence. Every synthesized value
 // is mix(stream ^ mix(element index)) for a per-tensor (and per-part) stream.
@@ -46,4 +46,4 @@ Result<std::vector<formats::WriterTensor>> quantized_parts(const SynthOptions& o
                                                            const Shape& shape, std::uint64_t stream,
                                                            formats::TensorFill original);
 
-}  // namespace qload::scripts::detail
+}  // namespace qload::session::detail
