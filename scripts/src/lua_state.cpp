@@ -7,8 +7,8 @@
 #include <string_view>
 #include <utility>
 
-#include "lua_pattern.hpp"
 #include "lua_syntax_error.hpp"
+#include "pattern/lua_pattern.hpp"
 
 namespace qload::scripts {
 

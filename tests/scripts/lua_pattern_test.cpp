@@ -1,4 +1,4 @@
-// The sandbox's metered string.find/match/gmatch/gsub (scripts/src/lua_pattern.cpp, issue 18):
+// The sandbox's metered string.find/match/gmatch/gsub (scripts/src/pattern/lua_pattern.cpp, issue 18):
 // LuaJIT's own results case for case, and pattern bombs that meet the recipe's limits.
 #include <catch2/catch.hpp>
 

@@ -7,7 +7,7 @@
 // compiled traces); an instruction budget, a wall-clock deadline and a memory cap through the
 // state's allocator. A hook cannot interrupt a C function, so the one family of C functions
 // whose time a recipe controls, Lua's pattern matching (string.find/match/gmatch/gsub), is
-// replaced by a matcher that charges its steps to the same budget (lua_pattern.hpp); the
+// replaced by a matcher that charges its steps to the same budget (pattern/lua_pattern.hpp); the
 // other C functions' work is linear in sizes the memory cap bounds.
 #pragma once
 
