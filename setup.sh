@@ -16,7 +16,7 @@ packages=(
   liburing-dev libxxhash-dev libluajit-5.1-dev   # I/O, checksums, recipes
   libre2-dev                                     # regular expressions in quantization configs
   nlohmann-json3-dev libcli11-dev libfmt-dev     # JSON, CLI parsing, formatting
-  libssl-dev libgloo-dev                         # dist/: HMAC-SHA256 (libcrypto), Gloo for host memory
+  libssl-dev libgloo-dev                         # distributed/: HMAC-SHA256 (libcrypto), Gloo for host memory
   catch2 xxhash clang-format python3             # tests: Catch2 v2, xxhsum reference, style, CLI checks
   ccache                                         # rebuilds (CI keeps its cache warm)
   clang-16 libclang-rt-16-dev                    # the checking build: ASan + UBSan, libFuzzer

@@ -14,9 +14,9 @@
 #include <CLI/CLI.hpp>
 
 #include "best_seconds.hpp"
-#include "qload/dist/communicator.hpp"
-#include "qload/dist/rendezvous.hpp"
-#include "qload/dist/world.hpp"
+#include "qload/distributed/communicator.hpp"
+#include "qload/distributed/rendezvous.hpp"
+#include "qload/distributed/world.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app("qload_dist_bench: host-memory transfer bandwidth between the processes of a world (Gloo)");
@@ -26,17 +26,17 @@ int main(int argc, char** argv) {
   app.add_option("--repeat", repeat, "runs per measurement; the best counts (default 3)")->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
 
-  const auto world = qload::world_from_env(std::getenv);
+  const auto world = qload::distributed::world_from_env(std::getenv);
   if (!world || !world->has_value()) {
     fmt::print(stderr, "qload_dist_bench: run it as a rank of a world (WORLD_SIZE above 1, RANK, MASTER_ADDR)\n");
     return 2;
   }
-  auto rendezvous = qload::Rendezvous::join(**world, std::chrono::seconds(60));
+  auto rendezvous = qload::distributed::Rendezvous::join(**world, std::chrono::seconds(60));
   if (!rendezvous) {
     fmt::print(stderr, "qload_dist_bench: {}\n", rendezvous.error().to_string());
     return 1;
   }
-  auto comm = qload::Communicator::create(*rendezvous, {});
+  auto comm = qload::distributed::Communicator::create(*rendezvous, {});
   if (!comm) {
     fmt::print(stderr, "qload_dist_bench: {}\n", comm.error().to_string());
     return 1;
@@ -46,7 +46,7 @@ int main(int argc, char** argv) {
   if (rank == root)
     for (std::uint64_t i = 0; i < bytes; ++i) buffer[i] = static_cast<std::byte>(i * 2654435761u >> 24);
   bool ok = true;
-  const qload::BroadcastBuffer one[] = {{.bytes = buffer}};
+  const qload::distributed::BroadcastBuffer one[] = {{.bytes = buffer}};
   const double broadcast =
       qload::bench::best_seconds(repeat, [&] { ok = ok && comm->broadcast(one, root).has_value(); });
   for (std::uint64_t i = 0; i < bytes; i += 4099) ok = ok && buffer[i] == static_cast<std::byte>(i * 2654435761u >> 24);
@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
     return static_cast<std::byte>((i + q * 7919) * 2654435761u >> 24);
   };
   for (std::uint64_t i = 0; i < part; ++i) exchanged[rank * part + i] = pattern(rank, i);
-  std::vector<qload::HostMove> moves;
+  std::vector<qload::distributed::HostMove> moves;
   for (std::uint32_t from = 0; from < size; ++from)
     for (std::uint32_t to = 0; to < size; ++to)
       if (from != to)

@@ -36,7 +36,7 @@ if(QLOAD_STATIC)
   target_link_libraries(qload::re2 INTERFACE Threads::Threads)
 endif()
 
-# Gloo (libgloo-dev): host memory between the processes of a load (dist/). Debian ships it as a
+# Gloo (libgloo-dev): host memory between the processes of a load (distributed/). Debian ships it as a
 # shared library only, so a static build (QLOAD_STATIC: for machines with nothing installed) goes
 # without it and refuses to move host memory between processes, by name.
 set(QLOAD_HAVE_GLOO OFF)

@@ -128,14 +128,14 @@ Result<session::LoadSpec> spec_of(const char* source, const qload_options* o) {
     spec.regions = static_cast<const OptionSettings*>(o->internal)->regions;
   }
   if (caller_knows(o, offsetof(qload_options, world_token), sizeof o->world_token) && o->world_size > 0) {
-    World w{.rank = o->rank,
-            .size = o->world_size,
-            .local_rank = o->local_world_size == 0 ? o->rank : o->local_rank,
-            .local_size = o->local_world_size == 0 ? o->world_size : o->local_world_size,
-            .master_addr = text(o->master_addr),
-            .master_port = 29500,
-            .token = text(o->world_token),
-            .runtime_dir = text(std::getenv("XDG_RUNTIME_DIR"))};
+    distributed::World w{.rank = o->rank,
+                         .size = o->world_size,
+                         .local_rank = o->local_world_size == 0 ? o->rank : o->local_rank,
+                         .local_size = o->local_world_size == 0 ? o->world_size : o->local_world_size,
+                         .master_addr = text(o->master_addr),
+                         .master_port = 29500,
+                         .token = text(o->world_token),
+                         .runtime_dir = text(std::getenv("XDG_RUNTIME_DIR"))};
     if (o->master_port > 65535)
       return fail(Errc::kInvalidArgument,
                   fmt::format("qload_options.master_port: {} is outside 1..65535", o->master_port));

@@ -143,7 +143,7 @@ struct LoadArgs {
   std::vector<std::pair<std::string, std::string>> settings;
   std::uint32_t tensor_parallel = 0, pipeline_parallel = 0, data_parallel = 0;  // 0: none
   bool share_reads = false;
-  std::optional<World> world;  // world=: this process's place among the load's processes
+  std::optional<distributed::World> world;  // world=: this process's place among the load's processes
   // regions=: (name, dim, begin, end) of each tensor to load in part (LoadSpec::regions)
   std::vector<std::tuple<std::string, std::uint32_t, std::uint64_t, std::uint64_t>> regions;
 };
@@ -540,16 +540,16 @@ NB_MODULE(_qload, m) {
   m.doc() = "qload's native module; use the `qload` package.";
   register_errors(m);
 
-  nb::class_<qload::World>(m, "World")
+  nb::class_<qload::distributed::World>(m, "World")
       .def(nb::init<>())
-      .def_rw("rank", &qload::World::rank)
-      .def_rw("size", &qload::World::size)
-      .def_rw("local_rank", &qload::World::local_rank)
-      .def_rw("local_size", &qload::World::local_size)
-      .def_rw("master_addr", &qload::World::master_addr)
-      .def_rw("master_port", &qload::World::master_port)
-      .def_rw("token", &qload::World::token)
-      .def_rw("runtime_dir", &qload::World::runtime_dir);
+      .def_rw("rank", &qload::distributed::World::rank)
+      .def_rw("size", &qload::distributed::World::size)
+      .def_rw("local_rank", &qload::distributed::World::local_rank)
+      .def_rw("local_size", &qload::distributed::World::local_size)
+      .def_rw("master_addr", &qload::distributed::World::master_addr)
+      .def_rw("master_port", &qload::distributed::World::master_port)
+      .def_rw("token", &qload::distributed::World::token)
+      .def_rw("runtime_dir", &qload::distributed::World::runtime_dir);
 
   nb::class_<LoadArgs>(m, "LoadArgs")
       .def(nb::init<>())

@@ -79,7 +79,7 @@ constexpr std::array<SettingSpec, kSettingCount> kTable{{
 static_assert(std::ranges::none_of(kTable, [](const SettingSpec& spec) { return spec.name.empty(); }),
               "kSettingCount is larger than the settings table");
 
-// (QLOAD_WORLD_TOKEN*: the launcher's secret, read with the world (dist/world.hpp), never printed
+// (QLOAD_WORLD_TOKEN*: the launcher's secret, read with the world (distributed/world.hpp), never printed
 // by `qload config` as a setting would be.)
 constexpr std::array<std::string_view, 11> kNonSettings{
     "QLOAD_WERROR",   "QLOAD_CUDA",        "QLOAD_STATIC",          "QLOAD_CUDA_SIM",

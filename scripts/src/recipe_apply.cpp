@@ -65,7 +65,7 @@ Result<std::optional<std::uint32_t>> Recipe::place(std::string_view name) const 
                   .with_file(path));
 }
 
-Status Recipe::apply(scheduler::LoadOptions& options, const std::optional<World>& world) const {
+Status Recipe::apply(scheduler::LoadOptions& options, const std::optional<distributed::World>& world) const {
   const auto error = [this](Errc code, std::string message) {
     return fail(Error(code, std::move(message)).with_file(path));
   };

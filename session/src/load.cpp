@@ -6,8 +6,8 @@
 
 #include <fmt/format.h>
 
-#include "qload/dist/communicator.hpp"
-#include "qload/dist/rendezvous.hpp"
+#include "qload/distributed/communicator.hpp"
+#include "qload/distributed/rendezvous.hpp"
 #include "qload/runtime/trace.hpp"
 #include "qload/session/world_load.hpp"
 
@@ -39,12 +39,12 @@ WorldTotals world_totals(const std::vector<RankOutcome>& outcomes, const formats
 
 // `world`: the processes of the load, known even when the request failed (so that the failing
 // rank still meets the others to tell them).
-Result<LoadOutcome> load_in(const std::optional<World>& world, Result<LoadRequest> request, const LoadHooks& hooks,
-                            const Logger& log) {
+Result<LoadOutcome> load_in(const std::optional<distributed::World>& world, Result<LoadRequest> request,
+                            const LoadHooks& hooks, const Logger& log) {
   // A multi-process load: the ranks meet first, so a rank that cannot even plan its load stops
   // the others at once, and they agree on the load before anything is read; afterwards each
   // learns whether every other rank succeeded (if one failed, all fail).
-  std::optional<Rendezvous> rendezvous;
+  std::optional<distributed::Rendezvous> rendezvous;
   if (world) {
     // A rank whose request is bad still joins (with the default timeout), so that it can tell
     // the others at once instead of leaving them waiting.
@@ -58,7 +58,7 @@ Result<LoadOutcome> load_in(const std::optional<World>& world, Result<LoadReques
                            world->rank, world->size, request.error().to_string(),
                            std::chrono::duration_cast<std::chrono::seconds>(timeout).count()));
     }
-    auto joined = Rendezvous::join(*world, timeout, request ? request->options.log : log);
+    auto joined = distributed::Rendezvous::join(*world, timeout, request ? request->options.log : log);
     if (!joined) return fail(std::move(request ? joined.error() : request.error()));  // its own error first
     rendezvous = std::move(*joined);
   }
@@ -74,14 +74,15 @@ Result<LoadOutcome> load_in(const std::optional<World>& world, Result<LoadReques
   req.options.stop = hooks.stop;
 
   // Shared reads: tensors other ranks read arrive through a communicator (NCCL for GPUs).
-  std::optional<Communicator> communicator;
+  std::optional<distributed::Communicator> communicator;
   if (rendezvous && req.options.plan.parallel.share_reads) {
     std::vector<int> gpu_slots;
     for (const Device& d : req.options.plan.devices) gpu_slots.push_back(d.is_cuda() ? d.index : -1);
-    QLOAD_ASSIGN_OR_RETURN(communicator, Communicator::create(*rendezvous, gpu_slots,
-                                                              {.nccl = req.settings.values().nccl_timeout,
-                                                               .straggler = req.settings.values().straggler_timeout},
-                                                              req.nccl_comms));
+    QLOAD_ASSIGN_OR_RETURN(communicator,
+                           distributed::Communicator::create(*rendezvous, gpu_slots,
+                                                             {.nccl = req.settings.values().nccl_timeout,
+                                                              .straggler = req.settings.values().straggler_timeout},
+                                                             req.nccl_comms));
     req.options.communicator = &*communicator;
   }
   Result<scheduler::Model> model = scheduler::load(planned->catalog, planned->plan, req.options);
@@ -117,17 +118,17 @@ Result<LoadOutcome> load_in(const std::optional<World>& world, Result<LoadReques
 }  // namespace
 
 Result<LoadOutcome> load(const LoadSpec& spec, const Logger& log, const LoadHooks& hooks) {
-  QLOAD_ASSIGN_OR_RETURN(const std::optional<World> world, world_of(spec));
+  QLOAD_ASSIGN_OR_RETURN(const std::optional<distributed::World> world, world_of(spec));
   return load_in(world, build_request(spec, log), hooks, log);
 }
 
 Result<LoadOutcome> load(Result<LoadRequest> request, const LoadHooks& hooks) {
   if (request) {
-    const std::optional<World> world = request->world;
+    const std::optional<distributed::World> world = request->world;
     const Logger log = request->options.log;  // a copy: the request moves into load_in
     return load_in(world, std::move(request), hooks, log);
   }
-  QLOAD_ASSIGN_OR_RETURN(const std::optional<World> world, world_from_env(std::getenv));
+  QLOAD_ASSIGN_OR_RETURN(const std::optional<distributed::World> world, distributed::world_from_env(std::getenv));
   return load_in(world, std::move(request), hooks, Logger{});
 }
 

@@ -17,7 +17,7 @@ Result<formats::CheckpointDigest> digest(const formats::Catalog& catalog, const 
 }  // namespace
 
 Result<Lockfile> make_lock(const LoadSpec& spec, const Logger& log) {
-  QLOAD_ASSIGN_OR_RETURN(const std::optional<World> world, world_of(spec));
+  QLOAD_ASSIGN_OR_RETURN(const std::optional<distributed::World> world, world_of(spec));
   if (world)
     return fail(Errc::kInvalidArgument,
                 "a lock is a single-process lock: make it without WORLD_SIZE; every rank of a multi-process load can "

@@ -34,10 +34,10 @@ SpecNames SpecNames::prefixed(std::string_view prefix) const {
   return out;
 }
 
-Result<std::optional<World>> world_of(const LoadSpec& spec) {
-  if (!spec.world) return world_from_env(std::getenv);
-  QLOAD_TRY(check_world(*spec.world));
-  if (spec.world->size == 1) return std::optional<World>();
+Result<std::optional<distributed::World>> world_of(const LoadSpec& spec) {
+  if (!spec.world) return distributed::world_from_env(std::getenv);
+  QLOAD_TRY(distributed::check_world(*spec.world));
+  if (spec.world->size == 1) return std::optional<distributed::World>();
   return spec.world;
 }
 

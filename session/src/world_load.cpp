@@ -55,7 +55,7 @@ LoadFingerprint load_fingerprint(const PlannedLoad& load) {
   };
 }
 
-Status agree_on_load(Rendezvous& rendezvous, const Result<PlannedLoad>& load) {
+Status agree_on_load(distributed::Rendezvous& rendezvous, const Result<PlannedLoad>& load) {
   json message;
   if (load) {
     const LoadFingerprint mine = load_fingerprint(*load);
@@ -93,7 +93,7 @@ Status agree_on_load(Rendezvous& rendezvous, const Result<PlannedLoad>& load) {
   return {};
 }
 
-Status unshare_cached_reads(Rendezvous& rendezvous, PlannedLoad& load, const Logger& log) {
+Status unshare_cached_reads(distributed::Rendezvous& rendezvous, PlannedLoad& load, const Logger& log) {
   if (!load.request.options.plan.parallel.share_reads) return {};
   const bool asks = load.request.settings.values().share_cached == "auto" && load.request.lock.empty();
   const double mine = asks ? scheduler::page_cache_fraction(load.catalog) : -1.0;  // -1: shares anyway
@@ -113,7 +113,7 @@ Status unshare_cached_reads(Rendezvous& rendezvous, PlannedLoad& load, const Log
   return {};
 }
 
-Result<std::vector<RankOutcome>> share_outcome(Rendezvous& rendezvous, const RankOutcome& mine,
+Result<std::vector<RankOutcome>> share_outcome(distributed::Rendezvous& rendezvous, const RankOutcome& mine,
                                                std::chrono::milliseconds straggler_timeout) {
   const json message = {{"ok", mine.ok},
                         {"error", mine.error},

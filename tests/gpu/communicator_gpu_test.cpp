@@ -15,7 +15,7 @@
 #include <future>
 #include <numeric>
 
-#include "qload/dist/communicator.hpp"
+#include "qload/distributed/communicator.hpp"
 #include "qload/runtime/cuda.hpp"
 #include "qload/runtime/cuda_memory.hpp"
 #include "qload/runtime/nccl.hpp"
@@ -41,16 +41,17 @@ std::vector<std::byte> pattern(std::size_t n, int seed) {
 Result<std::vector<std::byte>> broadcast_on_gpu(std::uint32_t rank, std::uint32_t size, std::uint16_t port,
                                                 std::size_t bytes) {
   QLOAD_ASSIGN_OR_RETURN(
-      Rendezvous rv,
-      Rendezvous::join(World{.rank = rank, .size = size, .local_rank = rank, .local_size = size, .master_port = port},
-                       60s));
+      distributed::Rendezvous rv,
+      distributed::Rendezvous::join(
+          distributed::World{.rank = rank, .size = size, .local_rank = rank, .local_size = size, .master_port = port},
+          60s));
   const int device = static_cast<int>(rank);
   const std::vector<int> slots = {device};
-  QLOAD_ASSIGN_OR_RETURN(Communicator comm, Communicator::create(rv, slots));
+  QLOAD_ASSIGN_OR_RETURN(distributed::Communicator comm, distributed::Communicator::create(rv, slots));
   QLOAD_ASSIGN_OR_RETURN(cuda::DeviceBuffer buffer, cuda::DeviceBuffer::allocate(device, bytes));
   const std::vector<std::byte> mine = pattern(bytes, static_cast<int>(rank) + 1);
   QLOAD_TRY(cuda::copy_to_device(buffer.data(), mine.data(), bytes, device));
-  const BroadcastBuffer b{.bytes = std::span(buffer.data(), bytes), .on_device = true, .slot = 0};
+  const distributed::BroadcastBuffer b{.bytes = std::span(buffer.data(), bytes), .on_device = true, .slot = 0};
   QLOAD_TRY(comm.broadcast(std::span(&b, 1), 0));
   std::vector<std::byte> out(bytes);
   QLOAD_TRY(cuda::copy_to_host(out.data(), buffer.data(), bytes, device));
@@ -143,16 +144,17 @@ TEST_CASE("communicator: a server's own NCCL communicators carry the broadcast a
       return fail(Errc::kDevice, "the server's ncclCommInitRank failed");
     {
       QLOAD_ASSIGN_OR_RETURN(
-          Rendezvous rv,
-          Rendezvous::join(World{.rank = r, .size = size, .local_rank = r, .local_size = size, .master_port = port},
-                           60s));
+          distributed::Rendezvous rv,
+          distributed::Rendezvous::join(
+              distributed::World{.rank = r, .size = size, .local_rank = r, .local_size = size, .master_port = port},
+              60s));
       const std::vector<int> slots = {device};
       const std::vector<void*> comms = {server_comm};
-      QLOAD_ASSIGN_OR_RETURN(Communicator comm, Communicator::create(rv, slots, {}, comms));
+      QLOAD_ASSIGN_OR_RETURN(distributed::Communicator comm, distributed::Communicator::create(rv, slots, {}, comms));
       QLOAD_ASSIGN_OR_RETURN(cuda::DeviceBuffer buffer, cuda::DeviceBuffer::allocate(device, kBytes));
       const std::vector<std::byte> mine = pattern(kBytes, static_cast<int>(r) + 1);
       QLOAD_TRY(cuda::copy_to_device(buffer.data(), mine.data(), kBytes, device));
-      const BroadcastBuffer b{.bytes = std::span(buffer.data(), kBytes), .on_device = true, .slot = 0};
+      const distributed::BroadcastBuffer b{.bytes = std::span(buffer.data(), kBytes), .on_device = true, .slot = 0};
       QLOAD_TRY(comm.broadcast(std::span(&b, 1), 0));
       std::vector<std::byte> out(kBytes);
       QLOAD_TRY(cuda::copy_to_host(out.data(), buffer.data(), kBytes, device));
@@ -162,7 +164,7 @@ TEST_CASE("communicator: a server's own NCCL communicators carry the broadcast a
       // first; every rank asks, or none).
       if (info.devices.size() > size) {
         const std::vector<int> elsewhere = {device + 1};
-        Result<Communicator> refused = Communicator::create(rv, elsewhere, {}, comms);
+        Result<distributed::Communicator> refused = distributed::Communicator::create(rv, elsewhere, {}, comms);
         if (refused)
           wrong.push_back("a communicator on another device was taken");
         else if (refused.error().message().find(fmt::format("where this process is rank {} of {} on cuda:{}", r, size,
@@ -191,10 +193,10 @@ TEST_CASE("communicator: GPU memory is broadcast through NCCL", "[gpu][nccl]") {
   const CudaInfo info = probe_cuda();
   if (info.devices.empty()) {
     WARN("SKIPPED [gpu]: no GPU visible: " << info.unavailable_reason);
-    auto rv = Rendezvous::join(World{}, 1s);
+    auto rv = distributed::Rendezvous::join(distributed::World{}, 1s);
     REQUIRE(rv);
     const std::vector<int> slots = {0};
-    auto comm = Communicator::create(*rv, slots);
+    auto comm = distributed::Communicator::create(*rv, slots);
     REQUIRE_FALSE(comm);  // no NCCL, or NCCL without a GPU: an error, not a crash
     return;
   }
@@ -239,10 +241,11 @@ TEST_CASE("communicator: two GPU replicas sharing reads each hold the whole chec
   const std::uint16_t port = free_port();
   const auto rank = [&](std::uint32_t r) -> Result<std::vector<std::string>> {
     QLOAD_ASSIGN_OR_RETURN(
-        Rendezvous rv,
-        Rendezvous::join(World{.rank = r, .size = 2, .local_rank = r, .local_size = 2, .master_port = port}, 60s));
+        distributed::Rendezvous rv,
+        distributed::Rendezvous::join(
+            distributed::World{.rank = r, .size = 2, .local_rank = r, .local_size = 2, .master_port = port}, 60s));
     const std::vector<int> slots = {static_cast<int>(r)};
-    QLOAD_ASSIGN_OR_RETURN(Communicator comm, Communicator::create(rv, slots));
+    QLOAD_ASSIGN_OR_RETURN(distributed::Communicator comm, distributed::Communicator::create(rv, slots));
     scheduler::LoadOptions o;
     o.plan.parallel = {.data = 2, .processes = 2, .process = r, .share_reads = true};
     o.plan.devices = {Device{.kind = Device::Kind::kCuda, .index = static_cast<int>(r)}};
@@ -269,10 +272,11 @@ TEST_CASE("shared reads: tensor-parallel shards relayed onto a GPU match the ref
     const std::uint16_t port = free_port();
     const auto rank = [&](std::uint32_t r) -> Result<std::vector<std::string>> {
       QLOAD_ASSIGN_OR_RETURN(
-          Rendezvous rv,
-          Rendezvous::join(World{.rank = r, .size = 2, .local_rank = r, .local_size = 2, .master_port = port}, 60s));
+          distributed::Rendezvous rv,
+          distributed::Rendezvous::join(
+              distributed::World{.rank = r, .size = 2, .local_rank = r, .local_size = 2, .master_port = port}, 60s));
       const std::vector<int> host_slots = {-1};  // the relay moves host memory: no NCCL
-      QLOAD_ASSIGN_OR_RETURN(Communicator comm, Communicator::create(rv, host_slots));
+      QLOAD_ASSIGN_OR_RETURN(distributed::Communicator comm, distributed::Communicator::create(rv, host_slots));
       scheduler::LoadOptions o;
       o.plan.parallel = {.tensor = 2, .processes = 2, .process = r, .share_reads = true};
       o.plan.devices = {Device{.kind = Device::Kind::kCuda, .index = 0}};

@@ -15,7 +15,7 @@
 #include <fmt/format.h>
 
 #include "qload/cudasim/control.hpp"
-#include "qload/dist/communicator.hpp"
+#include "qload/distributed/communicator.hpp"
 #include "qload/runtime/cuda_memory.hpp"
 #include "support/free_port.hpp"
 
@@ -31,15 +31,17 @@ constexpr std::size_t kBytes = std::size_t{3} << 20;
 // true when the buffer then holds rank 0's bytes.
 Result<bool> broadcast_rank(std::uint32_t rank, std::uint16_t port, std::chrono::milliseconds timeout) {
   QLOAD_ASSIGN_OR_RETURN(
-      Rendezvous rv,
-      Rendezvous::join(World{.rank = rank, .size = 2, .local_rank = rank, .local_size = 2, .master_port = port}, 60s));
+      distributed::Rendezvous rv,
+      distributed::Rendezvous::join(
+          distributed::World{.rank = rank, .size = 2, .local_rank = rank, .local_size = 2, .master_port = port}, 60s));
   const int device = static_cast<int>(rank);
   const std::vector<int> slots = {device};
-  QLOAD_ASSIGN_OR_RETURN(Communicator comm, Communicator::create(rv, slots, {.nccl = timeout}));
+  QLOAD_ASSIGN_OR_RETURN(distributed::Communicator comm,
+                         distributed::Communicator::create(rv, slots, {.nccl = timeout}));
   QLOAD_ASSIGN_OR_RETURN(cuda::DeviceBuffer buffer, cuda::DeviceBuffer::allocate(device, kBytes));
   std::vector<std::byte> mine(kBytes, static_cast<std::byte>(rank + 1));
   QLOAD_TRY(cuda::copy_to_device(buffer.data(), mine.data(), kBytes, device));
-  const BroadcastBuffer b{.bytes = std::span(buffer.data(), kBytes), .on_device = true, .slot = 0};
+  const distributed::BroadcastBuffer b{.bytes = std::span(buffer.data(), kBytes), .on_device = true, .slot = 0};
   QLOAD_TRY(comm.broadcast(std::span(&b, 1), 0));
   QLOAD_TRY(cuda::copy_to_host(mine.data(), buffer.data(), kBytes, device));
   return std::ranges::all_of(mine, [](std::byte x) { return x == std::byte{1}; });

@@ -14,7 +14,7 @@
 
 #include <fmt/format.h>
 
-#include "qload/dist/communicator.hpp"
+#include "qload/distributed/communicator.hpp"
 #include "qload/io/digest.hpp"
 #include "qload/scheduler/load.hpp"
 #include "support/free_port.hpp"
@@ -204,19 +204,19 @@ struct RankLoad {
 RankLoad load_rank(const formats::Catalog& catalog, LoadOptions o, std::uint16_t port) {
   RankLoad out;
   const ParallelLayout& par = o.plan.parallel;
-  auto rendezvous = Rendezvous::join(World{.rank = par.process,
-                                           .size = par.processes,
-                                           .local_rank = par.process,
-                                           .local_size = par.processes,
-                                           .master_addr = "127.0.0.1",
-                                           .master_port = port},
-                                     std::chrono::seconds(30));
+  auto rendezvous = distributed::Rendezvous::join(distributed::World{.rank = par.process,
+                                                                     .size = par.processes,
+                                                                     .local_rank = par.process,
+                                                                     .local_size = par.processes,
+                                                                     .master_addr = "127.0.0.1",
+                                                                     .master_port = port},
+                                                  std::chrono::seconds(30));
   if (!rendezvous) {
     out.model = fail(std::move(rendezvous).error());
     return out;
   }
   const std::vector<int> host_slots(o.plan.devices.size(), -1);
-  auto communicator = Communicator::create(*rendezvous, host_slots);
+  auto communicator = distributed::Communicator::create(*rendezvous, host_slots);
   if (!communicator) {
     out.model = fail(std::move(communicator).error());
     return out;

@@ -282,13 +282,13 @@ TEST_CASE("a recipe's parallel layout and split rules become load options", "[sc
       "r.lua");
   REQUIRE(per_node);
   scheduler::LoadOptions mp;
-  const World rank1{.rank = 1, .size = 2};
+  const distributed::World rank1{.rank = 1, .size = 2};
   REQUIRE(per_node->apply(mp, rank1));
   CHECK(mp.plan.parallel.processes == 2);
   CHECK(mp.plan.parallel.process == 1);
   CHECK(mp.plan.parallel.share_reads);
   scheduler::LoadOptions too_few;
-  const Status s = per_node->apply(too_few, World{.rank = 0, .size = 3});
+  const Status s = per_node->apply(too_few, distributed::World{.rank = 0, .size = 3});
   REQUIRE_FALSE(s);
   CHECK_THAT(s.error().message(),
              Catch::Contains("needs 4 devices; 3 processes (WORLD_SIZE) with the recipe's 2 hold 6"));

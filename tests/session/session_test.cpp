@@ -134,14 +134,14 @@ TEST_CASE("session: a server hands its own world to the load instead of the envi
   const std::uint16_t port = free_port();
   const auto spec_for = [&](std::uint32_t rank) {
     session::LoadSpec spec{.source = model_dir, .tensor_parallel = 2};
-    spec.world = World{.rank = rank,
-                       .size = 2,
-                       .local_rank = rank,
-                       .local_size = 2,
-                       .master_addr = "127.0.0.1",
-                       .master_port = port,
-                       .token = "a server's own secret, 32 bytes!",
-                       .runtime_dir = ""};
+    spec.world = distributed::World{.rank = rank,
+                                    .size = 2,
+                                    .local_rank = rank,
+                                    .local_size = 2,
+                                    .master_addr = "127.0.0.1",
+                                    .master_port = port,
+                                    .token = "a server's own secret, 32 bytes!",
+                                    .runtime_dir = ""};
     return spec;
   };
   auto rank1 = std::async(std::launch::async, [&] { return session::load(spec_for(1), Logger{}); });

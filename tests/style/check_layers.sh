@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Layers depend only downward (docs/architecture.md):
-#   runtime <- io <- formats <- dist <- scheduler <- scripts (recipes) <- session <- clients
+#   runtime <- io <- formats <- distributed <- scheduler <- scripts (recipes) <- session <- clients
 # and the clients (the CLI in cli/, the C ABI in capi/) include only the session's and
 # the runtime's headers: every operation goes through the session layer, and the lower
 # layers' types reach them through its headers. Fails listing every include that breaks this.
@@ -10,10 +10,10 @@ declare -A allowed=(
   [runtime]="runtime"
   [io]="runtime io"
   [formats]="runtime io formats"
-  [dist]="runtime io formats dist"
-  [scheduler]="runtime io formats dist scheduler"
-  [scripts]="runtime io formats dist scheduler scripts"
-  [session]="runtime io formats dist scheduler scripts session"
+  [distributed]="runtime io formats distributed"
+  [scheduler]="runtime io formats distributed scheduler"
+  [scripts]="runtime io formats distributed scheduler scripts"
+  [session]="runtime io formats distributed scheduler scripts session"
   [cli]="runtime session"
   [capi]="runtime session"
 )

@@ -20,14 +20,14 @@ using LoadClock = std::chrono::steady_clock;
 // between processes only when every process passed it with success.
 class SharedReadsBarrier {
  public:
-  explicit SharedReadsBarrier(Communicator& communicator) : communicator_(communicator) {}
+  explicit SharedReadsBarrier(distributed::Communicator& communicator) : communicator_(communicator) {}
   // kCancelled when another process failed; the rendezvous's error when it broke.
   Status pass(bool ok);
   bool passed() const noexcept { return passed_; }
-  Communicator& communicator() const noexcept { return communicator_; }
+  distributed::Communicator& communicator() const noexcept { return communicator_; }
 
  private:
-  Communicator& communicator_;
+  distributed::Communicator& communicator_;
   bool passed_ = false;
 };
 
@@ -71,7 +71,7 @@ Status check_catalog_size(const formats::CatalogFile& file, std::uint64_t size_n
 // Shared reads, SharedReads::kBroadcast: the copies on GPUs, from each tensor's reader to the
 // other processes through NCCL (every process calls it, after the load). Host copies moved
 // during the load (shared_exchange.hpp).
-Status broadcast_gpu_copies(Model& model, const Plan& plan, Communicator& communicator);
+Status broadcast_gpu_copies(Model& model, const Plan& plan, distributed::Communicator& communicator);
 
 // Whether the load computes tensor `i`'s digest: not for a tensor another process holds, nor
 // for one this process reads only in part.

@@ -5,7 +5,7 @@
 namespace qload::scheduler::detail {
 
 Result<SharedExchange> SharedExchange::start(const Plan& plan, std::span<const std::unique_ptr<ArenaTarget>> targets,
-                                             Communicator& communicator) {
+                                             distributed::Communicator& communicator) {
   SharedExchange x;
   x.rank_ = communicator.rank();
   const std::uint32_t me = x.rank_;
@@ -73,7 +73,7 @@ Result<SharedExchange> SharedExchange::start(const Plan& plan, std::span<const s
           relayed.reader == me && x.moves_of_[relayed.tensor].second > x.moves_of_[relayed.tensor].first;
     }
   }
-  Result<PostedMoves> posted = communicator.post_moves(x.moves_);
+  Result<distributed::PostedMoves> posted = communicator.post_moves(x.moves_);
   if (posted) {
     x.posted_ = std::move(*posted);
   } else {

@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "exec/arena_target.hpp"
-#include "qload/dist/communicator.hpp"
+#include "qload/distributed/communicator.hpp"
 #include "qload/scheduler/plan.hpp"
 
 namespace qload::scheduler::detail {
@@ -36,7 +36,7 @@ class SharedExchange {
  public:
   // Lists the moves and posts this process's receives. Every process calls it together.
   static Result<SharedExchange> start(const Plan& plan, std::span<const std::unique_ptr<ArenaTarget>> targets,
-                                      Communicator& communicator);
+                                      distributed::Communicator& communicator);
   SharedExchange(SharedExchange&& other) noexcept;
 
   // [catalog tensor]: this process sends copies of it once its bytes are in place here.
@@ -62,14 +62,14 @@ class SharedExchange {
   void failed(Error error);
 
   std::uint32_t rank_ = 0;
-  std::vector<HostMove> moves_;
+  std::vector<distributed::HostMove> moves_;
   std::vector<bool> sends_;
   std::vector<std::pair<std::uint32_t, std::uint32_t>> moves_of_;  // [tensor]: its moves, [first, last)
   std::vector<Inbox> inboxes_;  // each one's bytes stay where they are as the vector grows
   std::uint64_t received_bytes_ = 0;
   mutable std::mutex failure_mutex_;
   std::optional<Error> failure_;
-  PostedMoves posted_;  // declared last, so cancelled before the inboxes go
+  distributed::PostedMoves posted_;  // declared last, so cancelled before the inboxes go
 };
 
 }  // namespace qload::scheduler::detail

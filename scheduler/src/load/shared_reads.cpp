@@ -9,12 +9,12 @@
 
 namespace qload::scheduler::detail {
 
-Status broadcast_gpu_copies(Model& model, const Plan& plan, Communicator& communicator) {
+Status broadcast_gpu_copies(Model& model, const Plan& plan, distributed::Communicator& communicator) {
   // Under a parallel layout without decoding, the model's tensors are each stored tensor's
   // copies in catalog order, in shard order.
   const std::span<const DeviceTensor> tensors = model.tensors();
   std::size_t next = 0;
-  std::vector<BroadcastBuffer> on_gpus;
+  std::vector<distributed::BroadcastBuffer> on_gpus;
   for (const TensorPlacement& p : plan.layout.tensors) {
     on_gpus.clear();
     for (std::uint32_t k = p.first_shard; k < p.first_shard + p.shard_count; ++k) {

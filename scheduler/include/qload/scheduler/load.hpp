@@ -15,7 +15,7 @@
 #include <stop_token>
 #include <string>
 
-#include "qload/dist/communicator.hpp"
+#include "qload/distributed/communicator.hpp"
 #include "qload/formats/catalog.hpp"
 #include "qload/io/reader.hpp"
 #include "qload/runtime/error.hpp"
@@ -58,7 +58,7 @@ struct LoadOptions {
   // A plan whose processes share reads (ParallelLayout::share_reads) fills the tensors other
   // processes read through this (not owned; every rank's load uses its own, over one
   // rendezvous). The load returns once every rank has read and every shared tensor arrived.
-  Communicator* communicator = nullptr;
+  distributed::Communicator* communicator = nullptr;
   // Progress: called with bytes read from files so far and the total to read (read mode),
   // on the loading thread, after each read. Must be quick.
   std::function<void(std::uint64_t done_bytes, std::uint64_t total_bytes)> progress;

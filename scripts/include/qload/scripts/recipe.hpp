@@ -38,7 +38,7 @@
 #include <string_view>
 #include <vector>
 
-#include "qload/dist/world.hpp"
+#include "qload/distributed/world.hpp"
 #include "qload/runtime/error.hpp"
 #include "qload/runtime/settings.hpp"
 #include "qload/scheduler/load.hpp"
@@ -118,7 +118,7 @@ struct Recipe {
   // stages (its settings go through apply_settings, below the environment). The hooks keep this recipe's Lua state
   // alive (shared), so the options may outlive the Recipe. `world`: one process of a multi-process load (its devices
   // are its share of the layout's).
-  Status apply(scheduler::LoadOptions& options, const std::optional<World>& world = std::nullopt) const;
+  Status apply(scheduler::LoadOptions& options, const std::optional<distributed::World>& world = std::nullopt) const;
   // Sets the recipe's settings at recipe precedence; errors name the recipe file and the key.
   Status apply_settings(ResolvedSettings& settings) const;
 

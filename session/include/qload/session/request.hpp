@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "qload/dist/world.hpp"
+#include "qload/distributed/world.hpp"
 #include "qload/runtime/error.hpp"
 #include "qload/runtime/log.hpp"
 #include "qload/runtime/settings.hpp"
@@ -80,7 +80,7 @@ struct LoadSpec {
   // The processes of the load, for a server that already knows its own (rank, world size,
   // rendezvous address and token): used instead of the torchrun variables of the environment.
   // Unset: the environment's (world_from_env), or a single process.
-  std::optional<World> world;
+  std::optional<distributed::World> world;
   // A server's own NCCL communicators (ncclComm_t), one per device of this process in order,
   // null for a cpu device, over the world's ranks: used, instead of new ones, when GPU memory
   // moves between processes (shared reads). Borrowed: they must outlive the load; qload never
@@ -89,7 +89,7 @@ struct LoadSpec {
 };
 
 // The spec's world, else the environment's; nullopt for a single process.
-Result<std::optional<World>> world_of(const LoadSpec& spec);
+Result<std::optional<distributed::World>> world_of(const LoadSpec& spec);
 
 // "NAME=VALUE" texts (`--set`) as settings named `where_prefix NAME` in errors;
 // kInvalidArgument without the '='.
@@ -103,7 +103,7 @@ struct LoadRequest {
   scheduler::LoadOptions options;
   // One process of a multi-process load (torchrun-style environment, world.hpp): its
   // layout's processes and process are the world's size and rank.
-  std::optional<World> world;
+  std::optional<distributed::World> world;
   std::vector<void*> nccl_comms;  // the spec's
   // The spec's regions (options.plan.region asks them); each must name a tensor of the checkpoint.
   std::map<std::string, scheduler::TensorRegion> regions;

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "qload/dist/rendezvous.hpp"
+#include "qload/distributed/rendezvous.hpp"
 #include "qload/session/request.hpp"
 
 namespace qload::session {
@@ -27,7 +27,7 @@ LoadFingerprint load_fingerprint(const PlannedLoad& load);
 // kInvalidArgument naming the first rank whose fingerprint differs from rank 0's, and the parts
 // that differ. When `load` holds an error, returns success once the others know it (the
 // caller reports its own error).
-Status agree_on_load(Rendezvous& rendezvous, const Result<PlannedLoad>& load);
+Status agree_on_load(distributed::Rendezvous& rendezvous, const Result<PlannedLoad>& load);
 
 // Shared reads of a checkpoint every rank's page cache already holds (scheduler::kCachedEnough)
 // save no storage read and cost the transfers: with share_cached auto, each process then reads
@@ -35,7 +35,7 @@ Status agree_on_load(Rendezvous& rendezvous, const Result<PlannedLoad>& load);
 // it shares anyway: share_cached always, a lock) and all decide alike from the same numbers;
 // when they unshare, `load` is planned again without shared reads. Called by every rank of a
 // shared-read load, after agree_on_load.
-Status unshare_cached_reads(Rendezvous& rendezvous, PlannedLoad& load, const Logger& log);
+Status unshare_cached_reads(distributed::Rendezvous& rendezvous, PlannedLoad& load, const Logger& log);
 
 // One rank's outcome as the others learn it.
 struct RankOutcome {
@@ -51,7 +51,7 @@ struct RankOutcome {
 // Tells every rank how this one ended and learns how they did, waiting for the slowest rank's
 // load up to `straggler_timeout` (zero: no limit): their outcomes by rank, or kCancelled naming
 // the first rank that failed (when this one did not), or the rank that is gone or late.
-Result<std::vector<RankOutcome>> share_outcome(Rendezvous& rendezvous, const RankOutcome& mine,
+Result<std::vector<RankOutcome>> share_outcome(distributed::Rendezvous& rendezvous, const RankOutcome& mine,
                                                std::chrono::milliseconds straggler_timeout);
 
 }  // namespace qload::session

@@ -1,4 +1,4 @@
-#include "qload/dist/world.hpp"
+#include "qload/distributed/world.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -11,7 +11,7 @@
 
 #include "qload/runtime/unique_fd.hpp"
 
-namespace qload {
+namespace qload::distributed {
 namespace {
 
 Error bad(std::string_view name, std::string_view why) {
@@ -115,4 +115,4 @@ Status check_world(const World& w) {
   return {};
 }
 
-}  // namespace qload
+}  // namespace qload::distributed

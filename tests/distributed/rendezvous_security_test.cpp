@@ -1,4 +1,4 @@
-// Attacks on the rendezvous (dist/rendezvous.hpp), as someone on the same network or machine
+// Attacks on the rendezvous (distributed/rendezvous.hpp), as someone on the same network or machine
 // would try them: strangers on rank 0's port (silent, speaking an old hello, forging a rank),
 // a rank with the wrong token, a fake rank 0, a message altered on the way, other interfaces of
 // the machine, a port already taken; and the token's sources (environment, files, the private
@@ -24,8 +24,8 @@
 
 #include <fmt/format.h>
 
-#include "qload/dist/rendezvous.hpp"
-#include "qload/dist/world.hpp"
+#include "qload/distributed/rendezvous.hpp"
+#include "qload/distributed/world.hpp"
 #include "qload/runtime/unique_fd.hpp"
 #include "support/free_port.hpp"
 
@@ -38,15 +38,15 @@ namespace {
 
 constexpr const char* kToken = "correct horse battery staple 42";
 
-World world(std::uint32_t rank, std::uint32_t size, std::uint16_t port, std::string token = kToken) {
-  return World{.rank = rank,
-               .size = size,
-               .local_rank = rank,
-               .local_size = size,
-               .master_addr = "127.0.0.1",
-               .master_port = port,
-               .token = std::move(token),
-               .runtime_dir = ""};
+distributed::World world(std::uint32_t rank, std::uint32_t size, std::uint16_t port, std::string token = kToken) {
+  return distributed::World{.rank = rank,
+                            .size = size,
+                            .local_rank = rank,
+                            .local_size = size,
+                            .master_addr = "127.0.0.1",
+                            .master_port = port,
+                            .token = std::move(token),
+                            .runtime_dir = ""};
 }
 
 // Log lines, from whichever thread writes them.
@@ -117,7 +117,7 @@ UniqueFd listen_on(std::uint16_t port) {
 // Rank 0 and rank 1 of a world of two exchange one message each way.
 Result<std::vector<std::string>> rank0_exchange(std::uint16_t port, const Logger& log,
                                                 std::chrono::milliseconds timeout = 10s) {
-  QLOAD_ASSIGN_OR_RETURN(Rendezvous rv, Rendezvous::join(world(0, 2, port), timeout, log));
+  QLOAD_ASSIGN_OR_RETURN(distributed::Rendezvous rv, distributed::Rendezvous::join(world(0, 2, port), timeout, log));
   return rv.allgather("zero");
 }
 
@@ -154,7 +154,7 @@ TEST_CASE("rendezvous security: strangers on rank 0's port are dropped and logge
   UniqueFd silent = connect_to("127.0.0.1", port);
   REQUIRE(silent);
 
-  auto one = Rendezvous::join(world(1, 2, port), 10s);
+  auto one = distributed::Rendezvous::join(world(1, 2, port), 10s);
   REQUIRE(one);
   auto got = one->allgather("one");
   REQUIRE(got);
@@ -174,13 +174,13 @@ TEST_CASE("rendezvous security: a rank with another token cannot join, and the r
   const std::uint16_t port = free_port();
   Captured log;
   auto rank0 = std::async(std::launch::async, [&] { return rank0_exchange(port, log.logger()); });
-  auto wrong = Rendezvous::join(world(1, 2, port, "not the token of this world!"), 800ms);
+  auto wrong = distributed::Rendezvous::join(world(1, 2, port, "not the token of this world!"), 800ms);
   REQUIRE_FALSE(wrong);
   CHECK(wrong.error().code() == Errc::kIo);
   CHECK_THAT(wrong.error().message(),
              Catch::Contains("rank 1 could not join rank 0") && Catch::Contains("did not accept this rank's token"));
   CHECK(log.has("claimed rank 1 but did not prove the world token"));
-  auto right = Rendezvous::join(world(1, 2, port), 10s);
+  auto right = distributed::Rendezvous::join(world(1, 2, port), 10s);
   REQUIRE(right);
   auto got = right->allgather("one");
   REQUIRE(got);
@@ -206,7 +206,7 @@ TEST_CASE("rendezvous security: a fake rank 0 that echoes the protocol is refuse
     if (hello.size() == 84) ::send(conn.get(), hello.data() + 52, 32, MSG_NOSIGNAL);
     read_bytes(conn.get(), 1);  // until the rank hangs up
   });
-  auto one = Rendezvous::join(world(1, 2, port), 5s);
+  auto one = distributed::Rendezvous::join(world(1, 2, port), 5s);
   REQUIRE_FALSE(one);
   CHECK(one.error().code() == Errc::kPermissionDenied);
   CHECK_THAT(one.error().message(), Catch::Contains(fmt::format("the process listening at 127.0.0.1:{}", port)) &&
@@ -245,8 +245,8 @@ TEST_CASE("rendezvous security: a message altered on the way fails its authentic
     }
   });
   auto rank0 = std::async(std::launch::async, [&] { return rank0_exchange(port, Logger{}); });
-  World through_relay = world(1, 2, relay_port);
-  auto one = Rendezvous::join(through_relay, 10s);
+  distributed::World through_relay = world(1, 2, relay_port);
+  auto one = distributed::Rendezvous::join(through_relay, 10s);
   REQUIRE(one);  // the handshake passed through untouched
   (void)one->allgather("one", 2s);
   auto zero = rank0.get();
@@ -261,12 +261,12 @@ TEST_CASE("rendezvous security: rank 0 listens on MASTER_ADDR only, and says so 
           "[dist][rendezvous][security]") {
   SECTION("not reachable through another address of this machine") {
     const std::uint16_t port = free_port();
-    auto rank0 = std::async(std::launch::async, [&] { return Rendezvous::join(world(0, 2, port), 2s); });
+    auto rank0 = std::async(std::launch::async, [&] { return distributed::Rendezvous::join(world(0, 2, port), 2s); });
     UniqueFd here = connect_when_listening(port);
     REQUIRE(here);  // 127.0.0.1: MASTER_ADDR itself
     // 127.0.0.2 is this machine too (all of 127/8 is loopback), but not MASTER_ADDR.
     CHECK_FALSE(connect_to("127.0.0.2", port));
-    auto one = Rendezvous::join(world(1, 2, port), 5s);
+    auto one = distributed::Rendezvous::join(world(1, 2, port), 5s);
     CHECK(one);
     CHECK(rank0.get());
   }
@@ -274,16 +274,16 @@ TEST_CASE("rendezvous security: rank 0 listens on MASTER_ADDR only, and says so 
     const std::uint16_t port = free_port();
     const UniqueFd squatter = listen_on(port);
     REQUIRE(squatter);
-    auto zero = Rendezvous::join(world(0, 2, port), 2s);
+    auto zero = distributed::Rendezvous::join(world(0, 2, port), 2s);
     REQUIRE_FALSE(zero);
     CHECK(zero.error().code() == Errc::kIo);
     CHECK_THAT(zero.error().message(),
                Catch::Contains(fmt::format("rank 0 cannot listen on 127.0.0.1:{}: Address already in use", port)));
   }
   SECTION("a MASTER_ADDR that is not this machine's") {
-    World w = world(0, 2, free_port());
+    distributed::World w = world(0, 2, free_port());
     w.master_addr = "192.0.2.1";  // TEST-NET-1: never assigned
-    auto zero = Rendezvous::join(w, 2s);
+    auto zero = distributed::Rendezvous::join(w, 2s);
     REQUIRE_FALSE(zero);
     CHECK_THAT(zero.error().message(), Catch::Contains("it is not an address of this machine"));
   }
@@ -296,7 +296,7 @@ TEST_CASE("rendezvous security: a one-node world without a token makes a private
   fs::create_directories(dir);
   const std::uint16_t port = free_port();
   const auto make = [&](std::uint32_t r) {
-    World w = world(r, 3, port, "");
+    distributed::World w = world(r, 3, port, "");
     w.runtime_dir = dir.string();
     return w;
   };
@@ -304,7 +304,7 @@ TEST_CASE("rendezvous security: a one-node world without a token makes a private
   std::vector<std::future<Result<std::vector<std::string>>>> ranks;
   for (std::uint32_t r = 0; r < 3; ++r)
     ranks.push_back(std::async(std::launch::async, [&, r]() -> Result<std::vector<std::string>> {
-      QLOAD_ASSIGN_OR_RETURN(Rendezvous rv, Rendezvous::join(make(r), 10s));
+      QLOAD_ASSIGN_OR_RETURN(distributed::Rendezvous rv, distributed::Rendezvous::join(make(r), 10s));
       return rv.allgather(std::to_string(r));
     }));
   for (auto& f : ranks) {
@@ -319,15 +319,15 @@ TEST_CASE("rendezvous security: a one-node world without a token makes a private
 
   // A folder others can enter is refused rather than used.
   fs::permissions(dir / "qload", fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec);
-  auto refused = Rendezvous::join(make(0), 1s);
+  auto refused = distributed::Rendezvous::join(make(0), 1s);
   REQUIRE_FALSE(refused);
   CHECK(refused.error().code() == Errc::kPermissionDenied);
   CHECK_THAT(refused.error().message(), Catch::Contains("is not a private folder of this user"));
 
   // Several nodes without a token: refused before anything listens.
-  World multi = world(0, 4, port, "");
+  distributed::World multi = world(0, 4, port, "");
   multi.local_size = 2;
-  auto no_token = Rendezvous::join(multi, 1s);
+  auto no_token = distributed::Rendezvous::join(multi, 1s);
   REQUIRE_FALSE(no_token);
   CHECK_THAT(no_token.error().message(), Catch::Contains("a world over several nodes needs a token"));
   fs::remove_all(dir);
@@ -354,36 +354,38 @@ TEST_CASE("world token: from QLOAD_WORLD_TOKEN or a private file, long enough, r
     return p.string();
   };
   // One node: no token needed (the rendezvous makes one).
-  auto one_node = world_from_env(env({}));
+  auto one_node = distributed::world_from_env(env({}));
   REQUIRE(one_node);
   CHECK((*one_node)->token.empty());
   // Across nodes: required, and named.
-  auto missing = world_from_env(env({{"LOCAL_WORLD_SIZE", "2"}}));
+  auto missing = distributed::world_from_env(env({{"LOCAL_WORLD_SIZE", "2"}}));
   REQUIRE_FALSE(missing);
   CHECK_THAT(missing.error().message(),
              Catch::Contains("QLOAD_WORLD_TOKEN: is required for a world over several nodes (WORLD_SIZE 4, "
                              "LOCAL_WORLD_SIZE 2)"));
-  auto direct = world_from_env(env({{"LOCAL_WORLD_SIZE", "2"}, {"QLOAD_WORLD_TOKEN", "abcdefghijklmnopqrstuvwxyz"}}));
+  auto direct = distributed::world_from_env(
+      env({{"LOCAL_WORLD_SIZE", "2"}, {"QLOAD_WORLD_TOKEN", "abcdefghijklmnopqrstuvwxyz"}}));
   REQUIRE(direct);
   CHECK((*direct)->token == "abcdefghijklmnopqrstuvwxyz");
-  auto too_short = world_from_env(env({{"QLOAD_WORLD_TOKEN", "hunter2"}}));
+  auto too_short = distributed::world_from_env(env({{"QLOAD_WORLD_TOKEN", "hunter2"}}));
   REQUIRE_FALSE(too_short);
   CHECK_THAT(too_short.error().message(), Catch::Contains("the token is 7 bytes; at least 16"));
   // A file: its first line, only if nobody else can read it.
   const std::string good = write_file("good", "0123456789abcdef0123456789abcdef\nsecond line\n", fs::perms::owner_read);
-  auto from_file = world_from_env(env({{"QLOAD_WORLD_TOKEN_FILE", good}}));
+  auto from_file = distributed::world_from_env(env({{"QLOAD_WORLD_TOKEN_FILE", good}}));
   REQUIRE(from_file);
   CHECK((*from_file)->token == "0123456789abcdef0123456789abcdef");
   const std::string open_file =
       write_file("open", "0123456789abcdef0123456789abcdef\n", fs::perms::owner_read | fs::perms::others_read);
-  auto readable = world_from_env(env({{"QLOAD_WORLD_TOKEN_FILE", open_file}}));
+  auto readable = distributed::world_from_env(env({{"QLOAD_WORLD_TOKEN_FILE", open_file}}));
   REQUIRE_FALSE(readable);
   CHECK(readable.error().code() == Errc::kPermissionDenied);
   CHECK_THAT(readable.error().message(), Catch::Contains("must be readable by its owner only (chmod 600)"));
-  auto both = world_from_env(env({{"QLOAD_WORLD_TOKEN_FILE", good}, {"QLOAD_WORLD_TOKEN", "abcdefghijklmnopqrstu"}}));
+  auto both = distributed::world_from_env(
+      env({{"QLOAD_WORLD_TOKEN_FILE", good}, {"QLOAD_WORLD_TOKEN", "abcdefghijklmnopqrstu"}}));
   REQUIRE_FALSE(both);
   CHECK_THAT(both.error().message(), Catch::Contains("are both set"));
-  auto absent = world_from_env(env({{"QLOAD_WORLD_TOKEN_FILE", (dir / "absent").string()}}));
+  auto absent = distributed::world_from_env(env({{"QLOAD_WORLD_TOKEN_FILE", (dir / "absent").string()}}));
   REQUIRE_FALSE(absent);
   CHECK(absent.error().code() == Errc::kNotFound);
   fs::remove_all(dir);

@@ -31,12 +31,12 @@
 #include <string_view>
 #include <vector>
 
-#include "qload/dist/world.hpp"
+#include "qload/distributed/world.hpp"
 #include "qload/runtime/error.hpp"
 #include "qload/runtime/log.hpp"
 #include "qload/runtime/unique_fd.hpp"
 
-namespace qload {
+namespace qload::distributed {
 
 namespace detail {
 // One authenticated connection: a key and a message count per direction (rendezvous.cpp).
@@ -79,4 +79,4 @@ class Rendezvous {
   std::vector<detail::RendezvousChannel> peers_;
 };
 
-}  // namespace qload
+}  // namespace qload::distributed

@@ -22,7 +22,7 @@
 
 #include "qload/runtime/unique_fd.hpp"
 
-namespace qload::detail {
+namespace qload::distributed::detail {
 namespace {
 
 // A gloo::Context whose pairs are made and connected here, with the addresses exchanged over
@@ -256,4 +256,4 @@ Status gloo_finish(GlooExchange& x) {
   return {};
 }
 
-}  // namespace qload::detail
+}  // namespace qload::distributed::detail

@@ -1,4 +1,4 @@
-#include "qload/dist/communicator.hpp"
+#include "qload/distributed/communicator.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -10,7 +10,7 @@
 
 #include "gloo_group.hpp"
 
-namespace qload {
+namespace qload::distributed {
 
 Result<Communicator> Communicator::create(Rendezvous& rendezvous, std::span<const int> gpu_slots,
                                           const CommunicatorTimeouts& timeouts, std::span<void* const> nccl_comms) {
@@ -131,4 +131,4 @@ Status Communicator::scatter(std::span<const std::uint64_t> sizes, std::span<con
   return move(moves);
 }
 
-}  // namespace qload
+}  // namespace qload::distributed

@@ -7,7 +7,7 @@
 #include <future>
 #include <utility>
 
-#include "qload/dist/communicator.hpp"
+#include "qload/distributed/communicator.hpp"
 #include "support/free_port.hpp"
 
 using namespace qload;
@@ -26,21 +26,21 @@ std::vector<std::byte> part_for(std::uint32_t q, std::uint64_t bytes) {
 
 }  // namespace
 
-World world_of(std::uint32_t r, std::uint32_t size, std::uint16_t port) {
-  return World{
+distributed::World world_of(std::uint32_t r, std::uint32_t size, std::uint16_t port) {
+  return distributed::World{
       .rank = r, .size = size, .local_rank = r, .local_size = size, .master_addr = "127.0.0.1", .master_port = port};
 }
 
 // `body(rank, communicator)` on every rank of a world of `size` (threads), each rank's result.
 template <typename F>
 auto on_every_rank(std::uint32_t size, F body) {
-  using R = decltype(body(0u, std::declval<Communicator&>()));
+  using R = decltype(body(0u, std::declval<distributed::Communicator&>()));
   const std::uint16_t port = free_port();
   std::vector<std::future<R>> ranks;
   for (std::uint32_t r = 0; r < size; ++r)
     ranks.push_back(std::async(std::launch::async, [=]() -> R {
-      QLOAD_ASSIGN_OR_RETURN(Rendezvous rv, Rendezvous::join(world_of(r, size, port), 10s));
-      QLOAD_ASSIGN_OR_RETURN(Communicator comm, Communicator::create(rv, {}));
+      QLOAD_ASSIGN_OR_RETURN(distributed::Rendezvous rv, distributed::Rendezvous::join(world_of(r, size, port), 10s));
+      QLOAD_ASSIGN_OR_RETURN(distributed::Communicator comm, distributed::Communicator::create(rv, {}));
       return body(r, comm);
     }));
   std::vector<R> out;
@@ -52,16 +52,17 @@ TEST_CASE("communicator: scatter gives each rank its own part of the root's byte
   // Rank 2's part is 40 MiB; rank 0's is empty.
   const std::vector<std::uint64_t> sizes = {0, 1000, (std::uint64_t{40} << 20) + 7, 12345};
   const std::uint32_t size = 4, root = 1;
-  auto got = on_every_rank(size, [&](std::uint32_t r, Communicator& comm) -> Result<std::vector<std::byte>> {
-    std::vector<std::vector<std::byte>> parts;
-    std::vector<std::span<const std::byte>> views;
-    if (r == root)
-      for (std::uint32_t q = 0; q < size; ++q) views.push_back(parts.emplace_back(part_for(q, sizes[q])));
-    std::vector<std::byte> mine(r == root ? 0 : sizes[r]);
-    // Twice: the rounds of one scatter do not leak into the next.
-    for (int round = 0; round < 2; ++round) QLOAD_TRY(comm.scatter(sizes, views, mine, root));
-    return mine;
-  });
+  auto got =
+      on_every_rank(size, [&](std::uint32_t r, distributed::Communicator& comm) -> Result<std::vector<std::byte>> {
+        std::vector<std::vector<std::byte>> parts;
+        std::vector<std::span<const std::byte>> views;
+        if (r == root)
+          for (std::uint32_t q = 0; q < size; ++q) views.push_back(parts.emplace_back(part_for(q, sizes[q])));
+        std::vector<std::byte> mine(r == root ? 0 : sizes[r]);
+        // Twice: the rounds of one scatter do not leak into the next.
+        for (int round = 0; round < 2; ++round) QLOAD_TRY(comm.scatter(sizes, views, mine, root));
+        return mine;
+      });
   for (std::uint32_t r = 0; r < size; ++r) {
     INFO("rank " << r);
     if (!got[r]) FAIL(got[r].error().to_string());
@@ -71,13 +72,14 @@ TEST_CASE("communicator: scatter gives each rank its own part of the root's byte
 
 TEST_CASE("communicator: broadcast gives every rank the root's host bytes", "[dist][gloo]") {
   const std::uint32_t size = 3, root = 2;
-  auto got = on_every_rank(size, [&](std::uint32_t r, Communicator& comm) -> Result<std::vector<std::byte>> {
-    std::vector<std::byte> bytes = r == root ? part_for(9, 3'000'001) : std::vector<std::byte>(3'000'001);
-    std::vector<std::byte> empty;
-    const BroadcastBuffer buffers[] = {{.bytes = bytes}, {.bytes = empty}};
-    QLOAD_TRY(comm.broadcast(buffers, root));
-    return bytes;
-  });
+  auto got =
+      on_every_rank(size, [&](std::uint32_t r, distributed::Communicator& comm) -> Result<std::vector<std::byte>> {
+        std::vector<std::byte> bytes = r == root ? part_for(9, 3'000'001) : std::vector<std::byte>(3'000'001);
+        std::vector<std::byte> empty;
+        const distributed::BroadcastBuffer buffers[] = {{.bytes = bytes}, {.bytes = empty}};
+        QLOAD_TRY(comm.broadcast(buffers, root));
+        return bytes;
+      });
   for (std::uint32_t r = 0; r < size; ++r) {
     if (!got[r]) FAIL(got[r].error().to_string());
     CHECK(*got[r] == part_for(9, 3'000'001));
@@ -90,17 +92,17 @@ TEST_CASE("communicator: a root that dies or never sends ends the receiver's wai
     const std::uint16_t port = free_port();
     std::promise<void> received_or_failed;
     auto root = std::async(std::launch::async, [&]() -> Status {
-      QLOAD_ASSIGN_OR_RETURN(Rendezvous rv, Rendezvous::join(world_of(0, 2, port), 1500ms));
-      QLOAD_ASSIGN_OR_RETURN(Communicator comm, Communicator::create(rv, {}));
+      QLOAD_ASSIGN_OR_RETURN(distributed::Rendezvous rv, distributed::Rendezvous::join(world_of(0, 2, port), 1500ms));
+      QLOAD_ASSIGN_OR_RETURN(distributed::Communicator comm, distributed::Communicator::create(rv, {}));
       // Both ends have their mesh before the root goes (dying while the other still connects is
       // a failure of the creation instead, also an error, but not the one tested here).
       QLOAD_TRY(comm.all_ok(true));
       if (!dies) received_or_failed.get_future().wait();  // alive, silent
       return {};                                          // dies: its communicator and sockets go
     });
-    Result<Rendezvous> rv = Rendezvous::join(world_of(1, 2, port), 1500ms);
+    Result<distributed::Rendezvous> rv = distributed::Rendezvous::join(world_of(1, 2, port), 1500ms);
     REQUIRE(rv);
-    Result<Communicator> comm = Communicator::create(*rv, {});
+    Result<distributed::Communicator> comm = distributed::Communicator::create(*rv, {});
     REQUIRE(comm);
     REQUIRE(comm->all_ok(true));
     std::vector<std::byte> mine(1 << 20);
@@ -115,9 +117,10 @@ TEST_CASE("communicator: a root that dies or never sends ends the receiver's wai
 }
 
 TEST_CASE("communicator: a scatter whose sizes disagree with the receiver's buffer is refused", "[dist]") {
-  auto rv = Rendezvous::join(World{.rank = 0, .size = 1, .master_addr = "127.0.0.1", .master_port = 1}, 1s);
+  auto rv = distributed::Rendezvous::join(
+      distributed::World{.rank = 0, .size = 1, .master_addr = "127.0.0.1", .master_port = 1}, 1s);
   REQUIRE(rv);
-  auto comm = Communicator::create(*rv, {});
+  auto comm = distributed::Communicator::create(*rv, {});
   REQUIRE(comm);
   const std::vector<std::uint64_t> sizes = {0};
   std::vector<std::byte> none;

@@ -23,11 +23,11 @@
 
 #include <fmt/format.h>
 
-#include "qload/dist/communicator.hpp"
+#include "qload/distributed/communicator.hpp"
 #include "qload/runtime/cuda.hpp"
 #include "qload/runtime/cuda_memory.hpp"
 
-namespace qload::detail {
+namespace qload::distributed::detail {
 namespace {
 
 struct NcclApi {
@@ -319,4 +319,4 @@ Status nccl_broadcast(NcclGroup& group, std::span<const BroadcastBuffer> buffers
   return group.wait(slots, true, what);
 }
 
-}  // namespace qload::detail
+}  // namespace qload::distributed::detail

@@ -1,7 +1,7 @@
 // Builds without NCCL: GPU memory cannot be broadcast.
-#include "qload/dist/communicator.hpp"
+#include "qload/distributed/communicator.hpp"
 
-namespace qload::detail {
+namespace qload::distributed::detail {
 
 struct NcclGroup {};
 
@@ -19,4 +19,4 @@ Status nccl_broadcast(NcclGroup&, std::span<const BroadcastBuffer>, std::uint32_
   return fail(Errc::kUnsupported, "this build of qload has no NCCL support");
 }
 
-}  // namespace qload::detail
+}  // namespace qload::distributed::detail

@@ -10,11 +10,11 @@
 #include <memory>
 #include <span>
 
-#include "qload/dist/communicator.hpp"
-#include "qload/dist/rendezvous.hpp"
+#include "qload/distributed/communicator.hpp"
+#include "qload/distributed/rendezvous.hpp"
 #include "qload/runtime/error.hpp"
 
-namespace qload::detail {
+namespace qload::distributed::detail {
 
 // GlooGroup and its deleter are declared in communicator.hpp, which owns one.
 using GlooGroupPtr = std::unique_ptr<GlooGroup, GlooGroupDeleter>;
@@ -31,4 +31,4 @@ Result<GlooExchangePtr> gloo_post(GlooGroup& group, std::vector<HostMove> moves)
 Status gloo_send(GlooExchange& exchange, std::size_t i);
 Status gloo_finish(GlooExchange& exchange);
 
-}  // namespace qload::detail
+}  // namespace qload::distributed::detail

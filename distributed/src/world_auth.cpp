@@ -16,7 +16,7 @@
 
 #include "qload/runtime/unique_fd.hpp"
 
-namespace qload::dist_detail {
+namespace qload::distributed::detail {
 namespace {
 
 struct MacCtxDeleter {
@@ -146,4 +146,4 @@ Result<std::string> read_auto_token(const World& world) {
   return token;
 }
 
-}  // namespace qload::dist_detail
+}  // namespace qload::distributed::detail

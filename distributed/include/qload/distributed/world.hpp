@@ -10,7 +10,7 @@
 
 #include "qload/runtime/error.hpp"
 
-namespace qload {
+namespace qload::distributed {
 
 struct World {
   std::uint32_t rank = 0;                 // RANK: this process, 0 <= rank < size
@@ -51,4 +51,4 @@ Result<std::optional<World>> world_from_env(const EnvLookup& env);
 // and one for a world over several nodes. kInvalidArgument naming what is wrong.
 Status check_world(const World& world);
 
-}  // namespace qload
+}  // namespace qload::distributed

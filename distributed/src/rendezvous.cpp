@@ -1,4 +1,4 @@
-#include "qload/dist/rendezvous.hpp"
+#include "qload/distributed/rendezvous.hpp"
 
 #include <netdb.h>
 #include <netinet/in.h>
@@ -21,16 +21,16 @@
 
 #include "world_auth.hpp"
 
-namespace qload {
+namespace qload::distributed {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
+using detail::bytes_of;
+using detail::hmac_sha256;
+using detail::Mac;
+using detail::Nonce;
 using detail::RendezvousChannel;
-using dist_detail::bytes_of;
-using dist_detail::hmac_sha256;
-using dist_detail::Mac;
-using dist_detail::Nonce;
 
 constexpr std::array<char, 8> kMagic = {'q', 'l', 'o', 'a', 'd', '-', 'r', 'v'};
 constexpr std::uint32_t kVersion = 2;  // 2: authenticated (1 trusted any hello)
@@ -182,7 +182,7 @@ Result<std::string> recv_message(RendezvousChannel& c, const std::string& peer) 
   QLOAD_TRY(recv_all(c.fd.get(), message.data(), message.size(), peer));
   Mac mac{};
   QLOAD_TRY(recv_all(c.fd.get(), mac.data(), mac.size(), peer));
-  if (!dist_detail::same_mac(mac, message_mac(c.receive_key, c.received++, length, message)))
+  if (!detail::same_mac(mac, message_mac(c.receive_key, c.received++, length, message)))
     return fail(Error(Errc::kPermissionDenied,
                       fmt::format("rendezvous: message {} from {} failed its authentication (forged, replayed or "
                                   "altered on the way)",
@@ -336,7 +336,7 @@ Result<std::vector<RendezvousChannel>> accept_ranks(const World& world, std::str
         drop(i, "it does not speak this version of qload's rendezvous");
         continue;
       }
-      if (!dist_detail::same_mac(hello.mac, joiner_proof(token, p.nonce, hello))) {
+      if (!detail::same_mac(hello.mac, joiner_proof(token, p.nonce, hello))) {
         drop(i, fmt::format("it claimed rank {} but did not prove the world token (a stranger, or a rank given "
                             "another QLOAD_WORLD_TOKEN)",
                             hello.rank));
@@ -368,7 +368,7 @@ Result<std::vector<RendezvousChannel>> accept_ranks(const World& world, std::str
     if (!conn) continue;  // the peer went away before we took it; it will retry
     Pending p{.fd = std::move(conn), .from = "", .nonce = {}, .deadline = now + kHandshakeTime, .hello = {}};
     p.from = peer_name(p.fd.get());
-    QLOAD_ASSIGN_OR_RETURN(p.nonce, dist_detail::fresh_nonce());
+    QLOAD_ASSIGN_OR_RETURN(p.nonce, detail::fresh_nonce());
     const Challenge challenge{.nonce = p.nonce};
     // 44 bytes into a fresh socket's empty buffer: all of it is taken at once.
     if (::send(p.fd.get(), &challenge, sizeof challenge, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof challenge))
@@ -382,7 +382,7 @@ Result<std::vector<RendezvousChannel>> accept_ranks(const World& world, std::str
 // The token this rank proves: the world's, else (one node) the one rank 0 wrote.
 Result<std::string> joiner_token(const World& world) {
   if (!world.token.empty()) return world.token;
-  return dist_detail::read_auto_token(world);
+  return detail::read_auto_token(world);
 }
 
 constexpr std::string_view kDroppedHandshake = "rank 0 closed the connection during the handshake";
@@ -406,7 +406,7 @@ Result<std::optional<RendezvousChannel>> handshake(UniqueFd fd, const World& wor
     return std::optional<RendezvousChannel>();
   }
   Hello hello{.size = world.size, .rank = world.rank};
-  QLOAD_ASSIGN_OR_RETURN(hello.nonce, dist_detail::fresh_nonce());
+  QLOAD_ASSIGN_OR_RETURN(hello.nonce, detail::fresh_nonce());
   hello.mac = joiner_proof(*token, challenge.nonce, hello);
   Mac welcome{};
   if (!send_all(fd.get(), &hello, sizeof hello, "rank 0") ||
@@ -415,7 +415,7 @@ Result<std::optional<RendezvousChannel>> handshake(UniqueFd fd, const World& wor
           ": it did not accept this rank's token (is QLOAD_WORLD_TOKEN the same on every rank?)";
     return std::optional<RendezvousChannel>();
   }
-  if (!dist_detail::same_mac(welcome, rank0_proof(*token, challenge.nonce, hello)))
+  if (!detail::same_mac(welcome, rank0_proof(*token, challenge.nonce, hello)))
     return fail(Error(Errc::kPermissionDenied,
                       fmt::format("rendezvous: the process listening at {} did not prove the world token: it is not "
                                   "rank 0 of this world (another program on the port, or its QLOAD_WORLD_TOKEN "
@@ -489,9 +489,9 @@ Result<Rendezvous> Rendezvous::join(const World& world, std::chrono::millisecond
   if (world.rank == 0) {
     // A one-node world without a token makes one, in a file the other ranks (this user's
     // processes) can read and nobody else can; it goes once everyone has joined.
-    std::optional<dist_detail::AutoTokenFile> made;
+    std::optional<detail::AutoTokenFile> made;
     if (world.token.empty()) {
-      QLOAD_ASSIGN_OR_RETURN(made, dist_detail::AutoTokenFile::create(world));
+      QLOAD_ASSIGN_OR_RETURN(made, detail::AutoTokenFile::create(world));
     }
     const std::string_view token = made ? std::string_view(made->token()) : std::string_view(world.token);
     QLOAD_ASSIGN_OR_RETURN(std::vector<RendezvousChannel> peers, accept_ranks(world, token, timeout, log));
@@ -545,4 +545,4 @@ Result<std::vector<std::string>> Rendezvous::allgather(std::string_view mine, st
   return all;
 }
 
-}  // namespace qload
+}  // namespace qload::distributed

@@ -11,8 +11,8 @@
 
 #include <fmt/format.h>
 
-#include "qload/dist/rendezvous.hpp"
-#include "qload/dist/world.hpp"
+#include "qload/distributed/rendezvous.hpp"
+#include "qload/distributed/world.hpp"
 #include "support/free_port.hpp"
 
 using namespace qload;
@@ -21,40 +21,40 @@ using namespace std::chrono_literals;
 
 namespace {
 
-EnvLookup env_of(const std::map<std::string, std::string>& vars) {
+distributed::EnvLookup env_of(const std::map<std::string, std::string>& vars) {
   return [vars](const char* name) -> const char* {
     const auto it = vars.find(name);
     return it == vars.end() ? nullptr : it->second.c_str();
   };
 }
 
-World world(std::uint32_t rank, std::uint32_t size, std::uint16_t port) {
-  return World{.rank = rank,
-               .size = size,
-               .local_rank = rank,
-               .local_size = size,
-               .master_addr = "127.0.0.1",
-               .master_port = port};
+distributed::World world(std::uint32_t rank, std::uint32_t size, std::uint16_t port) {
+  return distributed::World{.rank = rank,
+                            .size = size,
+                            .local_rank = rank,
+                            .local_size = size,
+                            .master_addr = "127.0.0.1",
+                            .master_port = port};
 }
 
 }  // namespace
 
 TEST_CASE("world: read from torchrun's variables, with defaults and named errors", "[runtime][world]") {
-  auto none = world_from_env(env_of({}));
+  auto none = distributed::world_from_env(env_of({}));
   REQUIRE(none);
   CHECK_FALSE(none->has_value());
-  auto one = world_from_env(env_of({{"WORLD_SIZE", "1"}}));
+  auto one = distributed::world_from_env(env_of({{"WORLD_SIZE", "1"}}));
   REQUIRE(one);
   CHECK_FALSE(one->has_value());
 
-  auto full = world_from_env(env_of({{"WORLD_SIZE", "8"},
-                                     {"RANK", "5"},
-                                     {"LOCAL_RANK", "1"},
-                                     {"LOCAL_WORLD_SIZE", "4"},
-                                     {"MASTER_ADDR", "node0"},
-                                     {"MASTER_PORT", "1234"},
-                                     {"QLOAD_WORLD_TOKEN", "0123456789abcdef0123"},
-                                     {"XDG_RUNTIME_DIR", "/run/user/1000"}}));
+  auto full = distributed::world_from_env(env_of({{"WORLD_SIZE", "8"},
+                                                  {"RANK", "5"},
+                                                  {"LOCAL_RANK", "1"},
+                                                  {"LOCAL_WORLD_SIZE", "4"},
+                                                  {"MASTER_ADDR", "node0"},
+                                                  {"MASTER_PORT", "1234"},
+                                                  {"QLOAD_WORLD_TOKEN", "0123456789abcdef0123"},
+                                                  {"XDG_RUNTIME_DIR", "/run/user/1000"}}));
   REQUIRE(full);
   REQUIRE(full->has_value());
   CHECK((*full)->rank == 5);
@@ -66,7 +66,7 @@ TEST_CASE("world: read from torchrun's variables, with defaults and named errors
   CHECK((*full)->token == "0123456789abcdef0123");
   CHECK((*full)->runtime_dir == "/run/user/1000");
 
-  auto defaults = world_from_env(env_of({{"WORLD_SIZE", "4"}, {"RANK", "3"}, {"MASTER_ADDR", "h"}}));
+  auto defaults = distributed::world_from_env(env_of({{"WORLD_SIZE", "4"}, {"RANK", "3"}, {"MASTER_ADDR", "h"}}));
   REQUIRE(defaults);
   CHECK((*defaults)->local_size == 4);
   CHECK((*defaults)->local_rank == 3);
@@ -74,7 +74,7 @@ TEST_CASE("world: read from torchrun's variables, with defaults and named errors
   CHECK((*defaults)->token.empty());  // one node: the rendezvous makes its own
 
   const auto error_of = [](std::map<std::string, std::string> vars) {
-    auto w = world_from_env(env_of(vars));
+    auto w = distributed::world_from_env(env_of(vars));
     REQUIRE_FALSE(w);
     CHECK(w.error().code() == Errc::kInvalidArgument);
     return w.error().message();
@@ -100,7 +100,7 @@ TEST_CASE("rendezvous: ranks joining in any order exchange messages by rank, sev
     for (std::uint32_t r = size; r-- > 0;) {
       ranks.push_back(std::async(std::launch::async, [=]() -> Result<std::vector<std::vector<std::string>>> {
         if (r == 0) std::this_thread::sleep_for(200ms);
-        QLOAD_ASSIGN_OR_RETURN(Rendezvous rv, Rendezvous::join(world(r, size, port), 10s));
+        QLOAD_ASSIGN_OR_RETURN(distributed::Rendezvous rv, distributed::Rendezvous::join(world(r, size, port), 10s));
         std::vector<std::vector<std::string>> rounds;
         for (int round = 0; round < 3; ++round) {
           // Sizes differ per rank, including empty messages.
@@ -127,15 +127,15 @@ TEST_CASE("rendezvous: a rank that exits, a duplicate rank and a missing rank fa
   SECTION("a rank that leaves before the exchange") {
     const std::uint16_t port = free_port();
     auto rank0 = std::async(std::launch::async, [=]() -> Result<std::vector<std::string>> {
-      QLOAD_ASSIGN_OR_RETURN(Rendezvous rv, Rendezvous::join(world(0, 3, port), 10s));
+      QLOAD_ASSIGN_OR_RETURN(distributed::Rendezvous rv, distributed::Rendezvous::join(world(0, 3, port), 10s));
       return rv.allgather("zero");
     });
     auto rank1 = std::async(std::launch::async, [=]() -> Result<std::vector<std::string>> {
-      QLOAD_ASSIGN_OR_RETURN(Rendezvous rv, Rendezvous::join(world(1, 3, port), 10s));
+      QLOAD_ASSIGN_OR_RETURN(distributed::Rendezvous rv, distributed::Rendezvous::join(world(1, 3, port), 10s));
       return rv.allgather("one");
     });
     {
-      auto rank2 = Rendezvous::join(world(2, 3, port), 10s);  // joins, then fails and goes away
+      auto rank2 = distributed::Rendezvous::join(world(2, 3, port), 10s);  // joins, then fails and goes away
       REQUIRE(rank2);
     }
     auto zero = rank0.get();
@@ -149,9 +149,9 @@ TEST_CASE("rendezvous: a rank that exits, a duplicate rank and a missing rank fa
   }
   SECTION("two processes with the same RANK") {
     const std::uint16_t port = free_port();
-    auto rank0 = std::async(std::launch::async, [=] { return Rendezvous::join(world(0, 3, port), 10s); });
-    auto a = std::async(std::launch::async, [=] { return Rendezvous::join(world(1, 3, port), 10s); });
-    auto b = std::async(std::launch::async, [=] { return Rendezvous::join(world(1, 3, port), 10s); });
+    auto rank0 = std::async(std::launch::async, [=] { return distributed::Rendezvous::join(world(0, 3, port), 10s); });
+    auto a = std::async(std::launch::async, [=] { return distributed::Rendezvous::join(world(1, 3, port), 10s); });
+    auto b = std::async(std::launch::async, [=] { return distributed::Rendezvous::join(world(1, 3, port), 10s); });
     auto zero = rank0.get();
     REQUIRE_FALSE(zero);
     CHECK(zero.error().code() == Errc::kInvalidArgument);
@@ -161,19 +161,19 @@ TEST_CASE("rendezvous: a rank that exits, a duplicate rank and a missing rank fa
   }
   SECTION("a WORLD_SIZE that differs") {
     const std::uint16_t port = free_port();
-    auto rank0 = std::async(std::launch::async, [=] { return Rendezvous::join(world(0, 2, port), 10s); });
-    auto other = Rendezvous::join(world(1, 3, port), 10s);
+    auto rank0 = std::async(std::launch::async, [=] { return distributed::Rendezvous::join(world(0, 2, port), 10s); });
+    auto other = distributed::Rendezvous::join(world(1, 3, port), 10s);
     auto zero = rank0.get();
     REQUIRE_FALSE(zero);
     CHECK_THAT(zero.error().message(), Catch::Contains("rank 1 says WORLD_SIZE is 3, rank 0 says 2"));
   }
   SECTION("a rank that never comes, and a rank 0 that never listens") {
     const std::uint16_t port = free_port();
-    auto zero = Rendezvous::join(world(0, 2, port), 300ms);
+    auto zero = distributed::Rendezvous::join(world(0, 2, port), 300ms);
     REQUIRE_FALSE(zero);
     CHECK(zero.error().code() == Errc::kIo);
     CHECK_THAT(zero.error().message(), Catch::Contains("1 of 2 ranks joined"));
-    auto one = Rendezvous::join(world(1, 2, free_port()), 300ms);
+    auto one = distributed::Rendezvous::join(world(1, 2, free_port()), 300ms);
     REQUIRE_FALSE(one);
     CHECK_THAT(one.error().message(), Catch::Contains("rank 1 could not join rank 0 at 127.0.0.1:"));
   }
@@ -186,13 +186,13 @@ TEST_CASE("rendezvous: a rank that exits, a duplicate rank and a missing rank fa
           said.emplace_back(line);
         },
         LogLevel::kInfo);
-    REQUIRE_FALSE(Rendezvous::join(world(0, 2, free_port()), 1000ms, log));
+    REQUIRE_FALSE(distributed::Rendezvous::join(world(0, 2, free_port()), 1000ms, log));
     REQUIRE(said.size() >= 2);
     CHECK(said.size() <= 4);
     CHECK_THAT(said.front(), Catch::Contains("rank 0 has waited 0 s on 127.0.0.1:") &&
                                  Catch::Contains("1 of 2 ranks joined") && Catch::Contains("QLOAD_RENDEZVOUS_TIMEOUT"));
     said.clear();
-    REQUIRE_FALSE(Rendezvous::join(world(1, 2, free_port()), 1000ms, log));
+    REQUIRE_FALSE(distributed::Rendezvous::join(world(1, 2, free_port()), 1000ms, log));
     REQUIRE(said.size() >= 2);
     CHECK_THAT(said.front(), Catch::Contains("rank 1 has tried 0 s to join rank 0 at 127.0.0.1:"));
   }
@@ -202,7 +202,7 @@ TEST_CASE("rendezvous: an exchange waits as long as asked for a slow rank", "[ru
   const std::uint16_t port = free_port();
   // Rank 1 joins at once, then takes 600 ms before each of its two messages.
   auto slow = std::async(std::launch::async, [=]() -> Status {
-    QLOAD_ASSIGN_OR_RETURN(Rendezvous rv, Rendezvous::join(world(1, 2, port), 10s));
+    QLOAD_ASSIGN_OR_RETURN(distributed::Rendezvous rv, distributed::Rendezvous::join(world(1, 2, port), 10s));
     for (int round = 0; round < 2; ++round) {
       std::this_thread::sleep_for(600ms);
       auto all = rv.allgather("late");
@@ -211,7 +211,7 @@ TEST_CASE("rendezvous: an exchange waits as long as asked for a slow rank", "[ru
     }
     return {};
   });
-  auto rank0 = Rendezvous::join(world(0, 2, port), 300ms);
+  auto rank0 = distributed::Rendezvous::join(world(0, 2, port), 300ms);
   REQUIRE(rank0);
   // No limit: it gets rank 1's message.
   auto waited = rank0->allgather("waited", 0ms);
@@ -221,6 +221,6 @@ TEST_CASE("rendezvous: an exchange waits as long as asked for a slow rank", "[ru
   auto gave_up = rank0->allgather("impatient");
   REQUIRE_FALSE(gave_up);
   CHECK_THAT(gave_up.error().message(), Catch::Contains("timed out waiting for rank 1"));
-  { const Rendezvous closed = std::move(*rank0); }  // rank 1's last exchange then fails at once
+  { const distributed::Rendezvous closed = std::move(*rank0); }  // rank 1's last exchange then fails at once
   CHECK(slow.get());
 }

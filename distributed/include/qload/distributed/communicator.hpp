@@ -12,11 +12,11 @@
 #include <memory>
 #include <span>
 
-#include "qload/dist/rendezvous.hpp"
+#include "qload/distributed/rendezvous.hpp"
 #include "qload/runtime/error.hpp"
 #include "qload/runtime/settings.hpp"
 
-namespace qload {
+namespace qload::distributed {
 
 // How long its operations may wait (the settings of the same names).
 struct CommunicatorTimeouts {
@@ -154,4 +154,4 @@ Result<std::unique_ptr<NcclGroup, NcclGroupDeleter>> make_nccl_group(Rendezvous&
 Status nccl_broadcast(NcclGroup& group, std::span<const BroadcastBuffer> buffers, std::uint32_t root);
 }  // namespace detail
 
-}  // namespace qload
+}  // namespace qload::distributed

@@ -2,7 +2,7 @@
 // processes, so the loads that need it are refused by name.
 #include "gloo_group.hpp"
 
-namespace qload::detail {
+namespace qload::distributed::detail {
 
 struct GlooGroup {};
 
@@ -33,4 +33,4 @@ Status gloo_finish(GlooExchange&) {
   return fail(Errc::kUnsupported, "this qload was built without Gloo");
 }
 
-}  // namespace qload::detail
+}  // namespace qload::distributed::detail

@@ -9,10 +9,10 @@
 #include <string>
 #include <string_view>
 
-#include "qload/dist/world.hpp"
+#include "qload/distributed/world.hpp"
 #include "qload/runtime/error.hpp"
 
-namespace qload::dist_detail {
+namespace qload::distributed::detail {
 
 using Mac = std::array<unsigned char, 32>;
 using Nonce = std::array<unsigned char, 32>;
@@ -54,4 +54,4 @@ class AutoTokenFile {
 // Any other rank: the token rank 0 wrote; kNotFound while it is not there yet.
 Result<std::string> read_auto_token(const World& world);
 
-}  // namespace qload::dist_detail
+}  // namespace qload::distributed::detail
