@@ -143,6 +143,118 @@ std::optional<std::vector<std::uint64_t>> permutation(const std::vector<std::pai
   return source;
 }
 
+// One stored tensor bound to its destination: what every way of placing it needs.
+struct Binding {
+  const formats::TensorEntry& t;
+  std::uint32_t index;
+  const Destination& d;
+  bool converts;            // into another float dtype
+  bool host;                // a host destination, which direct reads may fill
+  bool large;               // at least direct_min_bytes
+  std::uint64_t row_bytes;  // of the stored tensor's dim-0 rows
+  TensorPlacement& placed;
+};
+
+// Every row once, unconverted, large, on the host, packed, rows of at least kPermutedRowBytes:
+// read whole and straight into the destination, then permuted there (no staging copy, and no
+// read per row, as a permutation of single rows would otherwise need). False: not such a one.
+Result<bool> bind_permuted(const Binding& b, Plan& plan, std::vector<Bound>& bound) {
+  const Destination& d = b.d;
+  if (d.rows.empty() || d.region || d.row_pitch != 0 || !b.host || b.converts || !b.large ||
+      b.row_bytes < kPermutedRowBytes)
+    return false;
+  auto source = permutation(d.rows, b.t.shape[0]);
+  if (!source) return false;
+  QLOAD_TRY(check_room(b.t.name, d, d.dtype, b.t.shape, b.t.nbytes, b.t.nbytes));
+  b.placed = TensorPlacement{.direct = true, .dtype = d.dtype, .bytes = b.t.nbytes};
+  plan.layout.permuted.push_back(RowPermutation{.tensor = b.index, .source = std::move(*source)});
+  bound.push_back({b.t.name, &d, packed(d), [&placed = b.placed](std::uint32_t region, std::uint64_t offset) {
+                     placed.region = region;
+                     placed.offset = offset;
+                   }});
+  return true;
+}
+
+// The whole tensor into packed memory: one placement, read straight in when it may be.
+Status bind_whole(const Binding& b, std::vector<Bound>& bound) {
+  const std::uint64_t bytes = b.converts ? formats::converted_bytes(b.t.nbytes, b.t.dtype, b.d.dtype) : b.t.nbytes;
+  QLOAD_TRY(check_room(b.t.name, b.d, b.d.dtype, b.t.shape, bytes, bytes));
+  b.placed = TensorPlacement{.direct = b.host && !b.converts && b.large, .dtype = b.d.dtype, .bytes = bytes};
+  bound.push_back({b.t.name, &b.d, packed(b.d), [&placed = b.placed](std::uint32_t region, std::uint64_t offset) {
+                     placed.region = region;
+                     placed.offset = offset;
+                   }});
+  return {};
+}
+
+// The caller's memory a part of `bytes` placed bytes and `rows` dim-0 rows covers: packed, or
+// rows Destination::row_pitch apart (checked to hold a row each, in whole elements).
+Result<Footprint> part_footprint(const Binding& b, std::uint64_t bytes, std::uint64_t rows) {
+  const Destination& d = b.d;
+  const std::uint64_t element = dtype_info(d.dtype).block_bytes;
+  const std::uint64_t row = rows == 0 ? 0 : bytes / rows;
+  if (d.row_pitch == 0 || d.row_pitch == row) return packed(d);
+  if (d.row_pitch < row)
+    return fail(destination_error(
+        b.t.name, Errc::kInvalidArgument,
+        fmt::format("the destination's rows are {} bytes apart, but each holds {}: they would overlap", d.row_pitch,
+                    row)));
+  if (d.row_pitch % element != 0)
+    return fail(destination_error(
+        b.t.name, Errc::kInvalidArgument,
+        fmt::format("the destination's row pitch of {} bytes is not a whole number of its {}-byte elements",
+                    d.row_pitch, element)));
+  return Footprint{.address = d.address, .row_bytes = row, .pitch = d.row_pitch, .rows = rows};
+}
+
+// A region, rows in the caller's order, or rows a pitch apart (the whole tensor's, as a region of
+// all of dim 0): a shard of the tensor, placed by the deliveries; read straight in only when it
+// is whole rows, unconverted, packed and in ranges large enough to be reads of their own.
+Status bind_part(const Binding& b, const PlanOptions& options, Plan& plan, std::vector<Bound>& bound) {
+  const formats::TensorEntry& t = b.t;
+  const Destination& d = b.d;
+  if (!d.region && d.rows.empty() && t.shape.rank() == 0)
+    return fail(destination_error(t.name, Errc::kInvalidArgument, "a row pitch for a scalar, which has no rows"));
+  QLOAD_ASSIGN_OR_RETURN(ShardSlice slice, d.region ? region_slice(t, *d.region)
+                                           : d.rows.empty()
+                                               ? region_slice(t, TensorRegion{.dim = 0, .begin = 0, .end = t.shape[0]})
+                                               : rows_slice(t, d.rows));
+  QLOAD_ASSIGN_OR_RETURN(const std::uint64_t numel, slice.shape.numel());
+  const std::uint64_t bytes = numel * dtype_info(d.dtype).block_bytes;  // at most the tensor's placed bytes
+  const std::uint64_t rows_placed = slice.shape.rank() == 0 ? 1 : slice.shape[0];
+  QLOAD_ASSIGN_OR_RETURN(const Footprint footprint, part_footprint(b, bytes, rows_placed));
+  const std::uint64_t pitch = rows_placed != 0 && d.row_pitch == bytes / rows_placed ? 0 : d.row_pitch;
+  QLOAD_TRY(check_room(t.name, d, d.dtype, slice.shape, bytes, footprint.empty() ? 0 : footprint.end() - d.address));
+  const auto k = static_cast<std::uint32_t>(plan.copies.shards.size());
+  plan.copies.shards.push_back(ShardPlacement{.tensor = b.index,
+                                              .dtype = d.dtype,
+                                              .bytes = bytes,
+                                              .split = Split::kRegion,
+                                              .slice = std::move(slice),
+                                              .row_pitch = pitch});
+  const ShardPlacement& shard = plan.copies.shards.back();
+  std::uint64_t needed = 0;
+  for (const auto& [begin, end] : shard_ranges(t, std::span(&shard, 1), options.max_gap_bytes)) needed += end - begin;
+  const bool partial = needed < t.nbytes && !options.whole_tensor_reads;
+  const bool rows =
+      shard.slice.col_begin == 0 &&
+      shard.slice.col_end * dtype_info(t.dtype).block_bytes * view_row_count(t.shape, shard.slice) == t.nbytes &&
+      std::ranges::all_of(shard.slice.rows,
+                          [&](const auto& r) { return (r.second - r.first) * b.row_bytes >= kDirectRangeBytes; });
+  b.placed = TensorPlacement{
+      .first_shard = k,
+      .shard_count = 1,
+      .partial = partial,
+      .direct = b.host && !b.converts && b.large && rows && pitch == 0 && bytes == (partial ? needed : t.nbytes),
+      .dtype = d.dtype,
+      .bytes = bytes};
+  bound.push_back({t.name, &d, footprint, [&plan, &placed = b.placed, k](std::uint32_t region, std::uint64_t offset) {
+                     plan.copies.shards[k].region = placed.region = region;
+                     plan.copies.shards[k].offset = placed.offset = offset;
+                   }});
+  return {};
+}
+
 // A stored tensor (or its region) into the caller's memory, in the destination's dtype.
 Status bind_stored(const formats::Catalog& catalog, std::uint32_t i, const Destination& d, const PlanOptions& options,
                    Plan& plan, std::vector<Bound>& bound) {
@@ -155,96 +267,22 @@ Status bind_stored(const formats::Catalog& catalog, std::uint32_t i, const Desti
         tensor_error(catalog, t, Errc::kInvalidArgument,
                      fmt::format("the destination is {}, the tensor {}: only F16, BF16 and F32 tensors convert on load",
                                  dtype_name(d.dtype), dtype_name(t.dtype))));
-  const bool host = d.device.is_cpu();
-  const bool large = options.direct_min_bytes > 0 && t.nbytes >= options.direct_min_bytes;
-  TensorPlacement& placed = plan.layout.tensors[i];
-  // Every row once, unconverted, large, on the host, rows of at least kPermutedRowBytes: read
-  // whole and straight into the destination, then permuted there (no staging copy, and no read
-  // per row, as a permutation of single rows would otherwise need).
-  const std::uint64_t row_bytes = t.shape.rank() == 0 || t.shape[0] == 0 ? 0 : t.nbytes / t.shape[0];
-  if (!d.rows.empty() && !d.region && d.row_pitch == 0 && host && !converts && large && row_bytes >= kPermutedRowBytes)
-    if (auto source = permutation(d.rows, t.shape[0])) {
-      QLOAD_TRY(check_room(t.name, d, d.dtype, t.shape, t.nbytes, t.nbytes));
-      placed = TensorPlacement{.direct = true, .dtype = d.dtype, .bytes = t.nbytes};
-      plan.layout.permuted.push_back(RowPermutation{.tensor = i, .source = std::move(*source)});
-      bound.push_back({t.name, &d, packed(d), [&placed](std::uint32_t region, std::uint64_t offset) {
-                         placed.region = region;
-                         placed.offset = offset;
-                       }});
-      plan.reads.direct_tensors += 1;
-      QLOAD_ASSIGN_OR_RETURN(plan.layout.placed_bytes, checked_add(plan.layout.placed_bytes, placed.bytes));
-      return {};
-    }
-  if (!d.region && d.rows.empty() && d.row_pitch == 0) {
-    const std::uint64_t bytes = converts ? formats::converted_bytes(t.nbytes, t.dtype, d.dtype) : t.nbytes;
-    QLOAD_TRY(check_room(t.name, d, d.dtype, t.shape, bytes, bytes));
-    placed = TensorPlacement{.direct = host && !converts && large, .dtype = d.dtype, .bytes = bytes};
-    bound.push_back({t.name, &d, packed(d), [&placed](std::uint32_t region, std::uint64_t offset) {
-                       placed.region = region;
-                       placed.offset = offset;
-                     }});
-  } else {
-    // A region, rows in the caller's order, or rows a pitch apart (the whole tensor's, as a
-    // region of all of dim 0): a shard of the tensor, placed by the deliveries.
-    if (!d.region && d.rows.empty() && t.shape.rank() == 0)
-      return fail(destination_error(t.name, Errc::kInvalidArgument, "a row pitch for a scalar, which has no rows"));
-    QLOAD_ASSIGN_OR_RETURN(ShardSlice slice,
-                           d.region         ? region_slice(t, *d.region)
-                           : d.rows.empty() ? region_slice(t, TensorRegion{.dim = 0, .begin = 0, .end = t.shape[0]})
-                                            : rows_slice(t, d.rows));
-    QLOAD_ASSIGN_OR_RETURN(const std::uint64_t numel, slice.shape.numel());
-    const std::uint64_t element = dtype_info(d.dtype).block_bytes;
-    const std::uint64_t bytes = numel * element;  // at most the tensor's placed bytes
-    const std::uint64_t rows_placed = slice.shape.rank() == 0 ? 1 : slice.shape[0];
-    const std::uint64_t placed_row = rows_placed == 0 ? 0 : bytes / rows_placed;
-    const std::uint64_t pitch = d.row_pitch == placed_row ? 0 : d.row_pitch;
-    if (pitch != 0 && pitch < placed_row)
-      return fail(destination_error(
-          t.name, Errc::kInvalidArgument,
-          fmt::format("the destination's rows are {} bytes apart, but each holds {}: they would overlap", pitch,
-                      placed_row)));
-    if (pitch % element != 0)
-      return fail(destination_error(
-          t.name, Errc::kInvalidArgument,
-          fmt::format("the destination's row pitch of {} bytes is not a whole number of its {}-byte elements", pitch,
-                      element)));
-    const Footprint footprint =
-        pitch == 0 ? packed(d)
-                   : Footprint{.address = d.address, .row_bytes = placed_row, .pitch = pitch, .rows = rows_placed};
-    QLOAD_TRY(check_room(t.name, d, d.dtype, slice.shape, bytes, footprint.empty() ? 0 : footprint.end() - d.address));
-    const auto k = static_cast<std::uint32_t>(plan.copies.shards.size());
-    plan.copies.shards.push_back(ShardPlacement{.tensor = i,
-                                                .dtype = d.dtype,
-                                                .bytes = bytes,
-                                                .split = Split::kRegion,
-                                                .slice = std::move(slice),
-                                                .row_pitch = pitch});
-    const ShardPlacement& shard = plan.copies.shards.back();
-    std::uint64_t needed = 0;
-    for (const auto& [begin, end] : shard_ranges(t, std::span(&shard, 1), options.max_gap_bytes)) needed += end - begin;
-    const bool partial = needed < t.nbytes && !options.whole_tensor_reads;
-    // Whole rows of an unconverted tensor, nothing else read, in ranges large enough to be reads
-    // of their own, packed in the destination: straight into it.
-    const bool rows =
-        shard.slice.col_begin == 0 &&
-        shard.slice.col_end * dtype_info(t.dtype).block_bytes * view_row_count(t.shape, shard.slice) == t.nbytes &&
-        std::ranges::all_of(shard.slice.rows,
-                            [&](const auto& r) { return (r.second - r.first) * row_bytes >= kDirectRangeBytes; });
-    placed = TensorPlacement{
-        .first_shard = k,
-        .shard_count = 1,
-        .partial = partial,
-        .direct = host && !converts && large && rows && pitch == 0 && bytes == (partial ? needed : t.nbytes),
-        .dtype = d.dtype,
-        .bytes = bytes};
-    bound.push_back({t.name, &d, footprint, [&plan, &placed, k](std::uint32_t region, std::uint64_t offset) {
-                       plan.copies.shards[k].region = placed.region = region;
-                       plan.copies.shards[k].offset = placed.offset = offset;
-                     }});
-  }
-  plan.reads.direct_tensors += placed.direct ? 1 : 0;
+  const Binding b{.t = t,
+                  .index = i,
+                  .d = d,
+                  .converts = converts,
+                  .host = d.device.is_cpu(),
+                  .large = options.direct_min_bytes > 0 && t.nbytes >= options.direct_min_bytes,
+                  .row_bytes = t.shape.rank() == 0 || t.shape[0] == 0 ? 0 : t.nbytes / t.shape[0],
+                  .placed = plan.layout.tensors[i]};
+  QLOAD_ASSIGN_OR_RETURN(const bool permuted, bind_permuted(b, plan, bound));
+  if (!permuted && !d.region && d.rows.empty() && d.row_pitch == 0)
+    QLOAD_TRY(bind_whole(b, bound));
+  else if (!permuted)
+    QLOAD_TRY(bind_part(b, options, plan, bound));
+  plan.reads.direct_tensors += b.placed.direct ? 1 : 0;
   plan.layout.converted_tensors += converts ? 1 : 0;
-  QLOAD_ASSIGN_OR_RETURN(plan.layout.placed_bytes, checked_add(plan.layout.placed_bytes, placed.bytes));
+  QLOAD_ASSIGN_OR_RETURN(plan.layout.placed_bytes, checked_add(plan.layout.placed_bytes, b.placed.bytes));
   return {};
 }
 
