@@ -115,7 +115,7 @@ Status dequantize_gptq(const LogicalTensor& t, std::span<const PartBytes> parts,
 // The same tiles as decode_rows (16 output rows by 512 columns, so each qweight line is loaded
 // once per tile), each row of a tile through decode_gptq_row_avx2, which writes the output dtype
 // itself: measured against decode_rows' unpack-then-scale loop and the F32 slab it needs for
-// BF16, see docs/benchmarks.md ("GPTQ 4-bit through AVX2"). 3 bits (fields across words) stay
+// BF16, see docs/benchmarks-log.md ("GPTQ 4-bit through AVX2"). 3 bits (fields across words) stay
 // with decode_rows.
 Result<bool> dequantize_gptq_direct(const LogicalTensor& t, std::span<const PartBytes> parts, std::uint64_t row_begin,
                                     std::uint64_t row_end, DType dtype, std::span<std::byte> out) {
