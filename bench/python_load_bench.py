@@ -60,6 +60,54 @@ def best(fn, rounds, files):
     return min(times), times
 
 
+def checkpoint_of(args):
+    """(folder, its safetensors files, a TemporaryDirectory to keep alive or None): the one given,
+    or a synthesized f16 llama."""
+    if args.checkpoint is not None:
+        files = sorted(glob.glob(os.path.join(args.checkpoint, "*.safetensors"))) or [args.checkpoint]
+        return args.checkpoint, files, None
+    tmp = tempfile.TemporaryDirectory(prefix="qload-pybench-")
+    ckpt = os.path.join(tmp.name, "model")
+    subprocess.run([args.qload, "synth", ckpt, "--layers", str(args.layers), "--hidden", "2048",
+                    "--intermediate", "5632", "--vocab", "32000", "--heads", "16", "--kv-heads", "4",
+                    "--shards", "2", "--dtype", "f16"], check=True, stdout=subprocess.DEVNULL)
+    return ckpt, sorted(glob.glob(os.path.join(ckpt, "*.safetensors"))), tmp
+
+
+def torch_rows(ckpt, files, rounds):
+    """The torch contenders' rows and best seconds (safetensors.torch, qload reading, qload
+    mapping), after checking both give the same tensors; None without torch."""
+    import qload
+
+    try:
+        import safetensors.torch
+        import torch
+    except ImportError:
+        return None
+
+    def theirs_pt():
+        out = {}
+        for f in files:
+            out.update(safetensors.torch.load_file(f))
+        return out
+
+    def ours_pt():
+        return qload.load(ckpt, framework="pt", progress=False)
+
+    def ours_pt_mapped():  # zero-copy, as safetensors.torch on cpu
+        return qload.load(ckpt, framework="pt", settings={"load_mode": "mmap", "digests": False}, progress=False)
+
+    a, b = ours_pt(), theirs_pt()
+    assert set(a) == set(b) and all(torch.equal(a[k], b[k]) for k in b), "qload and safetensors.torch disagree"
+    del a, b
+    s_theirs, r_theirs = best(theirs_pt, rounds, files)
+    s_ours, r_ours = best(ours_pt, rounds, files)
+    s_mapped, r_mapped = best(ours_pt_mapped, rounds, files)
+    rows = [("safetensors.torch.load_file (mmap)", s_theirs, r_theirs), ("qload.load(framework='pt')", s_ours, r_ours),
+            ("qload.load(pt, load_mode=mmap)", s_mapped, r_mapped)]
+    return rows, s_theirs, s_ours, s_mapped
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("checkpoint", nargs="?")
@@ -71,15 +119,7 @@ def main() -> int:
     import qload
     import safetensors.numpy
 
-    tmp = None
-    ckpt = args.checkpoint
-    if ckpt is None:
-        tmp = tempfile.TemporaryDirectory(prefix="qload-pybench-")
-        ckpt = os.path.join(tmp.name, "model")
-        subprocess.run([args.qload, "synth", ckpt, "--layers", str(args.layers), "--hidden", "2048",
-                        "--intermediate", "5632", "--vocab", "32000", "--heads", "16", "--kv-heads", "4",
-                        "--shards", "2", "--dtype", "f16"], check=True, stdout=subprocess.DEVNULL)
-    files = sorted(glob.glob(os.path.join(ckpt, "*.safetensors"))) or [ckpt]
+    ckpt, files, _tmp = checkpoint_of(args)
     total = sum(os.path.getsize(f) for f in files)
 
     def theirs():
@@ -101,24 +141,6 @@ def main() -> int:
                 first.append(time.perf_counter() - t0)
             n += 1
 
-    try:
-        import safetensors.torch
-        import torch
-    except ImportError:
-        torch = None
-
-    def theirs_pt():
-        out = {}
-        for f in files:
-            out.update(safetensors.torch.load_file(f))
-        return out
-
-    def ours_pt():
-        return qload.load(ckpt, framework="pt", progress=False)
-
-    def ours_pt_mapped():  # zero-copy, as safetensors.torch on cpu
-        return qload.load(ckpt, framework="pt", settings={"load_mode": "mmap", "digests": False}, progress=False)
-
     # Cross-check once: same names, same bytes.
     a, b = ours(), theirs()
     assert set(a) == set(b) and all(a[k].tobytes() == b[k].tobytes() for k in b), "qload and safetensors disagree"
@@ -129,16 +151,9 @@ def main() -> int:
     s_stream, r_stream = best(streamed, args.rounds, files)
     rows = [("safetensors.numpy.load_file", s_theirs, r_theirs), ("qload.load(framework='np')", s_ours, r_ours),
             ("qload.stream (whole)", s_stream, r_stream)]
-    if torch is not None:
-        a, b = ours_pt(), theirs_pt()
-        assert set(a) == set(b) and all(torch.equal(a[k], b[k]) for k in b), "qload and safetensors.torch disagree"
-        del a, b
-        s_theirs_pt, r_theirs_pt = best(theirs_pt, args.rounds, files)
-        s_ours_pt, r_ours_pt = best(ours_pt, args.rounds, files)
-        s_mapped_pt, r_mapped_pt = best(ours_pt_mapped, args.rounds, files)
-        rows += [("safetensors.torch.load_file (mmap)", s_theirs_pt, r_theirs_pt),
-                 ("qload.load(framework='pt')", s_ours_pt, r_ours_pt),
-                 ("qload.load(pt, load_mode=mmap)", s_mapped_pt, r_mapped_pt)]
+    with_torch = torch_rows(ckpt, files, args.rounds)
+    if with_torch is not None:
+        rows += with_torch[0]
     gb = total / 1e9
     print(f"checkpoint: {gb:.2f} GB in {len(files)} file(s); best of {args.rounds} warm rounds; {os.cpu_count()} cores")
     print(f"{'what':<36} {'s':>7} {'GB/s':>7}  all runs (s)")
@@ -146,7 +161,8 @@ def main() -> int:
         print(f"{what:<36} {s:7.3f} {gb / s:7.2f}  {' '.join(f'{x:.3f}' for x in runs)}")
     ratio = s_theirs / s_ours
     print(f"qload.load vs safetensors.numpy (both read into owned memory): {ratio:.2f}x  (goal >= 1.0: {'PASS' if ratio >= 1.0 else 'MISS'})")
-    if torch is not None:
+    if with_torch is not None:
+        _, s_theirs_pt, s_ours_pt, s_mapped_pt = with_torch
         ratio_pt = s_theirs_pt / s_mapped_pt
         print(f"qload.load(load_mode=mmap) vs safetensors.torch (both map the files): {ratio_pt:.2f}x  "
               f"(goal >= 1.0: {'PASS' if ratio_pt >= 1.0 else 'MISS'})")

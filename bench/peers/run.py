@@ -155,7 +155,7 @@ def markdown(results, modes, checkpoint_bytes, rounds, machine):
     return "\n".join(lines) + "\n"
 
 
-def main():
+def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--qload", default="build/qload")
     ap.add_argument("--reader", default="build/bench/qload_plain_read")
@@ -172,8 +172,12 @@ def main():
                     help="the state of fresh memory each load meets (MEMORY in the docstring)")
     ap.add_argument("--settle", type=float, default=5.0, help="seconds to wait before each load with --memory settled")
     ap.add_argument("--machine", default=f"{os.cpu_count()} CPUs", help="what to call this machine in the table")
-    args = ap.parse_args()
+    return ap.parse_args()
 
+
+def modes_and_checkpoint(args):
+    """The modes this machine can measure (cold needs to drop the page cache) and the checkpoint,
+    synthesized into --work when none is given."""
     modes = args.modes.split(",")
     if "cold" in modes:
         try:
@@ -188,7 +192,12 @@ def main():
         subprocess.run([args.qload, "synth", checkpoint, "--layers", str(args.layers), "--hidden", "3072",
                         "--intermediate", "8192", "--vocab", "32000", "--heads", "24", "--kv-heads", "8",
                         "--shards", "4", "--dtype", "bf16"], check=True, stdout=subprocess.DEVNULL)
+    return modes, checkpoint, twins
 
+
+def loaders_here(args, checkpoint, twins):
+    """The loaders asked for that are installed (the hand-written reader always), with the
+    checkpoint written in every other format they read."""
     keys = [k for k in args.loaders.split(",") if k]
     for k in keys:
         if k not in LOADERS:
@@ -203,8 +212,12 @@ def main():
     if formats:
         log(f"peers: writing the checkpoint as {', '.join(formats)} (once; kept in {twins})")
         subprocess.run([sys.executable, WORKER, "--make-twins", checkpoint, twins, *formats], check=True)
+    return keys
 
-    # Same bytes: every Python loader hashes what it handed back, against safetensors' own.
+
+def same_bytes_check(keys, checkpoint, twins):
+    """A function naming, for each loader, whether the bytes it handed back are safetensors' own
+    (every Python loader hashes what it handed back)."""
     digests = {}
     for k in keys:
         if k in ("reader", "qload", "qload-mmap"):
@@ -222,6 +235,11 @@ def main():
             return "?"
         return "yes" if digests[k]["digest"] == reference["digest"] else "**no**"
 
+    return same_bytes
+
+
+def measure(args, keys, modes, checkpoint, twins):
+    """Every loader's readings, per mode, over alternating rounds (the order rotated each round)."""
     checkpoint_bytes = sum(os.path.getsize(f) for f in files_of("safetensors", checkpoint, twins))
     prime = checkpoint_bytes + (512 << 20) if args.memory == "primed" else 0
     readings = {k: {m: [] for m in modes} for k in keys}
@@ -240,7 +258,15 @@ def main():
                 readings[k][m].append(reading)
                 log(f"peers: round {r + 1} {m:4} {k:24} {reading['seconds']:7.3f} s  "
                     f"{reading['bytes'] / reading['seconds'] / 1e9:6.2f} GB/s  rss {reading['rss_bytes'] / 2**20:6.0f} MiB")
+    return readings, checkpoint_bytes
 
+
+def main():
+    args = parse_args()
+    modes, checkpoint, twins = modes_and_checkpoint(args)
+    keys = loaders_here(args, checkpoint, twins)
+    same_bytes = same_bytes_check(keys, checkpoint, twins)
+    readings, checkpoint_bytes = measure(args, keys, modes, checkpoint, twins)
     results = {}
     reader = {m: summarize(readings["reader"][m], None) for m in modes}
     for k in keys:

@@ -55,14 +55,27 @@ struct Part {
   std::int64_t row_offset, rows, cols;
 };
 
-}  // namespace
+// The server's model: its parameters, allocated once, and where each checkpoint tensor goes.
+struct Model {
+  std::map<std::string, Parameter> parameters;
+  std::map<std::string, Part> parts;
 
-int main(int argc, char** argv) try {
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: embed_into LLAMA_CHECKPOINT_DIRECTORY\n");
-    return 2;
+  void add(const std::string& name, std::vector<std::int64_t> shape) {
+    Parameter p{std::move(shape), nullptr, 1};
+    for (const std::int64_t d : p.shape) p.elements *= static_cast<std::size_t>(d);
+    p.data = std::make_unique<std::uint16_t[]>(p.elements);
+    parameters.emplace(name, std::move(p));
   }
-  std::ifstream file(std::string(argv[1]) + "/config.json");
+  void place(const std::string& tensor, const std::string& parameter, std::int64_t row_offset, std::int64_t rows,
+             std::int64_t cols) {
+    parts[tensor] = {parameter, row_offset, rows, cols};
+  }
+};
+
+// A llama's parameter table from its config.json: q/k/v fused into one parameter, gate/up into
+// another.
+Model llama_from_config(const std::string& directory) {
+  std::ifstream file(directory + "/config.json");
   std::stringstream text;
   text << file.rdbuf();
   const std::string config = text.str();
@@ -70,51 +83,41 @@ int main(int argc, char** argv) try {
                      layers = config_value(config, "num_hidden_layers"), vocab = config_value(config, "vocab_size"),
                      heads = config_value(config, "num_attention_heads"),
                      kv = config_value(config, "num_key_value_heads"), head_dim = hidden / heads;
-
-  // The server's model: its parameters, allocated once, and where each checkpoint tensor goes.
-  std::map<std::string, Parameter> parameters;
-  std::map<std::string, Part> parts;
-  const auto add = [&](const std::string& name, std::vector<std::int64_t> shape) {
-    Parameter p{std::move(shape), nullptr, 1};
-    for (const std::int64_t d : p.shape) p.elements *= static_cast<std::size_t>(d);
-    p.data = std::make_unique<std::uint16_t[]>(p.elements);
-    parameters.emplace(name, std::move(p));
-  };
-  const auto place = [&](const std::string& tensor, const std::string& parameter, std::int64_t row_offset,
-                         std::int64_t rows, std::int64_t cols) {
-    parts[tensor] = {parameter, row_offset, rows, cols};
-  };
-  add("embed", {vocab, hidden});
-  place("model.embed_tokens.weight", "embed", 0, vocab, hidden);
+  Model m;
+  m.add("embed", {vocab, hidden});
+  m.place("model.embed_tokens.weight", "embed", 0, vocab, hidden);
   for (std::int64_t l = 0; l < layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".", s = "layer" + std::to_string(l) + ".";
-    add(s + "qkv", {(heads + 2 * kv) * head_dim, hidden});
-    place(p + "self_attn.q_proj.weight", s + "qkv", 0, heads * head_dim, hidden);
-    place(p + "self_attn.k_proj.weight", s + "qkv", heads * head_dim, kv * head_dim, hidden);
-    place(p + "self_attn.v_proj.weight", s + "qkv", (heads + kv) * head_dim, kv * head_dim, hidden);
-    add(s + "o", {hidden, hidden});
-    place(p + "self_attn.o_proj.weight", s + "o", 0, hidden, hidden);
-    add(s + "gate_up", {2 * inter, hidden});
-    place(p + "mlp.gate_proj.weight", s + "gate_up", 0, inter, hidden);
-    place(p + "mlp.up_proj.weight", s + "gate_up", inter, inter, hidden);
-    add(s + "down", {hidden, inter});
-    place(p + "mlp.down_proj.weight", s + "down", 0, hidden, inter);
-    add(s + "ln1", {hidden});
-    place(p + "input_layernorm.weight", s + "ln1", 0, hidden, 1);
-    add(s + "ln2", {hidden});
-    place(p + "post_attention_layernorm.weight", s + "ln2", 0, hidden, 1);
+    m.add(s + "qkv", {(heads + 2 * kv) * head_dim, hidden});
+    m.place(p + "self_attn.q_proj.weight", s + "qkv", 0, heads * head_dim, hidden);
+    m.place(p + "self_attn.k_proj.weight", s + "qkv", heads * head_dim, kv * head_dim, hidden);
+    m.place(p + "self_attn.v_proj.weight", s + "qkv", (heads + kv) * head_dim, kv * head_dim, hidden);
+    m.add(s + "o", {hidden, hidden});
+    m.place(p + "self_attn.o_proj.weight", s + "o", 0, hidden, hidden);
+    m.add(s + "gate_up", {2 * inter, hidden});
+    m.place(p + "mlp.gate_proj.weight", s + "gate_up", 0, inter, hidden);
+    m.place(p + "mlp.up_proj.weight", s + "gate_up", inter, inter, hidden);
+    m.add(s + "down", {hidden, inter});
+    m.place(p + "mlp.down_proj.weight", s + "down", 0, hidden, inter);
+    m.add(s + "ln1", {hidden});
+    m.place(p + "input_layernorm.weight", s + "ln1", 0, hidden, 1);
+    m.add(s + "ln2", {hidden});
+    m.place(p + "post_attention_layernorm.weight", s + "ln2", 0, hidden, 1);
   }
-  add("norm", {hidden});
-  place("model.norm.weight", "norm", 0, hidden, 1);
-  add("lm_head", {vocab, hidden});
-  place("lm_head.weight", "lm_head", 0, vocab, hidden);
+  m.add("norm", {hidden});
+  m.place("model.norm.weight", "norm", 0, hidden, 1);
+  m.add("lm_head", {vocab, hidden});
+  m.place("lm_head.weight", "lm_head", 0, vocab, hidden);
+  return m;
+}
 
-  // One destination per checkpoint tensor: a DLTensor over its part of the parameter.
+// One destination per checkpoint tensor: a DLTensor over its part of the parameter, its shape
+// in `shapes` (which must outlive the destinations).
+std::vector<qload_destination> destinations_of(Model& m, std::vector<std::vector<std::int64_t>>& shapes) {
   std::vector<qload_destination> destinations;
-  std::vector<std::vector<std::int64_t>> shapes;
-  shapes.reserve(parts.size());  // the DLTensors point at these
-  for (const auto& [tensor, part] : parts) {
-    Parameter& p = parameters.at(part.parameter);
+  shapes.reserve(m.parts.size());  // the DLTensors point at these
+  for (const auto& [tensor, part] : m.parts) {
+    Parameter& p = m.parameters.at(part.parameter);
     shapes.push_back(p.shape.size() == 1 ? std::vector<std::int64_t>{part.rows}
                                          : std::vector<std::int64_t>{part.rows, part.cols});
     qload_destination d{};
@@ -128,14 +131,27 @@ int main(int argc, char** argv) try {
     d.region_dim = -1;
     destinations.push_back(d);
   }
+  return destinations;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: embed_into LLAMA_CHECKPOINT_DIRECTORY\n");
+    return 2;
+  }
+  Model model = llama_from_config(argv[1]);
+  std::vector<std::vector<std::int64_t>> shapes;
+  std::vector<qload_destination> destinations = destinations_of(model, shapes);
   qload_session* raw = nullptr;
   check(qload_open(argv[1], nullptr, &raw), "open");
   std::unique_ptr<qload_session, Free> session(raw);
   // rest NULL: the checkpoint's other tensors (none here) are not read.
   check(qload_load_into(session.get(), destinations.data(), destinations.size(), nullptr), "load_into");
 
-  for (const auto& [tensor, part] : parts) {
-    const Parameter& p = parameters.at(part.parameter);
+  for (const auto& [tensor, part] : model.parts) {
+    const Parameter& p = model.parameters.at(part.parameter);
     const auto* bytes = reinterpret_cast<const unsigned char*>(p.data.get() + part.row_offset * part.cols);
     std::printf("%s BF16 %016llx\n", tensor.c_str(),
                 static_cast<unsigned long long>(fnv1a(bytes, static_cast<std::size_t>(part.rows * part.cols) * 2)));

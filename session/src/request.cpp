@@ -41,37 +41,40 @@ Result<std::optional<distributed::World>> world_of(const LoadSpec& spec) {
   return spec.world;
 }
 
-Result<LoadRequest> build_request(const LoadSpec& spec, const Logger& log) {
-  LoadRequest req;
-  req.source = spec.source;
-  QLOAD_ASSIGN_OR_RETURN(req.world, world_of(spec));
-  std::string devices = spec.devices;
+namespace {
+
+// The recipe (the source itself, or one applied to the checkpoint) into `req`: its source,
+// options and devices, refusing flags that contradict it.
+Status apply_recipe(const LoadSpec& spec, LoadRequest& req, std::string& devices) {
   if (!spec.recipe.empty() && spec.source.ends_with(".lua"))
     return fail(
         Error(Errc::kInvalidArgument, fmt::format("{} {} is applied to a checkpoint, and the source is itself a recipe",
                                                   spec.names.recipe, spec.recipe))
             .with_file(spec.source));
-  if (!spec.recipe.empty() || spec.source.ends_with(".lua")) {
-    const std::string& recipe_path = spec.recipe.empty() ? spec.source : spec.recipe;
-    QLOAD_ASSIGN_OR_RETURN(scripts::Recipe recipe, spec.recipe.empty()
-                                                       ? scripts::load_recipe(spec.source)
-                                                       : scripts::load_recipe(spec.recipe, {}, spec.source));
-    req.source = recipe.source;
-    const std::string recipe_devices = fmt::format("{}", fmt::join(recipe.devices, ","));
-    const auto contradicts = [&](std::string_view flag, const std::string& given, const std::string& in_recipe) {
-      return fail(
-          Error(Errc::kInvalidArgument, fmt::format("{} {} contradicts the recipe's {}", flag, given, in_recipe))
-              .with_file(recipe_path));
-    };
-    if (!devices.empty() && devices != recipe_devices) return contradicts(spec.names.devices, devices, recipe_devices);
-    if (!spec.placement.empty() && recipe.placement && spec.placement != *recipe.placement)
-      return contradicts(spec.names.placement, spec.placement, *recipe.placement);
-    if (!spec.dtype.empty() && recipe.dtype && parse_float_dtype(spec.names.dtype, spec.dtype) != *recipe.dtype)
-      return contradicts(spec.names.dtype, spec.dtype, std::string(dtype_name(*recipe.dtype)));
-    devices = recipe_devices;
-    QLOAD_TRY(recipe.apply(req.options, req.world));
-    req.recipe = std::move(recipe);
-  }
+  if (spec.recipe.empty() && !spec.source.ends_with(".lua")) return {};
+  const std::string& recipe_path = spec.recipe.empty() ? spec.source : spec.recipe;
+  QLOAD_ASSIGN_OR_RETURN(scripts::Recipe recipe, spec.recipe.empty()
+                                                     ? scripts::load_recipe(spec.source)
+                                                     : scripts::load_recipe(spec.recipe, {}, spec.source));
+  req.source = recipe.source;
+  const std::string recipe_devices = fmt::format("{}", fmt::join(recipe.devices, ","));
+  const auto contradicts = [&](std::string_view flag, const std::string& given, const std::string& in_recipe) {
+    return fail(Error(Errc::kInvalidArgument, fmt::format("{} {} contradicts the recipe's {}", flag, given, in_recipe))
+                    .with_file(recipe_path));
+  };
+  if (!devices.empty() && devices != recipe_devices) return contradicts(spec.names.devices, devices, recipe_devices);
+  if (!spec.placement.empty() && recipe.placement && spec.placement != *recipe.placement)
+    return contradicts(spec.names.placement, spec.placement, *recipe.placement);
+  if (!spec.dtype.empty() && recipe.dtype && parse_float_dtype(spec.names.dtype, spec.dtype) != *recipe.dtype)
+    return contradicts(spec.names.dtype, spec.dtype, std::string(dtype_name(*recipe.dtype)));
+  devices = recipe_devices;
+  QLOAD_TRY(recipe.apply(req.options, req.world));
+  req.recipe = std::move(recipe);
+  return {};
+}
+
+// The lock and the trace file: the spec's, else the recipe's.
+Status set_lock_and_trace(const LoadSpec& spec, LoadRequest& req) {
   const std::optional<std::string> verify = req.recipe ? req.recipe->verify : std::nullopt;
   if (!spec.lock.empty() && verify && *verify != spec.lock)
     return fail(Error(Errc::kInvalidArgument,
@@ -85,15 +88,12 @@ Result<LoadRequest> build_request(const LoadSpec& spec, const Logger& log) {
     return fail(Error(Errc::kInvalidArgument,
                       "the recipe's trace file exists; qload replaces it only when told to (qload load --overwrite)")
                     .with_file(req.trace));
-  // "cuda:local": the GPU of this process's LOCAL_RANK (one process per GPU under torchrun,
-  // which gives every process the same arguments).
-  if (const std::size_t at = devices.find("cuda:local"); at != std::string::npos)
-    devices.replace(at, std::string_view("cuda:local").size(),
-                    fmt::format("cuda:{}", req.world ? req.world->local_rank : 0));
-  req.devices = devices.empty() ? "cpu" : devices;
-  if (!req.recipe) {
-    QLOAD_ASSIGN_OR_RETURN(req.options.plan.devices, parse_device_list(req.devices));
-  }
+  return {};
+}
+
+// Placement, dtype policies and the parallel layout from the spec's flags; flags set the layout
+// only where the recipe has none (a contradiction is an error).
+Status set_plan_flags(const LoadSpec& spec, LoadRequest& req) {
   if (!spec.placement.empty()) {
     QLOAD_ASSIGN_OR_RETURN(req.options.plan.placement, scheduler::parse_placement(spec.placement));
   }
@@ -107,21 +107,24 @@ Result<LoadRequest> build_request(const LoadSpec& spec, const Logger& log) {
     QLOAD_ASSIGN_OR_RETURN(req.options.plan.quantize, formats::parse_quantize_target(spec.quantize));
   }
   req.options.plan.repack = spec.repack;
-  if (spec.tensor_parallel != 0 || spec.pipeline_parallel != 0 || spec.data_parallel != 0) {
-    // Flags set the layout only where the recipe has none (a contradiction is an error).
-    scheduler::ParallelLayout& layout = req.options.plan.parallel;
-    const auto set = [&](std::uint32_t given, std::uint32_t& field, std::string_view flag) -> Status {
-      if (given == 0) return {};
-      if (field != 1 && field != given)
-        return fail(Error(Errc::kInvalidArgument, fmt::format("{} {} contradicts the recipe's {}", flag, given, field))
-                        .with_file(req.recipe ? req.recipe->path : spec.source));
-      field = given;
-      return {};
-    };
-    QLOAD_TRY(set(spec.tensor_parallel, layout.tensor, spec.names.tensor_parallel));
-    QLOAD_TRY(set(spec.pipeline_parallel, layout.pipeline, spec.names.pipeline_parallel));
-    QLOAD_TRY(set(spec.data_parallel, layout.data, spec.names.data_parallel));
-  }
+  scheduler::ParallelLayout& layout = req.options.plan.parallel;
+  const auto set = [&](std::uint32_t given, std::uint32_t& field, std::string_view flag) -> Status {
+    if (given == 0) return {};
+    if (field != 1 && field != given)
+      return fail(Error(Errc::kInvalidArgument, fmt::format("{} {} contradicts the recipe's {}", flag, given, field))
+                      .with_file(req.recipe ? req.recipe->path : spec.source));
+    field = given;
+    return {};
+  };
+  QLOAD_TRY(set(spec.tensor_parallel, layout.tensor, spec.names.tensor_parallel));
+  QLOAD_TRY(set(spec.pipeline_parallel, layout.pipeline, spec.names.pipeline_parallel));
+  QLOAD_TRY(set(spec.data_parallel, layout.data, spec.names.data_parallel));
+  return {};
+}
+
+// What a multi-process load needs: a parallel layout, and for shared reads or a server's own
+// NCCL communicators, a world of more than one process.
+Status set_world(const LoadSpec& spec, LoadRequest& req) {
   if (req.world && req.options.plan.parallel.trivial())
     return fail(Error(Errc::kInvalidArgument,
                       fmt::format("WORLD_SIZE is {} but the load has no parallel layout: give {}, {} or {} (or a "
@@ -132,16 +135,20 @@ Result<LoadRequest> build_request(const LoadSpec& spec, const Logger& log) {
     return fail(Error(Errc::kInvalidArgument,
                       fmt::format("{} needs a multi-process load (WORLD_SIZE above 1)", spec.names.share_reads)));
   if (spec.share_reads) req.options.plan.parallel.share_reads = true;
-  if (!spec.nccl_comms.empty()) {
-    if (!req.world)
-      return fail(Error(Errc::kInvalidArgument, "NCCL communicators were handed in for a single-process load"));
-    if (spec.nccl_comms.size() != req.options.plan.devices.size())
-      return fail(Error(Errc::kInvalidArgument,
-                        fmt::format("{} NCCL communicators handed in for {} devices ({}): one per device, null for "
-                                    "a cpu device",
-                                    spec.nccl_comms.size(), req.options.plan.devices.size(), req.devices)));
-    req.nccl_comms = spec.nccl_comms;
-  }
+  if (spec.nccl_comms.empty()) return {};
+  if (!req.world)
+    return fail(Error(Errc::kInvalidArgument, "NCCL communicators were handed in for a single-process load"));
+  if (spec.nccl_comms.size() != req.options.plan.devices.size())
+    return fail(Error(Errc::kInvalidArgument,
+                      fmt::format("{} NCCL communicators handed in for {} devices ({}): one per device, null for "
+                                  "a cpu device",
+                                  spec.nccl_comms.size(), req.options.plan.devices.size(), req.devices)));
+  req.nccl_comms = spec.nccl_comms;
+  return {};
+}
+
+// The parts of tensors the caller asked for (regions) and the memory it gave (destinations).
+Status set_parts(const LoadSpec& spec, LoadRequest& req) {
   if (!spec.regions.empty()) {
     req.regions = spec.regions;
     req.options.plan.region =
@@ -154,6 +161,30 @@ Result<LoadRequest> build_request(const LoadSpec& spec, const Logger& log) {
   }
   if (!spec.destinations.empty() || spec.destinations_only)
     QLOAD_TRY(set_destinations(req, spec.destinations, spec.destinations_only));
+  return {};
+}
+
+}  // namespace
+
+Result<LoadRequest> build_request(const LoadSpec& spec, const Logger& log) {
+  LoadRequest req;
+  req.source = spec.source;
+  QLOAD_ASSIGN_OR_RETURN(req.world, world_of(spec));
+  std::string devices = spec.devices;
+  QLOAD_TRY(apply_recipe(spec, req, devices));
+  QLOAD_TRY(set_lock_and_trace(spec, req));
+  // "cuda:local": the GPU of this process's LOCAL_RANK (one process per GPU under torchrun,
+  // which gives every process the same arguments).
+  if (const std::size_t at = devices.find("cuda:local"); at != std::string::npos)
+    devices.replace(at, std::string_view("cuda:local").size(),
+                    fmt::format("cuda:{}", req.world ? req.world->local_rank : 0));
+  req.devices = devices.empty() ? "cpu" : devices;
+  if (!req.recipe) {
+    QLOAD_ASSIGN_OR_RETURN(req.options.plan.devices, parse_device_list(req.devices));
+  }
+  QLOAD_TRY(set_plan_flags(spec, req));
+  QLOAD_TRY(set_world(spec, req));
+  QLOAD_TRY(set_parts(spec, req));
   if (req.world) {
     req.options.plan.parallel.processes = req.world->size;
     req.options.plan.parallel.process = req.world->rank;

@@ -12,7 +12,7 @@ CUDA and Python source outside tests/ and python/tests/.
 Functions are measured from the line that opens their body to the line that closes it. C++ is
 read as clang-format leaves it (tests/style/check_format.sh): a body opens with a `{` ending a
 line whose statement is a signature; a lambda counts towards the function it is in. Python
-functions are measured by the ast module, each method and nested function on its own.
+functions are measured by the ast module, each method, nested function and class on its own.
 """
 import ast
 import pathlib
@@ -108,13 +108,28 @@ def cpp_functions(text: str) -> list:
     return found
 
 
+DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def own_lines(node) -> int:
+    """A Python function's lines less those of the functions and classes defined in it, which are
+    measured on their own (a factory returning a class is as long as its own statements)."""
+    nested, stack = 0, list(ast.iter_child_nodes(node))
+    while stack:
+        child = stack.pop()
+        if isinstance(child, DEFS):
+            nested += child.end_lineno - child.lineno + 1
+        else:
+            stack.extend(ast.iter_child_nodes(child))
+    return node.end_lineno - node.lineno + 1 - nested
+
+
 def python_functions(text: str) -> list:
     try:
         tree = ast.parse(text)
     except SyntaxError:
         return []
-    return [(n.lineno, n.end_lineno - n.lineno + 1) for n in ast.walk(tree)
-            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    return [(n.lineno, own_lines(n)) for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
 
 
 def measure(repo: pathlib.Path) -> tuple:
