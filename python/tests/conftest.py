@@ -14,6 +14,11 @@ import pytest
 for _name in [n for n in os.environ if n.startswith("QLOAD_")]:
     if _name != "QLOAD_CLI" and not _name.startswith(("QLOAD_TEST_", "QLOAD_CUDASIM_")):
         del os.environ[_name]
+# The harness's host layout: python.aligned_layout runs the suite again with the layout that is
+# not the default (as cli.aligned_layout.* does for the CLI's), by this variable, which qload
+# never reads itself.
+if os.environ.get("QLOAD_TEST_HOST_LAYOUT"):
+    os.environ["QLOAD_HOST_LAYOUT"] = os.environ["QLOAD_TEST_HOST_LAYOUT"]
 
 
 def random_tensors(seed: int = 0) -> dict:
