@@ -23,7 +23,7 @@ run() {  # run LABEL ARGS...: one warm load; qload's own seconds and each stage'
 import json, sys
 r = json.load(open(sys.argv[2]))
 stages = " ".join(f"{s['stage']}={s['busy_seconds']:.2f}" for s in r.get("stages", []))
-print(f"{sys.argv[1]:<42} {r['seconds']:6.2f} s {r['bytes'] / r['seconds'] / 1e9:6.2f} GB/s  "
+print(f"{sys.argv[1]:<42} {r['seconds']:6.2f} s {r['tensor_bytes'] / r['seconds'] / 1e9:6.2f} GB/s  "
       f"staging {r['peak_staging_bytes'] >> 20} MiB  rss {r['peak_rss_bytes'] >> 20} MiB  busy: {stages}")
 PY
   else

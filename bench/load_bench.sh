@@ -65,7 +65,7 @@ measure() {  # measure CACHE: $runs rounds of every configuration
       python3 - "$work/load.json" "$cache" "$mode" >> "$results" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
-print(f"{sys.argv[2]}\tqload {sys.argv[3]}\t{r['seconds']}\t{r['peak_rss_bytes']}\t{r['staging_budget_bytes']}\t{r['bytes']}")
+print(f"{sys.argv[2]}\tqload {sys.argv[3]}\t{r['seconds']}\t{r['peak_rss_bytes']}\t{r['staging_budget_bytes']}\t{r['tensor_bytes']}")
 PY
     done
   done

@@ -64,7 +64,7 @@ load() {  # load LABEL MODEL [FLAGS...]: one warm load, one line of results.tsv
   python3 - "$work/load.json" "$label" "${file_bytes[$model]}" >> "$results" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
-print("\t".join(str(x) for x in (sys.argv[2], r["seconds"], r["placed_bytes"], r["bytes"], r["peak_rss_bytes"],
+print("\t".join(str(x) for x in (sys.argv[2], r["seconds"], r["placed_bytes"], r["tensor_bytes"], r["peak_rss_bytes"],
                                  r["decoded_tensors"], sys.argv[3])))
 PY
 }

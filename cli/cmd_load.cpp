@@ -10,6 +10,7 @@
 #include "progress_bar.hpp"
 #include "qload/runtime/units.hpp"
 #include "qload/session/load.hpp"
+#include "qload/session/report.hpp"
 #include "qload/session/write.hpp"
 
 namespace qload::cli {
@@ -21,35 +22,13 @@ std::uint64_t peak_rss_bytes() {
   return static_cast<std::uint64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
 }
 
+// The session's report (docs/cli.md), with what only the CLI knows: the devices it was given and
+// the process's peak RSS.
 nlohmann::json report_json(const scheduler::LoadReport& r, const std::string& devices, std::uint64_t rss) {
-  nlohmann::json stages = nlohmann::json::array();
-  for (const auto& s : r.stages)
-    stages.push_back({{"stage", s.lane},
-                      {"tasks", s.tasks},
-                      {"bytes", s.bytes},
-                      {"busy_seconds", s.busy_seconds},
-                      {"task_seconds", s.task_seconds}});
-  return {{"schema", "qload.load/1"},
-          {"device", devices},
-          {"placed_bytes", r.placed_bytes},
-          {"converted_tensors", r.converted_tensors},
-          {"decoded_tensors", r.decoded_tensors},
-          {"mode", std::string(scheduler::load_mode_name(r.mode))},
-          {"engine", r.engine},
-          {"tensors", r.tensors},
-          {"bytes", r.tensor_bytes},
-          {"read_bytes", r.read_bytes},
-          {"shared_received_bytes", r.shared_received_bytes},
-          {"chunks", r.chunks},
-          {"seconds", r.seconds},
-          {"gbps", r.gb_per_s},
-          {"peak_rss_bytes", rss},
-          {"staging_budget_bytes", r.staging_budget_bytes},
-          {"peak_staging_bytes", r.peak_staging_bytes},
-          {"unpinned_reason", r.unpinned_reason},
-          {"first_tensor_seconds", r.first_tensor_seconds},
-          {"tenths_seconds", r.tenths_seconds},
-          {"stages", stages}};
+  nlohmann::json out = session::load_report_json(r);
+  out["device"] = devices;
+  out["peak_rss_bytes"] = rss;
+  return out;
 }
 
 nlohmann::json world_json(const session::WorldTotals& totals) {
@@ -66,7 +45,7 @@ nlohmann::json world_json(const session::WorldTotals& totals) {
                      {"received_bytes", r.received_bytes},
                      {"seconds", r.seconds}});
   return {{"read_bytes", totals.read_bytes},
-          {"bytes", totals.tensor_bytes},
+          {"tensor_bytes", totals.tensor_bytes},
           {"checkpoint_tensor_bytes", totals.checkpoint_tensor_bytes},
           {"seconds", totals.seconds},
           {"nodes", nodes},

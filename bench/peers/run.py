@@ -103,7 +103,9 @@ def timed_run(key, args, checkpoint, twins, prime):
     result = json.loads(proc.stdout)  # one JSON object: the CLI's report, the reader's, the worker's
     # Each program reports its own peak RSS (VmHWM): a forked child's rusage would also count
     # whatever its parent (this driver, which primes memory) had touched before the fork.
-    return {"seconds": result["seconds"], "bytes": result["bytes"], "rss_bytes": result["peak_rss_bytes"]}
+    # the CLI says tensor_bytes (session/report.hpp), the reader and the worker bytes
+    return {"seconds": result["seconds"], "bytes": result.get("tensor_bytes", result.get("bytes")),
+            "rss_bytes": result["peak_rss_bytes"]}
 
 
 def digest_run(key, checkpoint, twins):

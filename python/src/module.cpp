@@ -33,6 +33,7 @@
 #include "qload/runtime/settings.hpp"
 #include "qload/session/inspect.hpp"
 #include "qload/session/load.hpp"
+#include "qload/session/report.hpp"
 #include "qload/session/request.hpp"
 #include "qload/session/source.hpp"
 #include "write.hpp"
@@ -183,25 +184,10 @@ Logger quiet_logger() {
   return Logger{};
 }
 
-// A load's report, as Model.report and Stream.report hand it to Python.
+// A load's report, as Model.report and Stream.report hand it to Python: the session's document
+// (session/report.hpp), the same keys the CLI's --json gives.
 nb::dict report_dict(const scheduler::LoadReport& r) {
-  nb::dict d;
-  d["engine"] = r.engine;
-  d["tensors"] = r.tensors;
-  d["tensor_bytes"] = r.tensor_bytes;
-  d["placed_bytes"] = r.placed_bytes;
-  d["read_bytes"] = r.read_bytes;
-  d["seconds"] = r.seconds;
-  d["gb_per_s"] = r.gb_per_s;
-  d["peak_staging_bytes"] = r.peak_staging_bytes;
-  d["unpinned_reason"] = r.unpinned_reason;
-  d["decoded_tensors"] = r.decoded_tensors;
-  d["converted_tensors"] = r.converted_tensors;
-  d["first_tensor_seconds"] = r.first_tensor_seconds;
-  nb::list tenths;
-  for (const double s : r.tenths_seconds) tenths.append(s);
-  d["tenths_seconds"] = tenths;
-  return d;
+  return nb::cast<nb::dict>(nb::module_::import_("json").attr("loads")(session::load_report_json(r).dump()));
 }
 
 class Model {

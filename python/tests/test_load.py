@@ -1,6 +1,8 @@
 """qload.load and qload.numpy.load_file against the bytes safetensors wrote and read."""
 import gc
 import glob
+import json
+import subprocess
 import sys
 
 import ml_dtypes
@@ -259,3 +261,22 @@ def test_regions_mapped_are_views_of_the_files(tmp_path, qload_cli):
     o_proj = mapped["model.layers.0.self_attn.o_proj.weight"]
     assert o_proj.strides == (256 * 2, 2) and not o_proj.flags.c_contiguous  # a view: the stored rows
     assert mapped.report["engine"] == "mmap"
+
+
+def test_the_report_is_the_clis_document_key_for_key(checkpoint, qload_cli):
+    """One report (session/report.hpp): Python's Model.report and Stream.report have exactly the
+    keys and meanings of `qload load --json`, less the two only the CLI knows (the devices it was
+    given, the process's peak RSS); the same load gives the same counts."""
+    path, tensors = checkpoint
+    cli = json.loads(subprocess.run([qload_cli, "load", path, "--json"], check=True, capture_output=True,
+                                    text=True).stdout)
+    model = qload.load(path, framework="np", progress=False)
+    stream = qload.stream(path, framework="np")
+    for _ in stream:
+        pass
+    assert cli["schema"] == model.report["schema"] == stream.report["schema"] == "qload.load/2"
+    assert set(cli) - {"device", "peak_rss_bytes"} == set(model.report) == set(stream.report)
+    for key in ("tensors", "tensor_bytes", "placed_bytes", "converted_tensors", "decoded_tensors", "mode", "engine"):
+        assert cli[key] == model.report[key], key
+    assert model.report["tensors"] == len(tensors)
+    assert model.report["gb_per_s"] > 0 and isinstance(model.report["stages"], list)

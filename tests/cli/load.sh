@@ -21,9 +21,9 @@ d, name = sys.argv[1], sys.argv[2]
 report = json.load(open(f"{d}/{name}.json"))
 source = {t["name"]: t["xxh3_64"] for t in json.load(open(f"{d}/source.json"))["tensors"]}
 dumped = {t["name"]: t["xxh3_64"] for t in json.load(open(f"{d}/{name}.hash.json"))["tensors"]}
-assert report["schema"] == "qload.load/1" and report["device"] == "cpu"
+assert report["schema"] == "qload.load/2" and report["device"] == "cpu"
 assert report["tensors"] == len(source) == 30, report["tensors"]
-for key in ("bytes", "seconds", "gbps", "peak_rss_bytes"):
+for key in ("tensor_bytes", "seconds", "gb_per_s", "peak_rss_bytes"):
     assert report[key] > 0, key
 assert dumped == source, "dumped tensors differ from the checkpoint"
 trace = json.load(open(f"{d}/{name}.trace.json"))
@@ -33,7 +33,7 @@ if report["mode"] == "read":
     # Digests are computed in the verify lane: only when asked for (no lock here, so the
     # default, auto, computes none; --no-digests none either).
     assert any(l.startswith("verify") for l in lanes) == (name == "digests"), lanes
-print(name, "ok:", report["engine"], report["tensors"], "tensors,", report["bytes"], "bytes")
+print(name, "ok:", report["engine"], report["tensors"], "tensors,", report["tensor_bytes"], "bytes")
 PY
 }
 check uring "$dir/m"

@@ -108,7 +108,7 @@ for r, (devices, held) in enumerate(ranks):
     assert rep["read_bytes"] < single["read_bytes"] * 3 // 4, (r, rep["read_bytes"], single["read_bytes"])
 world = reports[0]["world"]
 assert world["read_bytes"] == sum(rep["read_bytes"] for rep in reports), world
-assert world["bytes"] >= single["bytes"], (world, single["bytes"])
+assert world["tensor_bytes"] >= single["tensor_bytes"], (world, single["tensor_bytes"])
 print(f"4 ranks rebuilt {len(source)} tensors; world read {world['read_bytes']} bytes, one process {single['read_bytes']}")
 PY
 
@@ -193,10 +193,10 @@ total = 0
 for r in range(2):
     assert_whole_copy(f"{d}/shared/rank{r}.cpu.safetensors", source, f"rank {r}")
     report = json.load(open(f"{d}/shared.{r}.out"))
-    assert 0 < report["bytes"] < single["bytes"], (r, report["bytes"])
+    assert 0 < report["tensor_bytes"] < single["tensor_bytes"], (r, report["tensor_bytes"])
     assert report["shared_received_bytes"] > 0, (r, report)
-    total += report["bytes"]
-assert total == single["bytes"], (total, single["bytes"])
+    total += report["tensor_bytes"]
+assert total == single["tensor_bytes"], (total, single["tensor_bytes"])
 print(f"shared reads: 2 replicas whole, {total} tensor bytes read between them")
 PY
 # 4b. share_cached auto (the default; these tests set always): a checkpoint the page cache holds
@@ -224,7 +224,7 @@ d = sys.argv[1]
 single = json.load(open(f"{d}/single.json"))
 for r in range(2):
     warm = json.load(open(f"{d}/auto_warm.{r}.out"))
-    assert warm["shared_received_bytes"] == 0 and warm["bytes"] == single["bytes"], (r, warm)
+    assert warm["shared_received_bytes"] == 0 and warm["tensor_bytes"] == single["tensor_bytes"], (r, warm)
 cold = [json.load(open(f"{d}/auto_cold.{r}.out")) for r in range(2)]
 received = sum(c["shared_received_bytes"] for c in cold)
 if int(sys.argv[2]) == 0:  # dropped: shared again
@@ -245,8 +245,8 @@ python3 - "$dir" <<'PY'
 import json, sys
 d = sys.argv[1]
 single = json.load(open(f"{d}/single.json"))
-read = [json.load(open(f"{d}/recipe.{r}.out"))["bytes"] for r in range(2)]
-assert sum(read) == single["bytes"] and min(read) > 0, (read, single["bytes"])
+read = [json.load(open(f"{d}/recipe.{r}.out"))["tensor_bytes"] for r in range(2)]
+assert sum(read) == single["tensor_bytes"] and min(read) > 0, (read, single["tensor_bytes"])
 PY
 # 5. Tensor and pipeline parallel over 4 processes sharing reads (each tensor read by one of
 # the ranks holding it, the others' shards relayed): the dumps rebuild the checkpoint as in 1,
@@ -265,10 +265,10 @@ rebuild_from_ranks(f"{d}/m", [json.load(open(f"{d}/plan.{r}.out")) for r in rang
 total = 0
 for r in range(4):
     report = json.load(open(f"{d}/relay.{r}.out"))
-    total += report["bytes"]
+    total += report["tensor_bytes"]
     # Each rank's shards of the tensors others read came through Gloo.
     assert report["shared_received_bytes"] > 0, (r, report)
-assert total == single["bytes"], (total, single["bytes"])
+assert total == single["tensor_bytes"], (total, single["tensor_bytes"])
 print(f"relayed shared reads: tp 4 x pp 2 over 4 ranks rebuilt the checkpoint, {total} tensor bytes read once")
 PY
 # qload lock refuses to run as one rank.
