@@ -217,6 +217,76 @@ Status repack_task(ReadLoadState& s, const DecodeJob& job) {
   return {};
 }
 
+// A tensor rank's shard decodes from its parts' slices, cut once before its decode tasks.
+std::optional<TaskId> add_cut_task(TaskGraph& g, ReadLoadState& s, const DecodeJob& job,
+                                   const std::vector<std::vector<TaskId>>& ready, ResourceId workers,
+                                   std::int64_t priority) {
+  if (job.shard_inputs.empty()) return std::nullopt;
+  std::uint64_t bytes = 0;
+  for (const DecodeJob::ShardInput& in : job.shard_inputs) bytes += in.bytes;
+  const TaskId cut = g.add({.lane = "decode",
+                            .name = fmt::format("cut {} for rank {}", job.outputs.front().name, job.rank),
+                            .priority = priority,
+                            .bytes = bytes,
+                            .work = CpuWork{[&s, &job] { return cut_shard_parts(s, job); }},
+                            .claims = {{workers, 1}}});
+  for (const std::uint32_t input : job.inputs)
+    for (const TaskId dep : ready[input]) g.depends_on(cut, dep);
+  return cut;
+}
+
+// Adds one decode job's tasks: each waits for the job's cut task, or without one for the tasks
+// that put the job's inputs in place.
+struct JobTasks {
+  TaskGraph& g;
+  const DecodeJob& job;
+  const std::vector<std::vector<TaskId>>& ready;
+  std::int64_t priority;
+  std::vector<Claim> claims;
+  std::optional<TaskId> cut;
+  std::vector<TaskId>& added;
+
+  void add(std::string name, std::uint64_t bytes, std::function<Status()> run) {
+    const TaskId task = g.add({.lane = "decode",
+                               .name = std::move(name),
+                               .priority = priority,
+                               .bytes = bytes,
+                               .work = CpuWork{std::move(run)},
+                               .claims = claims});
+    added.push_back(task);
+    if (cut) {
+      g.depends_on(task, *cut);
+      return;
+    }
+    for (const std::uint32_t input : job.inputs)
+      for (const TaskId dep : ready[input]) g.depends_on(task, dep);
+  }
+};
+
+// Dequantize tasks over rows of the weight or of the rank's shard: all dims but the last (GGML
+// weights may be [K] or [E, N, K]). out.bytes, not 0, is the product of every dim and the
+// element size (checked when planned), so these products fit and the tasks are at most one per
+// 8 MiB.
+void add_dequantize_tasks(JobTasks& tasks, ReadLoadState& s) {
+  const DecodeJob& job = tasks.job;
+  const DecodeOutput& out = job.outputs.front();
+  const std::size_t rank = out.shape.rank();
+  const std::uint64_t cols = rank == 0 ? 1 : out.shape[rank - 1];
+  std::uint64_t rows = 1;
+  for (std::size_t d = 0; d + 1 < rank; ++d) rows *= out.shape[d];
+  const std::uint64_t row_bytes = std::max<std::uint64_t>(1, cols * dtype_info(out.dtype).block_bytes);
+  // A GPU decodes a whole weight in one kernel: splitting it would copy its parts once per piece.
+  const bool on_gpu = !s.targets[out.region]->on_host();
+  const std::uint64_t step =
+      on_gpu ? std::max<std::uint64_t>(rows, 1) : std::max<std::uint64_t>(1, kDecodeTaskBytes / row_bytes);
+  const std::string device = s.plan.layout.arenas[out.region].device.to_string();
+  for (std::uint64_t r = 0; r < rows; r += step) {
+    const std::uint64_t end = std::min(rows, r + step);
+    tasks.add(fmt::format("dequantize {} rows {}..{} on {}", out.name, r, end, device), (end - r) * row_bytes,
+              [&s, &job, r, end] { return dequantize_task(s, job, r, end); });
+  }
+}
+
 }  // namespace
 
 std::vector<std::vector<TaskId>> add_decode_tasks(TaskGraph& g, ReadLoadState& s,
@@ -229,79 +299,41 @@ std::vector<std::vector<TaskId>> add_decode_tasks(TaskGraph& g, ReadLoadState& s
     const DecodeOutput& out = job.outputs.front();
     std::vector<Claim> claims = {{workers, 1}};
     if (lanes[out.region]) claims.push_back({*lanes[out.region], 1});
-    // A tensor rank's shard decodes from its parts' slices, cut once before its decode tasks.
-    std::optional<TaskId> cut;
-    if (!job.shard_inputs.empty()) {
-      std::uint64_t bytes = 0;
-      for (const DecodeJob::ShardInput& in : job.shard_inputs) bytes += in.bytes;
-      cut = g.add({.lane = "decode",
-                   .name = fmt::format("cut {} for rank {}", out.name, job.rank),
-                   .priority = priority,
-                   .bytes = bytes,
-                   .work = CpuWork{[&s, &job] { return cut_shard_parts(s, job); }},
-                   .claims = {{workers, 1}}});
-      for (const std::uint32_t input : job.inputs)
-        for (const TaskId dep : ready[input]) g.depends_on(*cut, dep);
-    }
-    auto add = [&](std::string name, std::uint64_t bytes, std::function<Status()> run) {
-      const TaskId task = g.add({.lane = "decode",
-                                 .name = std::move(name),
-                                 .priority = priority,
-                                 .bytes = bytes,
-                                 .work = CpuWork{std::move(run)},
-                                 .claims = claims});
-      tasks[j].push_back(task);
-      if (cut) {
-        g.depends_on(task, *cut);
-        return;
-      }
-      for (const std::uint32_t input : job.inputs)
-        for (const TaskId dep : ready[input]) g.depends_on(task, dep);
-    };
+    JobTasks job_tasks{.g = g,
+                       .job = job,
+                       .ready = ready,
+                       .priority = priority,
+                       .claims = std::move(claims),
+                       .cut = add_cut_task(g, s, job, ready, workers, priority),
+                       .added = tasks[j]};
     if (job.kind == DecodeJob::Kind::kRepack) {
-      add(fmt::format("repack {}", s.plan.decode.quant->logical[job.logical].name), out.bytes,
-          [&s, &job] { return repack_task(s, job); });
+      job_tasks.add(fmt::format("repack {}", s.plan.decode.quant->logical[job.logical].name), out.bytes,
+                    [&s, &job] { return repack_task(s, job); });
       continue;
     }
     if (job.kind == DecodeJob::Kind::kQuantize) {
-      add(fmt::format("quantize {}", out.name), out.bytes, [&s, &job] { return quantize_task(s, job); });
+      job_tasks.add(fmt::format("quantize {}", out.name), out.bytes, [&s, &job] { return quantize_task(s, job); });
       continue;
     }
     if (job.kind == DecodeJob::Kind::kContiguous) {
-      add(fmt::format("gather {} row-major", out.name), out.bytes, [&s, &job] { return contiguous_task(s, job); });
+      job_tasks.add(fmt::format("gather {} row-major", out.name), out.bytes,
+                    [&s, &job] { return contiguous_task(s, job); });
       continue;
     }
     if (job.kind == DecodeJob::Kind::kRequantize) {
-      add(fmt::format("requantize {}", out.name), out.bytes, [&s, &job] { return requantize_task(s, job); });
+      job_tasks.add(fmt::format("requantize {}", out.name), out.bytes, [&s, &job] { return requantize_task(s, job); });
       continue;
     }
     // No elements (a dim is 0, the others may be anything): one task checks the parts, as a
     // decode would; no task per block of rows that hold nothing.
     if (out.bytes == 0) {
-      add(fmt::format("check {} (no elements)", out.name), 0, [&s, &job] {
+      job_tasks.add(fmt::format("check {} (no elements)", out.name), 0, [&s, &job] {
         const auto [lt, parts] = decoded_weight(s, job);
         return formats::check_quantized_parts(lt, parts);
       });
       continue;
     }
-    // Rows of the weight or of the rank's shard: all dims but the last (GGML weights may be
-    // [K] or [E, N, K]). out.bytes, not 0, is the product of every dim and the element size
-    // (checked when planned), so these products fit and the tasks are at most one per 8 MiB.
-    const std::size_t rank = out.shape.rank();
-    const std::uint64_t cols = rank == 0 ? 1 : out.shape[rank - 1];
-    std::uint64_t rows = 1;
-    for (std::size_t d = 0; d + 1 < rank; ++d) rows *= out.shape[d];
-    const std::uint64_t row_bytes = std::max<std::uint64_t>(1, cols * dtype_info(out.dtype).block_bytes);
-    // A GPU decodes a whole weight in one kernel: splitting it would copy its parts once per piece.
-    const bool on_gpu = !s.targets[out.region]->on_host();
-    const std::uint64_t step =
-        on_gpu ? std::max<std::uint64_t>(rows, 1) : std::max<std::uint64_t>(1, kDecodeTaskBytes / row_bytes);
-    const std::string device = s.plan.layout.arenas[out.region].device.to_string();
-    for (std::uint64_t r = 0; r < rows; r += step) {
-      const std::uint64_t end = std::min(rows, r + step);
-      add(fmt::format("dequantize {} rows {}..{} on {}", out.name, r, end, device), (end - r) * row_bytes,
-          [&s, &job, r, end] { return dequantize_task(s, job, r, end); });
-    }
+    add_dequantize_tasks(job_tasks, s);
   }
   return tasks;
 }

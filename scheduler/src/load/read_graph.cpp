@@ -207,12 +207,33 @@ Deliveries add_deliveries(TaskGraph& g, ReadLoadState& s, std::uint32_t i, const
   return out;
 }
 
-}  // namespace
+// What building the read graph shares: the graph, its resources, and per tensor the tasks that
+// put its bytes in place or check them.
+struct ReadGraph {
+  ReadLoadState& s;
+  TaskGraph& g;
+  const ReadBudgets& budgets;
+  TensorStream* stream;
+  ResourceId reads;
+  ResourceId workers;
+  ResourceId staging;
+  const std::vector<std::optional<ResourceId>>& lanes;  // per GPU arena
+  std::vector<TaskId> last_verify;                      // of each tensor's latest piece
+  std::vector<std::vector<TaskId>> ready;               // tasks that put host-bound bytes in place
+  // Streaming: per tensor, every task that writes or checks its bytes.
+  std::vector<std::vector<TaskId>> finishers;
 
-Result<TaskGraph> build_read_graph(ReadLoadState& s, const ReadBudgets& budgets, TensorStream* stream,
-                                   SharedExchange* exchange) {
-  const std::vector<ReadChunk>& chunks = s.plan.reads.chunks;
-  s.leases.resize(chunks.size());
+  // Streaming: `task` writes or checks the bytes of each tensor of chunk c.
+  void finishing(const ReadChunk& c, TaskId task) {
+    if (stream == nullptr) return;
+    for (const ChunkPiece& p : c.pieces) finishers[p.tensor].push_back(task);
+  }
+};
+
+// Sizes the state's per-chunk and per-tensor fields; zero-byte tensors get their digest (and
+// its check) here.
+Status start_state(ReadLoadState& s, const ReadBudgets& budgets) {
+  s.leases.resize(s.plan.reads.chunks.size());
   s.streams.resize(s.catalog.tensors.size());
   s.digests.assign(s.catalog.tensors.size(), 0);
   for (std::uint32_t t = 0; t < s.catalog.tensors.size(); ++t) {
@@ -220,6 +241,88 @@ Result<TaskGraph> build_read_graph(ReadLoadState& s, const ReadBudgets& budgets,
     s.digests[t] = io::xxh3_64({});
     QLOAD_TRY(check_digest(s.catalog, t, s.digests[t], s.expected[t]));
   }
+  return {};
+}
+
+// Chunk i's read, its deliveries when staged, and its verify when digests are computed.
+void add_chunk_tasks(ReadGraph& b, std::uint32_t i) {
+  ReadLoadState& s = b.s;
+  TaskGraph& g = b.g;
+  const ReadChunk& c = s.plan.reads.chunks[i];
+  const std::string name = chunk_name(s, i);
+  std::uint64_t payload = 0;  // tensor bytes in the chunk (its read may also cover gaps)
+  for (const ChunkPiece& p : c.pieces) payload += p.bytes;
+  const auto priority = static_cast<std::int64_t>(i);  // file order: earliest bytes first
+  const TaskId read = g.add({.lane = "read",
+                             .name = name,
+                             .priority = priority,
+                             .bytes = c.bytes,
+                             .work = IoWork{[&s, i] { return prepare_read(s, i); }},
+                             .claims = {{b.reads, 1}}});
+  b.finishing(c, read);
+  std::optional<HoldId> slot;
+  std::optional<TaskId> landed = read;  // direct chunks are in place once read
+  if (!c.direct) {
+    slot = g.add_hold(read, {b.staging, s.pool.slot_bytes()}, [&s, i] { s.leases[i].reset(); });
+    const Deliveries deliveries =
+        add_deliveries(g, s, i, {.read = read, .slot = *slot, .workers = b.workers, .lanes = b.lanes}, name, priority);
+    landed = deliveries.place;
+    for (const TaskId d : deliveries.all) b.finishing(c, d);
+  }
+  if (landed)
+    for (const ChunkPiece& p : c.pieces) b.ready[p.tensor].push_back(*landed);
+  if (!b.budgets.compute_digests) return;
+  const TaskId verify = g.add({.lane = "verify",
+                               .name = name,
+                               .priority = priority,
+                               .bytes = payload,
+                               .work = CpuWork{[&s, i] { return verify_chunk(s, i); }},
+                               .claims = {{b.workers, 1}}});
+  g.depends_on(verify, read);
+  b.finishing(c, verify);
+  if (const ChunkPiece& first = c.pieces.front();
+      first.tensor_offset > 0 && !s.plan.layout.tensors[first.tensor].partial)
+    g.depends_on(verify, b.last_verify[first.tensor]);
+  b.last_verify[c.pieces.back().tensor] = verify;
+  if (slot) g.add_hold_user(*slot, verify);
+}
+
+void add_permute_task(ReadGraph& b, const RowPermutation& permutation) {
+  ReadLoadState& s = b.s;
+  // After every read of the tensor and its digest (over the bytes in file order).
+  const std::uint32_t t = permutation.tensor;
+  const TaskId permute = b.g.add({.lane = "place",
+                                  .name = "permute " + s.catalog.tensors[t].name,
+                                  .bytes = s.catalog.tensors[t].nbytes,
+                                  .work = CpuWork{[&s, &permutation] { return permute_rows(s, permutation); }},
+                                  .claims = {{b.workers, 1}}});
+  for (const TaskId placed : b.ready[t]) b.g.depends_on(permute, placed);
+  if (b.budgets.compute_digests && s.catalog.tensors[t].nbytes > 0) b.g.depends_on(permute, b.last_verify[t]);
+  b.ready[t] = {permute};
+  if (b.stream != nullptr) b.finishers[t].push_back(permute);
+}
+
+// Shared reads: a tensor read for other processes leaves once in place.
+void add_send_tasks(ReadGraph& b, SharedExchange* exchange) {
+  for (std::uint32_t t = 0; t < b.s.catalog.tensors.size(); ++t) {
+    if (!exchange->sends()[t]) continue;
+    const TaskId send = b.g.add({.lane = "send",
+                                 .name = b.s.catalog.tensors[t].name,
+                                 .priority = -1,  // at once: the others are waiting for it
+                                 .bytes = b.s.catalog.tensors[t].nbytes,
+                                 .work = CpuWork{[exchange, t] {
+                                   exchange->send(t);  // a failure waits for the barrier (shared_exchange.hpp)
+                                   return Status{};
+                                 }}});
+    for (const TaskId placed : b.ready[t]) b.g.depends_on(send, placed);
+  }
+}
+
+}  // namespace
+
+Result<TaskGraph> build_read_graph(ReadLoadState& s, const ReadBudgets& budgets, TensorStream* stream,
+                                   SharedExchange* exchange) {
+  QLOAD_TRY(start_state(s, budgets));
   TaskGraph g;
   const ResourceId reads = g.add_resource("reads in flight", budgets.reads_in_flight);
   const ResourceId workers = g.add_resource("cpu workers", budgets.cpu_workers);
@@ -228,81 +331,22 @@ Result<TaskGraph> build_read_graph(ReadLoadState& s, const ReadBudgets& budgets,
   for (std::size_t r = 0; r < s.targets.size(); ++r)
     if (!s.targets[r]->on_host())
       lanes[r] = g.add_resource(s.plan.layout.arenas[r].device.to_string() + " copy lanes", budgets.copy_lanes);
-  std::vector<TaskId> last_verify(s.catalog.tensors.size());         // of each tensor's latest piece
-  std::vector<std::vector<TaskId>> ready(s.catalog.tensors.size());  // tasks that put host-bound bytes in place
-  // Streaming: per tensor, every task that writes or checks its bytes.
-  std::vector<std::vector<TaskId>> finishers(stream != nullptr ? s.catalog.tensors.size() : 0);
-  const auto finishing = [&](const ReadChunk& c, TaskId task) {
-    if (stream == nullptr) return;
-    for (const ChunkPiece& p : c.pieces) finishers[p.tensor].push_back(task);
-  };
-  for (std::uint32_t i = 0; i < chunks.size(); ++i) {
-    const ReadChunk& c = chunks[i];
-    const std::string name = chunk_name(s, i);
-    std::uint64_t payload = 0;  // tensor bytes in the chunk (its read may also cover gaps)
-    for (const ChunkPiece& p : c.pieces) payload += p.bytes;
-    const auto priority = static_cast<std::int64_t>(i);  // file order: earliest bytes first
-    const TaskId read = g.add({.lane = "read",
-                               .name = name,
-                               .priority = priority,
-                               .bytes = c.bytes,
-                               .work = IoWork{[&s, i] { return prepare_read(s, i); }},
-                               .claims = {{reads, 1}}});
-    finishing(c, read);
-    std::optional<HoldId> slot;
-    std::optional<TaskId> landed = read;  // direct chunks are in place once read
-    if (!c.direct) {
-      slot = g.add_hold(read, {staging, s.pool.slot_bytes()}, [&s, i] { s.leases[i].reset(); });
-      const Deliveries deliveries =
-          add_deliveries(g, s, i, {.read = read, .slot = *slot, .workers = workers, .lanes = lanes}, name, priority);
-      landed = deliveries.place;
-      for (const TaskId d : deliveries.all) finishing(c, d);
-    }
-    if (landed)
-      for (const ChunkPiece& p : c.pieces) ready[p.tensor].push_back(*landed);
-    if (!budgets.compute_digests) continue;
-    const TaskId verify = g.add({.lane = "verify",
-                                 .name = name,
-                                 .priority = priority,
-                                 .bytes = payload,
-                                 .work = CpuWork{[&s, i] { return verify_chunk(s, i); }},
-                                 .claims = {{workers, 1}}});
-    g.depends_on(verify, read);
-    finishing(c, verify);
-    if (const ChunkPiece& first = c.pieces.front();
-        first.tensor_offset > 0 && !s.plan.layout.tensors[first.tensor].partial)
-      g.depends_on(verify, last_verify[first.tensor]);
-    last_verify[c.pieces.back().tensor] = verify;
-    if (slot) g.add_hold_user(*slot, verify);
-  }
-  for (const RowPermutation& permutation : s.plan.layout.permuted) {
-    // After every read of the tensor and its digest (over the bytes in file order).
-    const std::uint32_t t = permutation.tensor;
-    const TaskId permute = g.add({.lane = "place",
-                                  .name = "permute " + s.catalog.tensors[t].name,
-                                  .bytes = s.catalog.tensors[t].nbytes,
-                                  .work = CpuWork{[&s, &permutation] { return permute_rows(s, permutation); }},
-                                  .claims = {{workers, 1}}});
-    for (const TaskId placed : ready[t]) g.depends_on(permute, placed);
-    if (budgets.compute_digests && s.catalog.tensors[t].nbytes > 0) g.depends_on(permute, last_verify[t]);
-    ready[t] = {permute};
-    if (stream != nullptr) finishers[t].push_back(permute);
-  }
-  if (exchange != nullptr)  // shared reads: a tensor read for other processes leaves once in place
-    for (std::uint32_t t = 0; t < s.catalog.tensors.size(); ++t) {
-      if (!exchange->sends()[t]) continue;
-      const TaskId send = g.add({.lane = "send",
-                                 .name = s.catalog.tensors[t].name,
-                                 .priority = -1,  // at once: the others are waiting for it
-                                 .bytes = s.catalog.tensors[t].nbytes,
-                                 .work = CpuWork{[exchange, t] {
-                                   exchange->send(t);  // a failure waits for the barrier (shared_exchange.hpp)
-                                   return Status{};
-                                 }}});
-      for (const TaskId placed : ready[t]) g.depends_on(send, placed);
-    }
-  const std::vector<std::vector<TaskId>> decoders = add_decode_tasks(g, s, ready, workers, lanes);
-  if (stream != nullptr) add_stream_tasks(g, s.plan, *stream, finishers, decoders);
+  ReadGraph b{.s = s,
+              .g = g,
+              .budgets = budgets,
+              .stream = stream,
+              .reads = reads,
+              .workers = workers,
+              .staging = staging,
+              .lanes = lanes,
+              .last_verify = std::vector<TaskId>(s.catalog.tensors.size()),
+              .ready = std::vector<std::vector<TaskId>>(s.catalog.tensors.size()),
+              .finishers = std::vector<std::vector<TaskId>>(stream != nullptr ? s.catalog.tensors.size() : 0)};
+  for (std::uint32_t i = 0; i < s.plan.reads.chunks.size(); ++i) add_chunk_tasks(b, i);
+  for (const RowPermutation& permutation : s.plan.layout.permuted) add_permute_task(b, permutation);
+  if (exchange != nullptr) add_send_tasks(b, exchange);
+  const std::vector<std::vector<TaskId>> decoders = add_decode_tasks(g, s, b.ready, workers, lanes);
+  if (stream != nullptr) add_stream_tasks(g, s.plan, *stream, b.finishers, decoders);
   return g;
 }
 

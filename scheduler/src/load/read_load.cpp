@@ -148,14 +148,43 @@ bool has_gpu(const Plan& plan) {
   return std::ranges::any_of(plan.layout.arenas, [](const ArenaPlan& a) { return a.device.is_cuda(); });
 }
 
-}  // namespace
-
-Result<Model> load_read(const formats::Catalog& catalog, const Plan& plan, const LoadOptions& options,
-                        const ExpectedDigests& expected, LoadClock::time_point begin, SharedReadsBarrier* barrier) {
-  if (plan.layout.arenas.empty()) return fail(Errc::kInvalidArgument, "a read plan needs at least one arena");
-  QLOAD_TRY(check_host_memory(plan, options.plan));
+// A read load's memory, reader and hand-overs, declared in the order the load sets them up:
+// destroyed in reverse, as the load's locals were.
+struct ReadLoad {
+  const formats::Catalog& catalog;
+  const Plan& plan;
+  const LoadOptions& options;
   std::optional<StagingPool> owned_pool;
-  StagingPool* pool = options.staging_pool;
+  StagingPool* pool = nullptr;
+  std::vector<std::unique_ptr<ArenaTarget>> targets;
+  std::string unpinned;
+  // Declared after the pool and the arenas: destroyed first, so no read outlives its memory.
+  std::unique_ptr<io::Reader> reader;
+  std::vector<const std::byte*> bases;
+  std::vector<TensorOrigin> origins;
+  std::vector<DeviceTensor> tensors;
+  std::optional<TensorStream> stream;
+  std::vector<std::shared_ptr<const void>> owners;
+  // Declared after the arenas, so a failed load cancels shared receives before the memory they
+  // point into goes.
+  std::optional<SharedExchange> exchange;
+
+  // The staging pool, the arenas and the reader.
+  Status set_up();
+  // The model's tensors, as they will be in the arenas.
+  void describe();
+  // The stream handing the model's tensors to LoadOptions::on_tensor as they complete.
+  void start_stream(LoadClock::time_point begin);
+  // After the graph (shared reads): every process's sends and receives done, or the load
+  // fails; the bytes this process received.
+  Result<std::uint64_t> finish_shared(Status read, SharedReadsBarrier& barrier);
+  // The loaded model, with its report.
+  Model model(const std::vector<std::uint64_t>& digests, const ExecutionStats& stats, LoadClock::time_point begin,
+              std::uint64_t received);
+};
+
+Status ReadLoad::set_up() {
+  pool = options.staging_pool;
   if (pool == nullptr) {
     QLOAD_ASSIGN_OR_RETURN(owned_pool, StagingPool::create(sized_staging(options.staging, plan)));
     pool = &*owned_pool;
@@ -165,99 +194,68 @@ Result<Model> load_read(const formats::Catalog& catalog, const Plan& plan, const
                                                     plan.reads.max_staged_chunk_bytes, pool->slot_bytes()));
   pool->reset_peak();
   // Arenas first: a missing GPU is reported by name before anything else is set up.
-  QLOAD_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<ArenaTarget>> targets, make_targets(catalog, plan, options));
+  QLOAD_ASSIGN_OR_RETURN(targets, make_targets(catalog, plan, options));
   // Copy engines read staging directly: pin it once (a borrowed pool stays pinned).
   // Where the system refuses (a locked-memory limit, a kernel without pinning rights), the
   // load goes on with synchronous copies and says so in its report.
-  std::string unpinned;
   if (has_gpu(plan))
     if (Status pinned = pool->pin(); !pinned) unpinned = pinned.error().to_string();
   // The scratch arena (packed parts of weights decoded on a GPU) is not pinned: those bytes
   // pass through each GPU lane's bounded pinned bounce buffers (cuda_target.cpp).
   if (!unpinned.empty())
     for (const auto& t : targets) t->copy_synchronously();
-  // Declared after the pool and the arenas: destroyed first, so no read outlives its memory.
-  QLOAD_ASSIGN_OR_RETURN(std::unique_ptr<io::Reader> reader, open_reader(catalog, options));
+  QLOAD_ASSIGN_OR_RETURN(reader, open_reader(catalog, options));
   if (plan.reads.max_staged_chunk_bytes > 0) QLOAD_TRY(pool->register_with(*reader));
+  return {};
+}
 
-  // The model's tensors are known now (the arenas exist): streaming hands them over as they
-  // complete. Tensors of other processes arrive after the graph: those loads hand over at the end.
-  std::vector<const std::byte*> bases;
+void ReadLoad::describe() {
   for (const auto& t : targets) bases.push_back(t->base());
-  std::vector<TensorOrigin> origins;
-  std::vector<DeviceTensor> tensors = describe_tensors(catalog, plan, bases, /*writable=*/true, &origins);
-  std::optional<TensorStream> stream;
-  std::vector<std::shared_ptr<const void>> owners;
-  if (options.on_tensor && barrier == nullptr) {
-    for (const DeviceTensor& t : tensors) {
-      const auto at = reinterpret_cast<std::uintptr_t>(t.data);
-      const auto holds = [&](std::size_t r) {
-        const auto base = reinterpret_cast<std::uintptr_t>(bases[r]);
-        return t.host && t.data != nullptr && at >= base && at - base < plan.layout.arenas[r].bytes;
-      };
-      std::shared_ptr<const void> owner;
-      for (std::size_t r = 0; r < targets.size() && !owner; ++r)
-        if (holds(r)) owner = targets[r]->host_owner();
-      owners.push_back(std::move(owner));
-    }
-    std::uint64_t total = 0;
-    for (const DeviceTensor& t : tensors) total += t.nbytes;
-    stream.emplace(TensorStream{.tensors = tensors,
-                                .origins = origins,
-                                .owners = owners,
-                                .callback = options.on_tensor,
-                                .begin = begin,
-                                .total_bytes = total});
-  }
+  tensors = describe_tensors(catalog, plan, bases, /*writable=*/true, &origins);
+}
 
-  // Shared reads: receives posted before anything is read. Declared after the arenas, so a
-  // failed load cancels them before the memory they point into goes.
-  std::optional<SharedExchange> exchange;
-  if (barrier != nullptr) {  // (a failure here passes the barrier in load(), so no one waits)
-    QLOAD_ASSIGN_OR_RETURN(SharedExchange started, SharedExchange::start(plan, targets, barrier->communicator()));
-    exchange.emplace(std::move(started));
+void ReadLoad::start_stream(LoadClock::time_point begin) {
+  for (const DeviceTensor& t : tensors) {
+    const auto at = reinterpret_cast<std::uintptr_t>(t.data);
+    const auto holds = [&](std::size_t r) {
+      const auto base = reinterpret_cast<std::uintptr_t>(bases[r]);
+      return t.host && t.data != nullptr && at >= base && at - base < plan.layout.arenas[r].bytes;
+    };
+    std::shared_ptr<const void> owner;
+    for (std::size_t r = 0; r < targets.size() && !owner; ++r)
+      if (holds(r)) owner = targets[r]->host_owner();
+    owners.push_back(std::move(owner));
   }
+  std::uint64_t total = 0;
+  for (const DeviceTensor& t : tensors) total += t.nbytes;
+  stream.emplace(TensorStream{.tensors = tensors,
+                              .origins = origins,
+                              .owners = owners,
+                              .callback = options.on_tensor,
+                              .begin = begin,
+                              .total_bytes = total});
+}
 
-  ReadLoadState state{.catalog = catalog, .plan = plan, .pool = *pool, .targets = targets, .expected = expected};
-  const std::uint32_t workers = cpu_workers(options);
-  QLOAD_ASSIGN_OR_RETURN(TaskGraph graph,
-                         build_read_graph(state,
-                                          {.reads_in_flight = options.reads_in_flight,
-                                           .cpu_workers = workers,
-                                           .copy_lanes = options.copy_lanes,
-                                           .compute_digests = options.computes_digests()},
-                                          stream ? &*stream : nullptr, exchange ? &*exchange : nullptr));
-  // h2d tasks wait for their copies on a thread of their own: no CPU worker sits idle behind
-  // one; nor behind the tensor callback.
-  std::size_t threads = workers + (stream ? 1 : 0);
-  for (const auto& t : targets) threads += t->on_host() ? 0 : options.copy_lanes;
-  Result<ExecutionStats> stats = execute(graph, reader.get(),
-                                         {.cpu_threads = threads,
-                                          .trace = options.trace,
-                                          .on_task_done = progress_reporter(options, plan),
-                                          .stop = options.stop});
-  Status read = stats ? Status{} : Status(fail(stats.error()));
-  for (io::FileId id = 0; id < reader->file_count() && read; ++id) read = reader->file(id).check_unchanged();
-  std::uint64_t received = 0;
-  if (barrier != nullptr) {
-    // Every process has read and issued its sends, or some failed and nothing more is sent.
-    Status exchanged = exchange->status();
-    Status passed = barrier->pass(read.has_value() && exchanged.has_value());
-    QLOAD_TRY(read);
-    // A rank gone or late is the cause of this rank's failed sends, if any: name it first.
-    if (!passed && passed.error().code() != Errc::kCancelled) return fail(std::move(passed).error());
-    QLOAD_TRY(exchanged);
-    QLOAD_TRY(passed);
-    Result<std::uint64_t> finished = exchange->finish(targets);
-    // A process whose copies did not all arrive fails every process.
-    Result<bool> everyone = barrier->communicator().all_ok(finished.has_value());
-    QLOAD_TRY(finished);
-    if (!everyone) return fail(std::move(everyone.error()).with_note("stage: after the shared tensors moved"));
-    if (!*everyone) return fail(Errc::kCancelled, "another process failed while shared tensors moved");
-    received = *finished;
-  }
+Result<std::uint64_t> ReadLoad::finish_shared(Status read, SharedReadsBarrier& barrier) {
+  // Every process has read and issued its sends, or some failed and nothing more is sent.
+  Status exchanged = exchange->status();
+  Status passed = barrier.pass(read.has_value() && exchanged.has_value());
   QLOAD_TRY(read);
+  // A rank gone or late is the cause of this rank's failed sends, if any: name it first.
+  if (!passed && passed.error().code() != Errc::kCancelled) return fail(std::move(passed).error());
+  QLOAD_TRY(exchanged);
+  QLOAD_TRY(passed);
+  Result<std::uint64_t> finished = exchange->finish(targets);
+  // A process whose copies did not all arrive fails every process.
+  Result<bool> everyone = barrier.communicator().all_ok(finished.has_value());
+  QLOAD_TRY(finished);
+  if (!everyone) return fail(std::move(everyone.error()).with_note("stage: after the shared tensors moved"));
+  if (!*everyone) return fail(Errc::kCancelled, "another process failed while shared tensors moved");
+  return *finished;
+}
 
+Model ReadLoad::model(const std::vector<std::uint64_t>& digests, const ExecutionStats& stats,
+                      LoadClock::time_point begin, std::uint64_t received) {
   Model::Parts parts;
   parts.tensors = std::move(tensors);
   parts.quantized = describe_quantized(catalog, plan, parts.tensors);
@@ -269,8 +267,7 @@ Result<Model> load_read(const formats::Catalog& catalog, const Plan& plan, const
   report.staging_budget_bytes = pool->capacity_bytes();
   report.peak_staging_bytes = pool->peak_leased_bytes();
   report.unpinned_reason = std::move(unpinned);
-  fill_report(report, catalog, plan, options.computes_digests() ? state.digests : std::vector<std::uint64_t>{}, *stats,
-              begin);
+  fill_report(report, catalog, plan, options.computes_digests() ? digests : std::vector<std::uint64_t>{}, stats, begin);
   report.shared_received_bytes = received;
   if (stream) {
     report.first_tensor_seconds = stream->first_seconds;
@@ -282,6 +279,55 @@ Result<Model> load_read(const formats::Catalog& catalog, const Plan& plan, const
         if (!targets[plan.copies.shards[k].region]->on_host())
           report.shared_received_bytes += plan.copies.shards[k].bytes;
   return Model(std::move(parts));
+}
+
+}  // namespace
+
+Result<Model> load_read(const formats::Catalog& catalog, const Plan& plan, const LoadOptions& options,
+                        const ExpectedDigests& expected, LoadClock::time_point begin, SharedReadsBarrier* barrier) {
+  if (plan.layout.arenas.empty()) return fail(Errc::kInvalidArgument, "a read plan needs at least one arena");
+  QLOAD_TRY(check_host_memory(plan, options.plan));
+  ReadLoad load{.catalog = catalog, .plan = plan, .options = options};
+  QLOAD_TRY(load.set_up());
+
+  // The model's tensors are known now (the arenas exist): streaming hands them over as they
+  // complete. Tensors of other processes arrive after the graph: those loads hand over at the end.
+  load.describe();
+  if (options.on_tensor && barrier == nullptr) load.start_stream(begin);
+
+  // Shared reads: receives posted before anything is read.
+  if (barrier != nullptr) {  // (a failure here passes the barrier in load(), so no one waits)
+    QLOAD_ASSIGN_OR_RETURN(SharedExchange started, SharedExchange::start(plan, load.targets, barrier->communicator()));
+    load.exchange.emplace(std::move(started));
+  }
+
+  ReadLoadState state{
+      .catalog = catalog, .plan = plan, .pool = *load.pool, .targets = load.targets, .expected = expected};
+  const std::uint32_t workers = cpu_workers(options);
+  QLOAD_ASSIGN_OR_RETURN(TaskGraph graph, build_read_graph(state,
+                                                           {.reads_in_flight = options.reads_in_flight,
+                                                            .cpu_workers = workers,
+                                                            .copy_lanes = options.copy_lanes,
+                                                            .compute_digests = options.computes_digests()},
+                                                           load.stream ? &*load.stream : nullptr,
+                                                           load.exchange ? &*load.exchange : nullptr));
+  // h2d tasks wait for their copies on a thread of their own: no CPU worker sits idle behind
+  // one; nor behind the tensor callback.
+  std::size_t threads = workers + (load.stream ? 1 : 0);
+  for (const auto& t : load.targets) threads += t->on_host() ? 0 : options.copy_lanes;
+  Result<ExecutionStats> stats = execute(graph, load.reader.get(),
+                                         {.cpu_threads = threads,
+                                          .trace = options.trace,
+                                          .on_task_done = progress_reporter(options, plan),
+                                          .stop = options.stop});
+  Status read = stats ? Status{} : Status(fail(stats.error()));
+  for (io::FileId id = 0; id < load.reader->file_count() && read; ++id) read = load.reader->file(id).check_unchanged();
+  std::uint64_t received = 0;
+  if (barrier != nullptr) {
+    QLOAD_ASSIGN_OR_RETURN(received, load.finish_shared(read, *barrier));
+  }
+  QLOAD_TRY(read);
+  return load.model(state.digests, *stats, begin, received);
 }
 
 }  // namespace qload::scheduler::detail

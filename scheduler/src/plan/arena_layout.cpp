@@ -81,15 +81,37 @@ Result<std::uint64_t> place_image(std::uint64_t& cursor, std::optional<OpenSpan>
   return offset;
 }
 
-}  // namespace
-
-Status place_in_arenas(const formats::Catalog& catalog, const std::vector<std::uint32_t>& order,
-                       const PlanOptions& options, const TensorRoles& roles, Plan& plan) {
-  const auto device_count = static_cast<std::uint32_t>(options.devices.size());
-  // Regions are placed as the one shard of a layout of one device.
-  const bool parallel = !options.parallel.trivial() || static_cast<bool>(options.region);
+// What placing the tensors shares: where each tensor goes (its device, pipeline stage and
+// quantized shards), and each arena's cursor and open span.
+struct Arenas {
+  const formats::Catalog& catalog;
+  const PlanOptions& options;
+  const TensorRoles& roles;
+  Plan& plan;
+  std::uint32_t device_count = 0;
+  bool parallel = false;
   formats::ModelGeometry geometry;
   std::vector<std::uint32_t> stage_of;
+  std::map<std::uint32_t, PartShards> part_shards;
+  std::vector<std::uint32_t> device_of;
+  std::vector<bool> decoded_here;
+  std::vector<std::uint64_t> cursor;
+  std::vector<std::optional<OpenSpan>> spans;
+  std::uint32_t scratch = 0;
+  bool any_scratch = false;
+
+  // Chooses each tensor's device (and, laid out in parallel, its stage and quantized shards),
+  // and places the decode jobs.
+  Status choose_devices(const std::vector<std::uint32_t>& order);
+  // Places tensor i, the `seq`-th tensor with bytes in file order.
+  Status place_tensor(std::uint32_t i, std::uint64_t seq);
+  // Places the decode jobs' outputs and their shard inputs, after every tensor.
+  Status place_decode_buffers();
+  // Appends one ArenaPlan per arena that holds bytes, then the relay arena.
+  Status add_arenas(std::uint64_t relay_bytes);
+};
+
+Status Arenas::choose_devices(const std::vector<std::uint32_t>& order) {
   if (parallel) {
     QLOAD_TRY(check_parallel(options, plan));
     if (options.parallel.tensor > 1) {
@@ -97,11 +119,10 @@ Status place_in_arenas(const formats::Catalog& catalog, const std::vector<std::u
     }
     stage_of = detail::assign_devices(catalog, order, Placement::kByLayer, options.parallel.pipeline);
   }
-  std::map<std::uint32_t, PartShards> part_shards;
   if (parallel) {
     QLOAD_ASSIGN_OR_RETURN(part_shards, plan_quantized_shards(catalog, options, geometry, plan));
   }
-  std::vector<std::uint32_t> device_of = detail::assign_devices(catalog, order, options.placement, device_count);
+  device_of = detail::assign_devices(catalog, order, options.placement, device_count);
   if (options.place) {
     for (std::uint32_t i = 0; i < catalog.tensors.size(); ++i) {
       auto chosen = options.place(catalog.tensors[i].name);
@@ -114,69 +135,67 @@ Status place_in_arenas(const formats::Catalog& catalog, const std::vector<std::u
     }
   }
   QLOAD_TRY(place_decode_jobs(catalog, options, geometry, device_of, stage_of, part_shards, plan));
-  std::vector<bool> decoded_here(catalog.tensors.size(), false);  // inputs of this process's decode jobs
+  decoded_here.assign(catalog.tensors.size(), false);  // inputs of this process's decode jobs
   for (const DecodeJob& job : plan.decode.jobs)
     for (const std::uint32_t i : job.inputs) decoded_here[i] = true;
-  std::vector<std::uint64_t> cursor(device_count + 1, 0);        // the last one: scratch
-  std::vector<std::optional<OpenSpan>> spans(device_count + 1);  // file-image arenas' open spans
-  const std::uint32_t scratch = device_count;
-  bool any_scratch = false;
-  std::uint64_t seq = 0;  // tensors with bytes so far, in file order
-  for (const std::uint32_t i : order) {
-    const formats::TensorEntry& t = catalog.tensors[i];
-    seq += t.nbytes > 0 ? 1 : 0;
-    if (!roles.to_scratch[i] && (options.destinations.contains(t.name) || options.destinations_only)) {
-      // Into the caller's memory (bind_destinations, once the arenas are laid out), or not loaded.
-      plan.layout.tensors[i] = TensorPlacement{.region = kNoRegion, .dtype = t.dtype};
-      continue;
-    }
-    if (roles.to_scratch[i] && !decoded_here[i]) {  // decoded by another process only
-      plan.layout.tensors[i] = TensorPlacement{.region = kNoRegion, .dtype = t.dtype};
-      continue;
-    }
-    const std::uint32_t d = roles.to_scratch[i] ? scratch : device_of[i];
-    any_scratch = any_scratch || d == scratch;
-    const DType dtype = d == scratch ? t.dtype : placed_dtype(t, options, roles.quantized_part[i]);
-    // At most twice the stored bytes (f16 -> f32); a tensor's stored bytes are < 2^63 in any
-    // file that passed validation, so this cannot overflow.
-    const std::uint64_t bytes = dtype == t.dtype ? t.nbytes : formats::converted_bytes(t.nbytes, t.dtype, dtype);
-    if (parallel && d != scratch) {
-      QLOAD_TRY(place_shards(catalog, i, stage_of[i], dtype, options, geometry, part_shards, cursor, plan));
-      plan.layout.converted_tensors += dtype != t.dtype ? 1 : 0;
-      continue;
-    }
-    const std::string arena = d == scratch ? "scratch" : options.devices[d].to_string();
-    const bool host = d == scratch || options.devices[d].is_cpu();
-    const bool image = host && d != scratch && !parallel && dtype == t.dtype && options.direct_min_bytes > 0 &&
-                       options.host_layout == HostLayout::kFileImage && t.nbytes > 0 &&
-                       t.offset % element_alignment(t.dtype) == 0;
-    bool starts_span = false;
-    Result<std::uint64_t> offset = std::uint64_t{0};
-    if (image) {
-      offset = place_image(cursor[d], spans[d], t, seq, options.max_gap_bytes, starts_span, arena);
-    } else {
-      const Status closed = close_span(cursor[d], spans[d], arena);
-      offset = closed ? take(cursor[d], bytes, options.tensor_alignment, arena) : fail(closed.error());
-    }
-    if (!offset) return fail(tensor_error(catalog, t, Errc::kOverflow, offset.error().message()));
-    const bool direct =
-        image || (host && dtype == t.dtype && options.direct_min_bytes > 0 && t.nbytes >= options.direct_min_bytes);
-    plan.layout.tensors[i] = TensorPlacement{.region = d,
-                                             .offset = *offset,
-                                             .direct = direct,
-                                             .image = image,
-                                             .starts_span = starts_span,
-                                             .dtype = dtype,
-                                             .bytes = bytes};
-    plan.reads.direct_tensors += direct ? 1 : 0;
-    plan.layout.converted_tensors += dtype != t.dtype ? 1 : 0;
-    if (d == scratch) continue;  // not part of the model
-    auto placed = checked_add(plan.layout.placed_bytes, bytes);
-    if (!placed) return fail(tensor_error(catalog, t, Errc::kOverflow, "total placed bytes exceed 2^64"));
-    plan.layout.placed_bytes = *placed;
+  return {};
+}
+
+Status Arenas::place_tensor(std::uint32_t i, std::uint64_t seq) {
+  const formats::TensorEntry& t = catalog.tensors[i];
+  if (!roles.to_scratch[i] && (options.destinations.contains(t.name) || options.destinations_only)) {
+    // Into the caller's memory (bind_destinations, once the arenas are laid out), or not loaded.
+    plan.layout.tensors[i] = TensorPlacement{.region = kNoRegion, .dtype = t.dtype};
+    return {};
   }
-  for (std::uint32_t d = 0; d < device_count; ++d)
-    QLOAD_TRY(close_span(cursor[d], spans[d], options.devices[d].to_string()));
+  if (roles.to_scratch[i] && !decoded_here[i]) {  // decoded by another process only
+    plan.layout.tensors[i] = TensorPlacement{.region = kNoRegion, .dtype = t.dtype};
+    return {};
+  }
+  const std::uint32_t d = roles.to_scratch[i] ? scratch : device_of[i];
+  any_scratch = any_scratch || d == scratch;
+  const DType dtype = d == scratch ? t.dtype : placed_dtype(t, options, roles.quantized_part[i]);
+  // At most twice the stored bytes (f16 -> f32); a tensor's stored bytes are < 2^63 in any
+  // file that passed validation, so this cannot overflow.
+  const std::uint64_t bytes = dtype == t.dtype ? t.nbytes : formats::converted_bytes(t.nbytes, t.dtype, dtype);
+  if (parallel && d != scratch) {
+    QLOAD_TRY(place_shards(catalog, i, stage_of[i], dtype, options, geometry, part_shards, cursor, plan));
+    plan.layout.converted_tensors += dtype != t.dtype ? 1 : 0;
+    return {};
+  }
+  const std::string arena = d == scratch ? "scratch" : options.devices[d].to_string();
+  const bool host = d == scratch || options.devices[d].is_cpu();
+  const bool image = host && d != scratch && !parallel && dtype == t.dtype && options.direct_min_bytes > 0 &&
+                     options.host_layout == HostLayout::kFileImage && t.nbytes > 0 &&
+                     t.offset % element_alignment(t.dtype) == 0;
+  bool starts_span = false;
+  Result<std::uint64_t> offset = std::uint64_t{0};
+  if (image) {
+    offset = place_image(cursor[d], spans[d], t, seq, options.max_gap_bytes, starts_span, arena);
+  } else {
+    const Status closed = close_span(cursor[d], spans[d], arena);
+    offset = closed ? take(cursor[d], bytes, options.tensor_alignment, arena) : fail(closed.error());
+  }
+  if (!offset) return fail(tensor_error(catalog, t, Errc::kOverflow, offset.error().message()));
+  const bool direct =
+      image || (host && dtype == t.dtype && options.direct_min_bytes > 0 && t.nbytes >= options.direct_min_bytes);
+  plan.layout.tensors[i] = TensorPlacement{.region = d,
+                                           .offset = *offset,
+                                           .direct = direct,
+                                           .image = image,
+                                           .starts_span = starts_span,
+                                           .dtype = dtype,
+                                           .bytes = bytes};
+  plan.reads.direct_tensors += direct ? 1 : 0;
+  plan.layout.converted_tensors += dtype != t.dtype ? 1 : 0;
+  if (d == scratch) return {};  // not part of the model
+  auto placed = checked_add(plan.layout.placed_bytes, bytes);
+  if (!placed) return fail(tensor_error(catalog, t, Errc::kOverflow, "total placed bytes exceed 2^64"));
+  plan.layout.placed_bytes = *placed;
+  return {};
+}
+
+Status Arenas::place_decode_buffers() {
   for (DecodeJob& job : plan.decode.jobs) {
     for (DecodeOutput& out : job.outputs) {
       if (options.destinations.contains(out.name)) continue;  // bind_destinations places it
@@ -188,14 +207,10 @@ Status place_in_arenas(const formats::Catalog& catalog, const std::vector<std::u
       QLOAD_ASSIGN_OR_RETURN(in.offset, take(cursor[scratch], in.bytes, detail::kDecodePartAlignment, "scratch"));
     }
   }
-  std::uint64_t relay_bytes = 0;
-  if (detail::relays(options)) {
-    QLOAD_ASSIGN_OR_RETURN(relay_bytes, detail::assign_relay_readers(catalog, options, plan));
-    plan.copies.shared_reads = SharedReads::kRelay;
-  } else if (options.parallel.share_reads) {
-    detail::assign_readers(catalog, order, options.parallel, plan);
-    plan.copies.shared_reads = SharedReads::kBroadcast;
-  }
+  return {};
+}
+
+Status Arenas::add_arenas(std::uint64_t relay_bytes) {
   const std::uint64_t arena_alignment = std::max<std::uint64_t>(options.tensor_alignment, 4096);
   for (std::uint32_t d = 0; d <= device_count; ++d) {
     if (d == scratch && !any_scratch) break;
@@ -214,6 +229,42 @@ Status place_in_arenas(const formats::Catalog& catalog, const std::vector<std::u
     plan.layout.arenas.push_back(
         ArenaPlan{.scratch = true, .device = Device{}, .bytes = relay_bytes, .alignment = arena_alignment});
   }
+  return {};
+}
+
+}  // namespace
+
+Status place_in_arenas(const formats::Catalog& catalog, const std::vector<std::uint32_t>& order,
+                       const PlanOptions& options, const TensorRoles& roles, Plan& plan) {
+  const auto device_count = static_cast<std::uint32_t>(options.devices.size());
+  Arenas a{.catalog = catalog,
+           .options = options,
+           .roles = roles,
+           .plan = plan,
+           .device_count = device_count,
+           // Regions are placed as the one shard of a layout of one device.
+           .parallel = !options.parallel.trivial() || static_cast<bool>(options.region)};
+  QLOAD_TRY(a.choose_devices(order));
+  a.cursor.assign(device_count + 1, 0);  // the last one: scratch
+  a.spans.resize(device_count + 1);      // file-image arenas' open spans
+  a.scratch = device_count;
+  std::uint64_t seq = 0;  // tensors with bytes so far, in file order
+  for (const std::uint32_t i : order) {
+    seq += catalog.tensors[i].nbytes > 0 ? 1 : 0;
+    QLOAD_TRY(a.place_tensor(i, seq));
+  }
+  for (std::uint32_t d = 0; d < device_count; ++d)
+    QLOAD_TRY(close_span(a.cursor[d], a.spans[d], options.devices[d].to_string()));
+  QLOAD_TRY(a.place_decode_buffers());
+  std::uint64_t relay_bytes = 0;
+  if (detail::relays(options)) {
+    QLOAD_ASSIGN_OR_RETURN(relay_bytes, detail::assign_relay_readers(catalog, options, plan));
+    plan.copies.shared_reads = SharedReads::kRelay;
+  } else if (options.parallel.share_reads) {
+    detail::assign_readers(catalog, order, options.parallel, plan);
+    plan.copies.shared_reads = SharedReads::kBroadcast;
+  }
+  QLOAD_TRY(a.add_arenas(relay_bytes));
   // Whether the host arenas fit this machine's memory is the load's question (read_load.cpp),
   // not the plan's: a plan describes the checkpoint and can be made for a bigger machine.
   return {};

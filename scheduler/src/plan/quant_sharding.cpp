@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <numeric>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -29,21 +30,41 @@ Error weight_error(const formats::LogicalTensor& lt, std::string message) {
   return Error(Errc::kUnsupported, std::move(message)).with_tensor(lt.name);
 }
 
+// The part map of a scale (or zero point) part: by the weight's scale layout, in groups of `g`
+// columns or blocks of `block_rows` x `block_cols`.
+PartMap scale_map(const formats::QuantParams& p, std::uint64_t g, std::uint64_t block_rows, std::uint64_t block_cols) {
+  switch (p.scale_layout) {
+    case formats::ScaleLayout::kTensor: return {};
+    case formats::ScaleLayout::kRow: return {.n = {0, 1, 1}};
+    case formats::ScaleLayout::kGroup: return {.n = {0, 1, 1}, .k = {1, 1, g}};
+    case formats::ScaleLayout::kBlock: return {.n = {0, 1, block_rows}, .k = {1, 1, block_cols}};
+    case formats::ScaleLayout::kColumn: break;  // refused in part_map
+  }
+  return {};
+}
+
+// The part map of `role` of a compressed-tensors packed weight, or none for a role it has not.
+std::optional<PartMap> ct_packed_map(const formats::QuantParams& p, std::uint64_t g, std::string_view role) {
+  // Words hold 32/b fields (the padded layout), or a dense bitstream cut only where a
+  // boundary falls on a word's start.
+  const Axis packed = p.dense_bitstream ? Axis{.num = p.bits, .den = 32} : Axis{.num = 1, .den = 32 / p.bits};
+  if (role == "weight_packed") return PartMap{.n = {0, 1, 1}, .k = {1, packed.num, packed.den}};
+  if (role == "weight_scale") return scale_map(p, g, 1, 1);
+  if (role == "weight_zero_point") {
+    PartMap map = scale_map(p, g, 1, 1);
+    map.n = {0, packed.num, packed.den};  // packed along N
+    return map;
+  }
+  if (role == "weight_g_idx") return PartMap{.k = {0, 1, 1}};
+  if (role == "weight_shape") return PartMap{};  // whole, then rewritten per shard
+  return std::nullopt;
+}
+
 // The part map of `role` for the weight's scheme and scale layout.
 Result<PartMap> part_map(const formats::LogicalTensor& lt, std::string_view role) {
   const formats::QuantParams& p = lt.params;
   const std::uint64_t g =
       p.group_size == 0 || p.group_size > lt.cols ? std::max<std::uint64_t>(lt.cols, 1) : p.group_size;
-  const auto scale_map = [&](std::uint64_t block_rows, std::uint64_t block_cols) -> PartMap {
-    switch (p.scale_layout) {
-      case formats::ScaleLayout::kTensor: return {};
-      case formats::ScaleLayout::kRow: return {.n = {0, 1, 1}};
-      case formats::ScaleLayout::kGroup: return {.n = {0, 1, 1}, .k = {1, 1, g}};
-      case formats::ScaleLayout::kBlock: return {.n = {0, 1, block_rows}, .k = {1, 1, block_cols}};
-      case formats::ScaleLayout::kColumn: break;  // refused below
-    }
-    return {};
-  };
   if (p.scale_layout == formats::ScaleLayout::kColumn)
     return fail(weight_error(lt,
                              "tensor-parallel splits inside FP8 experts stored transposed (Llama-4's fbgemm "
@@ -62,29 +83,17 @@ Result<PartMap> part_map(const formats::LogicalTensor& lt, std::string_view role
       break;
     case formats::QuantScheme::kFp8:
       if (role == "weight") return PartMap{.n = {0, 1, 1}, .k = {1, 1, 1}};
-      if (role == "weight_scale" || role == "weight_scale_inv") return scale_map(p.block_rows, p.block_cols);
+      if (role == "weight_scale" || role == "weight_scale_inv") return scale_map(p, g, p.block_rows, p.block_cols);
       if (role == "input_scale") return PartMap{};
       break;
     case formats::QuantScheme::kCtInt:
       if (role == "weight") return PartMap{.n = {0, 1, 1}, .k = {1, 1, 1}};
-      if (role == "weight_scale" || role == "weight_zero_point") return scale_map(1, 1);
+      if (role == "weight_scale" || role == "weight_zero_point") return scale_map(p, g, 1, 1);
       if (role == "weight_g_idx") return PartMap{.k = {0, 1, 1}};
       break;
-    case formats::QuantScheme::kCtPacked: {
-      // Words hold 32/b fields (the padded layout), or a dense bitstream cut only where a
-      // boundary falls on a word's start.
-      const Axis packed = p.dense_bitstream ? Axis{.num = p.bits, .den = 32} : Axis{.num = 1, .den = 32 / p.bits};
-      if (role == "weight_packed") return PartMap{.n = {0, 1, 1}, .k = {1, packed.num, packed.den}};
-      if (role == "weight_scale") return scale_map(1, 1);
-      if (role == "weight_zero_point") {
-        PartMap map = scale_map(1, 1);
-        map.n = {0, packed.num, packed.den};  // packed along N
-        return map;
-      }
-      if (role == "weight_g_idx") return PartMap{.k = {0, 1, 1}};
-      if (role == "weight_shape") return PartMap{};  // whole, then rewritten per shard
+    case formats::QuantScheme::kCtPacked:
+      if (const std::optional<PartMap> map = ct_packed_map(p, g, role)) return *map;
       break;
-    }
     case formats::QuantScheme::kGgml: {
       // Rows of whole blocks: N splits anywhere, K on block boundaries (bytes per element
       // block_bytes / block_elems).
@@ -103,7 +112,7 @@ Result<PartMap> part_map(const formats::LogicalTensor& lt, std::string_view role
     case formats::QuantScheme::kNvfp4:
       // Two E2M1 codes a byte, one E4M3 scale per 16 columns; the global scales stay whole.
       if (role == "weight_packed" || role == "weight") return PartMap{.n = {0, 1, 1}, .k = {1, 1, 2}};
-      if (role == "weight_scale") return scale_map(1, 1);
+      if (role == "weight_scale") return scale_map(p, g, 1, 1);
       if (role == "weight_global_scale" || role == "weight_scale_2" || role == "input_global_scale" ||
           role == "input_scale")
         return PartMap{};
@@ -113,7 +122,7 @@ Result<PartMap> part_map(const formats::LogicalTensor& lt, std::string_view role
       // [N, K/2] and weight_scale [N, K/32]. K cuts on 32-column groups.
       if (role == "blocks" || role == "scales") return PartMap{.n = {0, 1, 1}, .k = {1, 1, 32}};
       if (role == "weight_packed") return PartMap{.n = {0, 1, 1}, .k = {1, 1, 2}};
-      if (role == "weight_scale") return scale_map(1, 1);
+      if (role == "weight_scale") return scale_map(p, g, 1, 1);
       if (role == "input_global_scale" || role == "input_scale") return PartMap{};
       break;
     case formats::QuantScheme::kAwqGemv:

@@ -107,6 +107,67 @@ Result<std::vector<ShardSlice>> expert_slices(const formats::TensorEntry& t, Spl
   return out;
 }
 
+// A split by heads: each rank's rows of the q, k or v projection (or of the three fused),
+// from the attention geometry in config.json.
+Status head_rows(const formats::TensorEntry& t, std::uint32_t ranks, const formats::ModelGeometry& g,
+                 std::vector<Rows>& rows) {
+  const Shape& shape = t.shape;
+  const std::uint64_t dim0 = shape.rank() == 0 ? 1 : shape[0];
+  if (!g.heads || !g.kv_heads || !g.head_dim)
+    return fail(split_error(t,
+                            "a split by heads needs num_attention_heads, num_key_value_heads and head_dim (or "
+                            "hidden_size) in config.json"));
+  const std::uint64_t h = *g.heads, kv = *g.kv_heads, d = *g.head_dim;
+  if (h % ranks != 0)
+    return fail(split_error(t, fmt::format("cannot split {} attention heads over {} ranks", h, ranks)));
+  if (kv >= ranks ? kv % ranks != 0 : ranks % kv != 0)
+    return fail(split_error(t, fmt::format("cannot split or replicate {} key/value heads over {} ranks", kv, ranks)));
+  for (std::uint32_t r = 0; r < ranks; ++r) {
+    if (dim0 == h * d) {
+      rows[r] = unit_rows(0, h, d, r, ranks);
+    } else if (dim0 == kv * d) {
+      rows[r] = unit_rows(0, kv, d, r, ranks);
+    } else if (dim0 == (h + 2 * kv) * d) {  // fused q, k, v
+      rows[r] = unit_rows(0, h, d, r, ranks);
+      rows[r].push_back(unit_rows(h * d, kv, d, r, ranks).front());
+      rows[r].push_back(unit_rows((h + kv) * d, kv, d, r, ranks).front());
+    } else {
+      return fail(split_error(t, fmt::format("dim 0 of {} is not heads x head_dim ({} x {}), kv_heads x head_dim "
+                                             "({} x {}) or their fused q, k, v ({})",
+                                             shape.to_string(), h, d, kv, d, (h + 2 * kv) * d)));
+    }
+  }
+  return {};
+}
+
+// Each rank's slice of a tensor of `shape`: its `rows`, and with `col_parts` > 1 its part of
+// the `rest` columns (the product of the dims after the first).
+std::vector<ShardSlice> rank_slices(const Shape& shape, std::vector<Rows> rows, std::uint64_t rest,
+                                    std::uint64_t col_parts) {
+  std::vector<ShardSlice> out(rows.size());
+  for (std::uint32_t r = 0; r < rows.size(); ++r) {
+    ShardSlice& s = out[r];
+    s.col_begin = col_parts > 1 ? rest / col_parts * r : 0;
+    s.col_end = col_parts > 1 ? rest / col_parts * (r + 1) : rest;
+    s.rows = std::move(rows[r]);
+    std::uint64_t n = 0;
+    for (const auto& [b, e] : s.rows) n += e - b;
+    std::vector<std::uint64_t> dims;
+    if (shape.rank() == 0) {
+      s.shape = shape;
+      continue;
+    }
+    dims.push_back(n);
+    if (col_parts > 1) {
+      dims.push_back(s.col_end - s.col_begin);
+    } else {
+      for (std::size_t i = 1; i < shape.rank(); ++i) dims.push_back(shape[i]);
+    }
+    s.shape = Shape(std::move(dims));
+  }
+  return out;
+}
+
 }  // namespace
 
 Result<ShardSlice> region_slice(const formats::TensorEntry& t, const TensorRegion& region) {
@@ -175,57 +236,9 @@ Result<std::vector<ShardSlice>> shard_slices(const formats::TensorEntry& t, Spli
     case Split::kExpertHalves:
     case Split::kExpertCols: return expert_slices(t, split, ranks);  // taken above
     case Split::kRegion: return fail(split_error(t, "a region is asked per tensor (region_slice), not split"));
-    case Split::kHeads: {
-      if (!g.heads || !g.kv_heads || !g.head_dim)
-        return fail(split_error(t,
-                                "a split by heads needs num_attention_heads, num_key_value_heads and head_dim (or "
-                                "hidden_size) in config.json"));
-      const std::uint64_t h = *g.heads, kv = *g.kv_heads, d = *g.head_dim;
-      if (h % ranks != 0)
-        return fail(split_error(t, fmt::format("cannot split {} attention heads over {} ranks", h, ranks)));
-      if (kv >= ranks ? kv % ranks != 0 : ranks % kv != 0)
-        return fail(
-            split_error(t, fmt::format("cannot split or replicate {} key/value heads over {} ranks", kv, ranks)));
-      for (std::uint32_t r = 0; r < ranks; ++r) {
-        if (dim0 == h * d) {
-          rows[r] = unit_rows(0, h, d, r, ranks);
-        } else if (dim0 == kv * d) {
-          rows[r] = unit_rows(0, kv, d, r, ranks);
-        } else if (dim0 == (h + 2 * kv) * d) {  // fused q, k, v
-          rows[r] = unit_rows(0, h, d, r, ranks);
-          rows[r].push_back(unit_rows(h * d, kv, d, r, ranks).front());
-          rows[r].push_back(unit_rows((h + kv) * d, kv, d, r, ranks).front());
-        } else {
-          return fail(split_error(t, fmt::format("dim 0 of {} is not heads x head_dim ({} x {}), kv_heads x head_dim "
-                                                 "({} x {}) or their fused q, k, v ({})",
-                                                 shape.to_string(), h, d, kv, d, (h + 2 * kv) * d)));
-        }
-      }
-      break;
-    }
+    case Split::kHeads: QLOAD_TRY(head_rows(t, ranks, g, rows)); break;
   }
-  std::vector<ShardSlice> out(ranks);
-  for (std::uint32_t r = 0; r < ranks; ++r) {
-    ShardSlice& s = out[r];
-    s.col_begin = col_parts > 1 ? rest / col_parts * r : 0;
-    s.col_end = col_parts > 1 ? rest / col_parts * (r + 1) : rest;
-    s.rows = std::move(rows[r]);
-    std::uint64_t n = 0;
-    for (const auto& [b, e] : s.rows) n += e - b;
-    std::vector<std::uint64_t> dims;
-    if (shape.rank() == 0) {
-      s.shape = shape;
-      continue;
-    }
-    dims.push_back(n);
-    if (col_parts > 1) {
-      dims.push_back(s.col_end - s.col_begin);
-    } else {
-      for (std::size_t i = 1; i < shape.rank(); ++i) dims.push_back(shape[i]);
-    }
-    s.shape = Shape(std::move(dims));
-  }
-  return out;
+  return rank_slices(shape, std::move(rows), rest, col_parts);
 }
 
 }  // namespace qload::scheduler
