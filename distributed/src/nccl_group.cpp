@@ -200,70 +200,81 @@ Status adopt_communicators(NcclGroup& group, const World& world, std::span<const
   return {};
 }
 
-}  // namespace
-
-Result<std::unique_ptr<NcclGroup, NcclGroupDeleter>> make_nccl_group(Rendezvous& rendezvous,
-                                                                     std::span<const int> gpu_slots,
-                                                                     std::chrono::milliseconds timeout,
-                                                                     std::span<void* const> borrowed) {
+// Each GPU slot's device is one of this machine's.
+Status check_devices_exist(std::span<const int> gpu_slots) {
   const CudaInfo cuda = probe_cuda();
   for (std::size_t k = 0; k < gpu_slots.size(); ++k)
     if (gpu_slots[k] >= 0 && static_cast<std::size_t>(gpu_slots[k]) >= cuda.devices.size())
       return fail(Errc::kUnsupported, fmt::format("NCCL slot {}: cuda:{} is not here ({})", k, gpu_slots[k],
                                                   cuda.devices.empty() ? cuda.unavailable_reason
                                                                        : fmt::format("{} GPUs", cuda.devices.size())));
-  std::unique_ptr<NcclGroup, NcclGroupDeleter> group(new NcclGroup);
-  QLOAD_ASSIGN_OR_RETURN(group->api, open_nccl());
-  const World& world = rendezvous.world();
-  group->rank = world.rank;
-  group->timeout = timeout;
-  group->devices.assign(gpu_slots.begin(), gpu_slots.end());
-  group->comms.assign(gpu_slots.size(), nullptr);
+  return {};
+}
+
+// One stream per slot: a CUDA stream on a GPU slot's device, an empty one for a host slot.
+Status make_streams(NcclGroup& group, std::span<const int> gpu_slots) {
   for (int device : gpu_slots) {
     if (device < 0) {
-      group->streams.emplace_back();
+      group.streams.emplace_back();
       continue;
     }
     QLOAD_ASSIGN_OR_RETURN(cuda::Stream stream, cuda::Stream::create(device));
-    group->streams.push_back(std::move(stream));
+    group.streams.push_back(std::move(stream));
   }
-  // Every rank says whether it hands in its own communicators; all must agree (the exchanges
-  // below differ), and a rank whose communicators do not fit says so to the others.
+  return {};
+}
+
+// Every rank says whether it hands in its own communicators; all must agree (the exchanges
+// that follow differ), and a rank whose communicators do not fit says so to the others.
+Status agree_on_communicators(NcclGroup& group, Rendezvous& rendezvous, std::span<const int> gpu_slots,
+                              std::span<void* const> borrowed) {
+  const World& world = rendezvous.world();
   Status adopted;
-  if (!borrowed.empty()) adopted = adopt_communicators(*group, world, gpu_slots, borrowed);
+  if (!borrowed.empty()) adopted = adopt_communicators(group, world, gpu_slots, borrowed);
   const std::string mode = borrowed.empty() ? "own" : adopted ? "borrowed" : "refused";
   QLOAD_ASSIGN_OR_RETURN(const std::vector<std::string> modes, rendezvous.allgather(mode));
   if (!adopted) {
-    group->comms.assign(gpu_slots.size(), nullptr);  // not ours to abort: nothing ran on them
+    group.comms.assign(gpu_slots.size(), nullptr);  // not ours to abort: nothing ran on them
     return fail(std::move(adopted.error()));
   }
   for (std::uint32_t r = 0; r < modes.size(); ++r) {
     if (modes[r] == mode) continue;
-    group->comms.assign(gpu_slots.size(), nullptr);
+    group.comms.assign(gpu_slots.size(), nullptr);
     if (modes[r] == "refused")
       return fail(Errc::kCancelled, fmt::format("rank {}'s NCCL communicators do not fit the world", r));
     return fail(Errc::kInvalidArgument, fmt::format("rank {} {} NCCL communicators, where rank {} {}", r,
                                                     modes[r] == "own" ? "makes its own" : "hands in its", world.rank,
                                                     mode == "own" ? "makes its own" : "hands in its"));
   }
-  if (group->borrowed) return group;
-  // Rank 0 makes one unique id per slot; every rank learns them.
+  return {};
+}
+
+// Rank 0 makes one unique id per slot; every rank learns them (rank 0's ids, one after another).
+Result<std::string> share_unique_ids(NcclGroup& group, Rendezvous& rendezvous, std::span<const int> gpu_slots) {
+  const World& world = rendezvous.world();
   std::string ids;
   if (world.rank == 0) {
     ids.resize(gpu_slots.size() * sizeof(ncclUniqueId));
     for (std::size_t k = 0; k < gpu_slots.size(); ++k) {
       ncclUniqueId id;
-      QLOAD_TRY(group->check(group->api.get_unique_id(&id), "ncclGetUniqueId"));
+      QLOAD_TRY(group.check(group.api.get_unique_id(&id), "ncclGetUniqueId"));
       std::memcpy(ids.data() + k * sizeof id, &id, sizeof id);
     }
   }
-  QLOAD_ASSIGN_OR_RETURN(const std::vector<std::string> all, rendezvous.allgather(ids));
+  QLOAD_ASSIGN_OR_RETURN(std::vector<std::string> all, rendezvous.allgather(ids));
   if (all[0].size() != gpu_slots.size() * sizeof(ncclUniqueId))
     return fail(Errc::kInvalidArgument,
                 fmt::format("rank 0 has {} device slots, rank {} has {}", all[0].size() / sizeof(ncclUniqueId),
                             world.rank, gpu_slots.size()));
+  return std::move(all[0]);
+}
+
+// Creates the GPU slots' communicators together (one NCCL group) from rank 0's `ids` and waits
+// for them against the timeout; a failure aborts them all.
+Status create_communicators(NcclGroup& group, const World& world, std::span<const int> gpu_slots,
+                            const std::string& ids) {
   std::vector<std::uint32_t> gpu_slot_indices;
-  QLOAD_TRY(group->check(group->api.group_start(), "ncclGroupStart"));
+  QLOAD_TRY(group.check(group.api.group_start(), "ncclGroupStart"));
   Status made;
   for (std::size_t k = 0; k < gpu_slots.size() && made; ++k) {
     if (gpu_slots[k] < 0) continue;
@@ -273,21 +284,43 @@ Result<std::unique_ptr<NcclGroup, NcclGroupDeleter>> make_nccl_group(Rendezvous&
       break;
     }
     ncclUniqueId id;
-    std::memcpy(&id, all[0].data() + k * sizeof id, sizeof id);
+    std::memcpy(&id, ids.data() + k * sizeof id, sizeof id);
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;  // waited for below, against the timeout
-    made = group->check(group->api.comm_init_rank_config(&group->comms[k], static_cast<int>(world.size), id,
-                                                         static_cast<int>(world.rank), &config),
-                        fmt::format("ncclCommInitRankConfig for slot {} (cuda:{})", k, gpu_slots[k]), group->comms[k]);
+    made = group.check(group.api.comm_init_rank_config(&group.comms[k], static_cast<int>(world.size), id,
+                                                       static_cast<int>(world.rank), &config),
+                       fmt::format("ncclCommInitRankConfig for slot {} (cuda:{})", k, gpu_slots[k]), group.comms[k]);
   }
-  Status ended = group->check(group->api.group_end(), "ncclGroupEnd (creating communicators)");
+  Status ended = group.check(group.api.group_end(), "ncclGroupEnd (creating communicators)");
   if (!made) {
-    if (group->aborted.empty()) (void)group->abort_all("creating the NCCL communicators failed");
+    if (group.aborted.empty()) (void)group.abort_all("creating the NCCL communicators failed");
     return fail(std::move(made.error()));
   }
   QLOAD_TRY(ended);
   QLOAD_TRY(
-      group->wait(gpu_slot_indices, false, fmt::format("creating the NCCL communicators of {} ranks", world.size)));
+      group.wait(gpu_slot_indices, false, fmt::format("creating the NCCL communicators of {} ranks", world.size)));
+  return {};
+}
+
+}  // namespace
+
+Result<std::unique_ptr<NcclGroup, NcclGroupDeleter>> make_nccl_group(Rendezvous& rendezvous,
+                                                                     std::span<const int> gpu_slots,
+                                                                     std::chrono::milliseconds timeout,
+                                                                     std::span<void* const> borrowed) {
+  QLOAD_TRY(check_devices_exist(gpu_slots));
+  std::unique_ptr<NcclGroup, NcclGroupDeleter> group(new NcclGroup);
+  QLOAD_ASSIGN_OR_RETURN(group->api, open_nccl());
+  const World& world = rendezvous.world();
+  group->rank = world.rank;
+  group->timeout = timeout;
+  group->devices.assign(gpu_slots.begin(), gpu_slots.end());
+  group->comms.assign(gpu_slots.size(), nullptr);
+  QLOAD_TRY(make_streams(*group, gpu_slots));
+  QLOAD_TRY(agree_on_communicators(*group, rendezvous, gpu_slots, borrowed));
+  if (group->borrowed) return group;
+  QLOAD_ASSIGN_OR_RETURN(const std::string ids, share_unique_ids(*group, rendezvous, gpu_slots));
+  QLOAD_TRY(create_communicators(*group, world, gpu_slots, ids));
   return group;
 }
 

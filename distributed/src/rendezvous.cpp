@@ -274,109 +274,141 @@ class WaitNotice {
   std::uint32_t given_ = 0;
 };
 
-// Rank 0: takes one authenticated connection per rank. Handshakes run side by side (poll), each
-// bounded by kHandshakeTime, so strangers cost nothing but a log line.
-Result<std::vector<RendezvousChannel>> accept_ranks(const World& world, std::string_view token,
-                                                    std::chrono::milliseconds timeout, const Logger& log) {
-  QLOAD_ASSIGN_OR_RETURN(const UniqueFd listener, listen_on_master_addr(world));
-  std::vector<RendezvousChannel> peers(world.size);
-  std::vector<Pending> pending;
+// Rank 0's handshakes in flight and the ranks that joined so far.
+struct JoiningRanks {
+  const World& world;
+  std::string_view token;
+  std::chrono::milliseconds timeout;
+  const Logger& log;
+  std::vector<RendezvousChannel> peers;
+  std::vector<Pending> pending{};
   // Each kind of drop from each host is logged once (a rank with the wrong token retries every
   // 100 ms), and counted for the timeout's error.
-  std::set<std::string> logged;
+  std::set<std::string> logged{};
   std::uint32_t drops = 0;
-  const auto drop = [&](std::size_t i, std::string_view why) {
+  std::uint32_t joined = 1;  // rank 0 itself
+
+  void drop(std::size_t i, std::string_view why) {
     const std::string& from = pending[i].from;
     if (logged.insert(fmt::format("{} {}", from.substr(0, from.rfind(':')), why)).second)
       log.warn(fmt::format("rendezvous: rank 0 dropped a connection from {}: {}", from, why));
     ++drops;
     pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
-  };
-  const Clock::time_point start = Clock::now(), deadline = start + timeout;
-  WaitNotice notice(timeout);
-  for (std::uint32_t joined = 1; joined < world.size;) {
-    Clock::time_point wake = std::min(deadline, notice.next(start));
-    for (const Pending& p : pending) wake = std::min(wake, p.deadline);
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(wake - Clock::now());
-    std::vector<pollfd> fds{{.fd = listener.get(), .events = POLLIN, .revents = 0}};
-    for (const Pending& p : pending) fds.push_back({.fd = p.fd.get(), .events = POLLIN, .revents = 0});
-    const int ready = ::poll(fds.data(), fds.size(), static_cast<int>(std::max<std::int64_t>(left.count(), 0)));
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready < 0) return fail(io_error("rendezvous: poll: " + errno_text(errno)));
-    const Clock::time_point now = Clock::now();
-    if (now >= deadline)
-      return fail(io_error(fmt::format("rendezvous: rank 0 waited {} ms on {}, and {} of {} ranks joined{}",
-                                       timeout.count(), where(world), joined, world.size,
-                                       drops == 0 ? std::string()
-                                                  : fmt::format(" ({} connections dropped, as logged: strangers, or "
-                                                                "ranks with another token)",
-                                                                drops))));
-    if (notice.due(start, now))
-      log.warn(
-          fmt::format("rendezvous: rank 0 has waited {} s on {} and {} of {} ranks joined; it waits up to {} s "
-                      "(QLOAD_RENDEZVOUS_TIMEOUT) for the others",
-                      notice.waited_s(start, now), where(world), joined, world.size, timeout.count() / 1000));
-    // Handshakes that made progress, newest first so that erasing keeps the indices valid.
-    for (std::size_t i = pending.size(); i-- > 0;) {
-      Pending& p = pending[i];
-      if ((fds[i + 1].revents & (POLLIN | POLLHUP | POLLERR)) == 0) {
-        if (now >= p.deadline) drop(i, fmt::format("no handshake within {} ms", kHandshakeTime.count()));
-        continue;
-      }
-      const ssize_t n = ::recv(p.fd.get(), reinterpret_cast<char*>(&p.hello) + p.got, sizeof p.hello - p.got, 0);
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
-      if (n <= 0) {
-        drop(i, "it closed the connection before completing the handshake");
-        continue;
-      }
-      p.got += static_cast<std::size_t>(n);
-      if (p.got < sizeof p.hello) continue;
-      const Hello& hello = p.hello;
-      if (hello.magic != kMagic || hello.version != kVersion) {
-        drop(i, "it does not speak this version of qload's rendezvous");
-        continue;
-      }
-      if (!detail::same_mac(hello.mac, joiner_proof(token, p.nonce, hello))) {
-        drop(i, fmt::format("it claimed rank {} but did not prove the world token (a stranger, or a rank given "
-                            "another QLOAD_WORLD_TOKEN)",
-                            hello.rank));
-        continue;
-      }
-      // Authenticated: it holds the token, so what it says about the world is a real
-      // disagreement among the ranks, which fails the load.
-      if (hello.size != world.size)
-        return fail(
-            Error(Errc::kInvalidArgument, fmt::format("rendezvous: rank {} says WORLD_SIZE is {}, rank 0 says {}",
-                                                      hello.rank, hello.size, world.size)));
-      if (hello.rank == 0 || hello.rank >= world.size || peers[hello.rank].fd)
-        return fail(Error(Errc::kInvalidArgument,
-                          fmt::format("rendezvous: two processes claim RANK {} of {}", hello.rank, world.size)));
-      const Mac welcome = rank0_proof(token, p.nonce, hello);
-      set_blocking(p.fd.get(), true);
-      configure(p.fd.get(), timeout);
-      if (!send_all(p.fd.get(), welcome.data(), welcome.size(), rank_name(hello.rank))) {
-        drop(i, fmt::format("rank {} went away during the handshake", hello.rank));
-        continue;
-      }
-      const std::uint32_t rank = hello.rank;
-      peers[rank] = channel_of(std::move(p.fd), token, p.nonce, hello, true);
-      pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
-      ++joined;
+  }
+
+  // Handshake `i` after a poll: takes what arrived of its hello and, once all of it has, admits
+  // it. Dropped when it is overdue or its peer left.
+  Status progress(std::size_t i, short revents, Clock::time_point now) {
+    Pending& p = pending[i];
+    if ((revents & (POLLIN | POLLHUP | POLLERR)) == 0) {
+      if (now >= p.deadline) drop(i, fmt::format("no handshake within {} ms", kHandshakeTime.count()));
+      return {};
     }
-    if ((fds[0].revents & POLLIN) == 0) continue;
+    const ssize_t n = ::recv(p.fd.get(), reinterpret_cast<char*>(&p.hello) + p.got, sizeof p.hello - p.got, 0);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return {};
+    if (n <= 0) {
+      drop(i, "it closed the connection before completing the handshake");
+      return {};
+    }
+    p.got += static_cast<std::size_t>(n);
+    if (p.got < sizeof p.hello) return {};
+    return admit(i);
+  }
+
+  // Handshake `i` with its whole hello: a stranger is dropped; a rank that proves the token is
+  // welcomed and joins, unless it disagrees with rank 0 about the world (an error).
+  Status admit(std::size_t i) {
+    Pending& p = pending[i];
+    const Hello& hello = p.hello;
+    if (hello.magic != kMagic || hello.version != kVersion) {
+      drop(i, "it does not speak this version of qload's rendezvous");
+      return {};
+    }
+    if (!detail::same_mac(hello.mac, joiner_proof(token, p.nonce, hello))) {
+      drop(i, fmt::format("it claimed rank {} but did not prove the world token (a stranger, or a rank given "
+                          "another QLOAD_WORLD_TOKEN)",
+                          hello.rank));
+      return {};
+    }
+    // Authenticated: it holds the token, so what it says about the world is a real
+    // disagreement among the ranks, which fails the load.
+    if (hello.size != world.size)
+      return fail(Error(Errc::kInvalidArgument, fmt::format("rendezvous: rank {} says WORLD_SIZE is {}, rank 0 says {}",
+                                                            hello.rank, hello.size, world.size)));
+    if (hello.rank == 0 || hello.rank >= world.size || peers[hello.rank].fd)
+      return fail(Error(Errc::kInvalidArgument,
+                        fmt::format("rendezvous: two processes claim RANK {} of {}", hello.rank, world.size)));
+    const Mac welcome = rank0_proof(token, p.nonce, hello);
+    set_blocking(p.fd.get(), true);
+    configure(p.fd.get(), timeout);
+    if (!send_all(p.fd.get(), welcome.data(), welcome.size(), rank_name(hello.rank))) {
+      drop(i, fmt::format("rank {} went away during the handshake", hello.rank));
+      return {};
+    }
+    const std::uint32_t rank = hello.rank;
+    peers[rank] = channel_of(std::move(p.fd), token, p.nonce, hello, true);
+    pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
+    ++joined;
+    return {};
+  }
+
+  // A new connection on `listener`: it is sent its challenge and its handshake is pending (the
+  // oldest pending one is dropped when there are too many).
+  Status accept_one(const UniqueFd& listener, Clock::time_point now) {
     UniqueFd conn(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
-    if (!conn) continue;  // the peer went away before we took it; it will retry
+    if (!conn) return {};  // the peer went away before we took it; it will retry
     Pending p{.fd = std::move(conn), .from = "", .nonce = {}, .deadline = now + kHandshakeTime, .hello = {}};
     p.from = peer_name(p.fd.get());
     QLOAD_ASSIGN_OR_RETURN(p.nonce, detail::fresh_nonce());
     const Challenge challenge{.nonce = p.nonce};
     // 44 bytes into a fresh socket's empty buffer: all of it is taken at once.
     if (::send(p.fd.get(), &challenge, sizeof challenge, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof challenge))
-      continue;
+      return {};
     pending.push_back(std::move(p));
     if (pending.size() > kMaxPending) drop(0, fmt::format("{} handshakes were pending", kMaxPending));
+    return {};
   }
-  return peers;
+};
+
+// Rank 0: takes one authenticated connection per rank. Handshakes run side by side (poll), each
+// bounded by kHandshakeTime, so strangers cost nothing but a log line.
+Result<std::vector<RendezvousChannel>> accept_ranks(const World& world, std::string_view token,
+                                                    std::chrono::milliseconds timeout, const Logger& log) {
+  QLOAD_ASSIGN_OR_RETURN(const UniqueFd listener, listen_on_master_addr(world));
+  JoiningRanks ranks{.world = world,
+                     .token = token,
+                     .timeout = timeout,
+                     .log = log,
+                     .peers = std::vector<RendezvousChannel>(world.size)};
+  const Clock::time_point start = Clock::now(), deadline = start + timeout;
+  WaitNotice notice(timeout);
+  while (ranks.joined < world.size) {
+    Clock::time_point wake = std::min(deadline, notice.next(start));
+    for (const Pending& p : ranks.pending) wake = std::min(wake, p.deadline);
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(wake - Clock::now());
+    std::vector<pollfd> fds{{.fd = listener.get(), .events = POLLIN, .revents = 0}};
+    for (const Pending& p : ranks.pending) fds.push_back({.fd = p.fd.get(), .events = POLLIN, .revents = 0});
+    const int ready = ::poll(fds.data(), fds.size(), static_cast<int>(std::max<std::int64_t>(left.count(), 0)));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready < 0) return fail(io_error("rendezvous: poll: " + errno_text(errno)));
+    const Clock::time_point now = Clock::now();
+    if (now >= deadline)
+      return fail(io_error(fmt::format("rendezvous: rank 0 waited {} ms on {}, and {} of {} ranks joined{}",
+                                       timeout.count(), where(world), ranks.joined, world.size,
+                                       ranks.drops == 0 ? std::string()
+                                                        : fmt::format(" ({} connections dropped, as logged: "
+                                                                      "strangers, or ranks with another token)",
+                                                                      ranks.drops))));
+    if (notice.due(start, now))
+      log.warn(
+          fmt::format("rendezvous: rank 0 has waited {} s on {} and {} of {} ranks joined; it waits up to {} s "
+                      "(QLOAD_RENDEZVOUS_TIMEOUT) for the others",
+                      notice.waited_s(start, now), where(world), ranks.joined, world.size, timeout.count() / 1000));
+    // Handshakes that made progress, newest first so that erasing keeps the indices valid.
+    for (std::size_t i = ranks.pending.size(); i-- > 0;) QLOAD_TRY(ranks.progress(i, fds[i + 1].revents, now));
+    if ((fds[0].revents & POLLIN) != 0) QLOAD_TRY(ranks.accept_one(listener, now));
+  }
+  return std::move(ranks.peers);
 }
 
 // The token this rank proves: the world's, else (one node) the one rank 0 wrote.

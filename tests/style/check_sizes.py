@@ -58,6 +58,10 @@ def code_only(line: str, state: dict) -> str:
             state["raw"] = ")" + raw.group(1) + '"'
             i += raw.end()
             continue
+        if line[i] == "'" and re.search(r"(?<![\w.])\.?\d[\w.']*$", line[:i]):
+            out.append(line[i])  # a digit separator (1'000'000), not a character literal
+            i += 1
+            continue
         if line[i] in "\"'":
             quote, j = line[i], i + 1
             while j < len(line) and line[j] != quote:

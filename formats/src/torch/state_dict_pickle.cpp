@@ -225,6 +225,10 @@ class Machine {
   Status reduce();
   Status set_items(std::vector<std::uint32_t> items);
   Status step(std::uint8_t op, bool& stop);
+  // The families of opcodes step hands on, in its order.
+  Status value_op(std::uint8_t op);
+  Status container_op(std::uint8_t op);
+  Status call_op(std::uint8_t op);
   Result<std::vector<PickledTensor>> state_dict(std::uint32_t root);
   Result<PickledTensor> named_tensor(const std::string& name, const RebuiltTensor& r);
 
@@ -325,6 +329,8 @@ Status Machine::set_items(std::vector<std::uint32_t> items) {
   return extend(dict, items);
 }
 
+// One opcode. Protocol, framing, STOP, marks and the memo are handled here; any other opcode
+// goes down the families (values, containers, then globals and calls, which refuse the rest).
 Status Machine::step(std::uint8_t op, bool& stop) {
   switch (op) {
     case 0x80: {  // PROTO
@@ -342,32 +348,6 @@ Status Machine::step(std::uint8_t op, bool& stop) {
       if (marks_.size() >= kMaxPickleObjects) return fail(unsupported("more marks than a state dict needs"));
       marks_.push_back(stack_.size());
       return {};
-    case '}': return push_new(Object{.kind = Kind::kDict});
-    case ']': return push_new(Object{.kind = Kind::kList});
-    case ')': return push_new(Object{.kind = Kind::kTuple});
-    case 't': {
-      QLOAD_ASSIGN_OR_RETURN(auto items, pop_mark());
-      return push_container(Kind::kTuple, items);
-    }
-    case 'l': {
-      QLOAD_ASSIGN_OR_RETURN(auto items, pop_mark());
-      return push_container(Kind::kList, items);
-    }
-    case 'd': {
-      QLOAD_ASSIGN_OR_RETURN(auto items, pop_mark());
-      if (items.size() % 2 != 0) return fail(corrupt("DICT with a key and no value"));
-      QLOAD_TRY(charge_keys(items));
-      return push_container(Kind::kDict, items);
-    }
-    case 0x85:
-    case 0x86:
-    case 0x87: {  // TUPLE1..3
-      std::vector<std::uint32_t> items(op - 0x84u);
-      for (std::size_t i = items.size(); i-- > 0;) {
-        QLOAD_ASSIGN_OR_RETURN(items[i], pop());
-      }
-      return push_container(Kind::kTuple, items);
-    }
     case 'q':
     case 'r':
     case 0x94: {  // BINPUT, LONG_BINPUT, MEMOIZE
@@ -390,6 +370,13 @@ Status Machine::step(std::uint8_t op, bool& stop) {
       stack_.push_back(it->second);
       return {};
     }
+    default: return value_op(op);
+  }
+}
+
+// None, bools, ints, floats and strings.
+Status Machine::value_op(std::uint8_t op) {
+  switch (op) {
     case 'J': {
       QLOAD_ASSIGN_OR_RETURN(const std::uint64_t v, unsigned_le(4));
       return push_new(Object{.kind = Kind::kInt, .i = static_cast<std::int32_t>(static_cast<std::uint32_t>(v))});
@@ -423,29 +410,40 @@ Status Machine::step(std::uint8_t op, bool& stop) {
       return push_new(
           Object{.kind = Kind::kString, .s = std::string(reinterpret_cast<const char*>(b.data()), b.size())});
     }
-    case 'c': {  // GLOBAL: "module\nname\n"
-      std::string parts[2];
-      for (std::string& part : parts) {
-        const std::size_t end = [&] {
-          for (std::size_t i = pos_; i < in_.size() && i - pos_ < 256; ++i)
-            if (std::to_integer<char>(in_[i]) == '\n') return i;
-          return std::string::npos;
-        }();
-        if (end == std::string::npos) return fail(corrupt("GLOBAL without a newline-terminated name"));
-        part.assign(reinterpret_cast<const char*>(in_.data() + pos_), end - pos_);
-        pos_ = end + 1;
+    default: return container_op(op);
+  }
+}
+
+// Builds a container (empty, or of the items above the mark or on the stack) or adds to the one
+// on top of the stack.
+Status Machine::container_op(std::uint8_t op) {
+  switch (op) {
+    case '}': return push_new(Object{.kind = Kind::kDict});
+    case ']': return push_new(Object{.kind = Kind::kList});
+    case ')': return push_new(Object{.kind = Kind::kTuple});
+    case 't': {
+      QLOAD_ASSIGN_OR_RETURN(auto items, pop_mark());
+      return push_container(Kind::kTuple, items);
+    }
+    case 'l': {
+      QLOAD_ASSIGN_OR_RETURN(auto items, pop_mark());
+      return push_container(Kind::kList, items);
+    }
+    case 'd': {
+      QLOAD_ASSIGN_OR_RETURN(auto items, pop_mark());
+      if (items.size() % 2 != 0) return fail(corrupt("DICT with a key and no value"));
+      QLOAD_TRY(charge_keys(items));
+      return push_container(Kind::kDict, items);
+    }
+    case 0x85:
+    case 0x86:
+    case 0x87: {  // TUPLE1..3
+      std::vector<std::uint32_t> items(op - 0x84u);
+      for (std::size_t i = items.size(); i-- > 0;) {
+        QLOAD_ASSIGN_OR_RETURN(items[i], pop());
       }
-      return global(parts[0], parts[1]);
+      return push_container(Kind::kTuple, items);
     }
-    case 0x93: {  // STACK_GLOBAL
-      QLOAD_ASSIGN_OR_RETURN(const std::uint32_t name, pop());
-      QLOAD_ASSIGN_OR_RETURN(const std::uint32_t module, pop());
-      if (at(name).kind != Kind::kString || at(module).kind != Kind::kString)
-        return fail(corrupt("STACK_GLOBAL of non-strings"));
-      return global(at(module).s, at(name).s);
-    }
-    case 'Q': return persistent_id();
-    case 'R': return reduce();
     case 's': {
       QLOAD_ASSIGN_OR_RETURN(const std::uint32_t value, pop());
       QLOAD_ASSIGN_OR_RETURN(const std::uint32_t key, pop());
@@ -476,6 +474,37 @@ Status Machine::step(std::uint8_t op, bool& stop) {
         return fail(corrupt("BUILD on an object that is neither a dict nor a tensor"));
       return {};
     }
+    default: return call_op(op);
+  }
+}
+
+// Globals (GLOBAL, STACK_GLOBAL), persistent ids and REDUCE: the last family, which refuses
+// every opcode no family knows.
+Status Machine::call_op(std::uint8_t op) {
+  switch (op) {
+    case 'c': {  // GLOBAL: "module\nname\n"
+      std::string parts[2];
+      for (std::string& part : parts) {
+        const std::size_t end = [&] {
+          for (std::size_t i = pos_; i < in_.size() && i - pos_ < 256; ++i)
+            if (std::to_integer<char>(in_[i]) == '\n') return i;
+          return std::string::npos;
+        }();
+        if (end == std::string::npos) return fail(corrupt("GLOBAL without a newline-terminated name"));
+        part.assign(reinterpret_cast<const char*>(in_.data() + pos_), end - pos_);
+        pos_ = end + 1;
+      }
+      return global(parts[0], parts[1]);
+    }
+    case 0x93: {  // STACK_GLOBAL
+      QLOAD_ASSIGN_OR_RETURN(const std::uint32_t name, pop());
+      QLOAD_ASSIGN_OR_RETURN(const std::uint32_t module, pop());
+      if (at(name).kind != Kind::kString || at(module).kind != Kind::kString)
+        return fail(corrupt("STACK_GLOBAL of non-strings"));
+      return global(at(module).s, at(name).s);
+    }
+    case 'Q': return persistent_id();
+    case 'R': return reduce();
     default: return fail(unsupported(fmt::format("opcode 0x{:02x}, which state dicts do not use", op)));
   }
 }
