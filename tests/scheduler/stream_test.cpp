@@ -133,7 +133,10 @@ TEST_CASE("stream: tensors are handed over while the rest is still being read", 
   std::size_t early = 0;
   for (const Handed& h : r.handed) early += h.read_so_far < r.read_total ? 1 : 0;
   INFO(early << " of " << r.handed.size() << " handed over before the last read");
-  CHECK(early > r.handed.size() / 2);
+  // A load that hands over only at its end hands over none early; this one hands over most of
+  // them (114 to 122 of 123 on an idle 2-core machine). A quarter leaves room for a machine so
+  // busy (the whole suite at -j2) that the callbacks lag the reads: one run there saw 60.
+  CHECK(early > r.handed.size() / 4);
   // The report says when: the first tensor, then each tenth of the bytes, in order, within the load.
   const LoadReport& report = model->report();
   REQUIRE(report.tenths_seconds.size() == 10);
