@@ -210,7 +210,10 @@ RankLoad load_rank(const formats::Catalog& catalog, LoadOptions o, std::uint16_t
                                                                      .local_size = par.processes,
                                                                      .master_addr = "127.0.0.1",
                                                                      .master_port = port},
-                                                  std::chrono::seconds(30));
+                                                  // Generous: up to 8 ranks' loads share a 2-core CI machine
+                                                  // with the rest of the suite (one run there timed out at 30 s
+                                                  // waiting for a rank); a healthy run takes a few seconds.
+                                                  std::chrono::seconds(120));
   if (!rendezvous) {
     out.model = fail(std::move(rendezvous).error());
     return out;
