@@ -1,6 +1,9 @@
 // The pread engine: a pool of worker threads, each running one request at a time with
 // pread(2). The fallback where io_uring is unavailable (old kernels, seccomp'd containers,
-// io_uring_disabled) and a reference the io_uring engine is checked against.
+// io_uring_disabled) and a reference the io_uring engine is checked against. A buffered read
+// whose destination has whole pages never touched fills them from a mapping of the file
+// (page_fill.hpp) and preads only what is left: the head and tail pages, and whatever the
+// filler declined.
 #include <unistd.h>
 
 #include <atomic>
@@ -10,7 +13,9 @@
 
 #include <fmt/format.h>
 
+#include "page_fill.hpp"
 #include "qload/io/reader.hpp"
+#include "qload/runtime/mapped_region.hpp"
 #include "qload/runtime/thread_pool.hpp"
 #include "read_op.hpp"
 
@@ -20,7 +25,11 @@ namespace {
 class PreadReader final : public Reader {
  public:
   PreadReader(const ReaderOptions& options, const Logger& log)
-      : Reader(options.direct), options_(options), log_(log), pool_(options.queue_depth, "qload-pread") {}
+      : Reader(options.direct),
+        options_(options),
+        log_(log),
+        filler_(options.faults == nullptr ? detail::PageFiller::open() : std::nullopt),
+        pool_(options.queue_depth, "qload-pread") {}
   // Queued reads that have not started are dropped; pool_ is declared last, so it is
   // destroyed first and joins the workers (finishing reads in progress) before the files
   // and completion queue they use go away.
@@ -46,7 +55,13 @@ class PreadReader final : public Reader {
 
  private:
   void run(const ReadRequest& request, const InputFile& file);
-  void finish(ReadCompletion completion, const ReaderStats& delta);
+  // Reads `request` with pread, counting into `delta`; errors name the file and offset.
+  Status read(const ReadRequest& request, const InputFile& file, ReaderStats& delta) const;
+  // Fills the whole pages of a buffered read's destination from a mapping of the file
+  // (page_fill.hpp); returns [begin, end) of dest filled, empty when nothing was.
+  std::pair<std::uint64_t, std::uint64_t> fill(const ReadRequest& request, const InputFile& file) const;
+  // `was_active`: a worker ran the read (counted in active_), not an empty one done at submit.
+  void finish(ReadCompletion completion, const ReaderStats& delta, bool was_active);
 
   ReaderOptions options_;
   Logger log_;
@@ -56,6 +71,7 @@ class PreadReader final : public Reader {
   std::condition_variable completed_;
   std::deque<ReadCompletion> done_;
   ReaderStats stats_;
+  std::optional<detail::PageFiller> filler_;
   std::atomic<bool> dropping_{false};
   std::atomic<std::uint64_t> active_{0};       // requests being read by workers now
   std::atomic<std::uint64_t> peak_active_{0};  // the most at once
@@ -67,7 +83,7 @@ Status PreadReader::submit(std::span<const ReadRequest> requests) {
   for (const ReadRequest& r : requests) {
     ++pending_;
     if (r.dest.empty()) {
-      finish(ReadCompletion{r.tag, {}}, {});
+      finish(ReadCompletion{r.tag, {}}, {}, /*was_active=*/false);
       continue;
     }
     const InputFile* file = &files_[r.file];
@@ -81,8 +97,18 @@ void PreadReader::run(const ReadRequest& request, const InputFile& file) {
   const std::uint64_t active = active_.fetch_add(1) + 1;
   for (std::uint64_t peak = peak_active_.load(); active > peak && !peak_active_.compare_exchange_weak(peak, active);) {
   }
-  detail::ReadOp op{.request = request};
   ReaderStats delta;
+  const auto [begin, end] = fill(request, file);
+  delta.bytes += end - begin;
+  delta.filled_bytes += end - begin;
+  Status status = read({request.file, request.offset, request.dest.first(begin), request.tag}, file, delta);
+  if (status) status = read({request.file, request.offset + end, request.dest.subspan(end), request.tag}, file, delta);
+  finish(ReadCompletion{request.tag, std::move(status)}, delta, /*was_active=*/true);
+}
+
+Status PreadReader::read(const ReadRequest& request, const InputFile& file, ReaderStats& delta) const {
+  if (request.dest.empty()) return {};
+  detail::ReadOp op{.request = request};
   std::optional<Error> error;
   for (;;) {
     const detail::Segment& seg = detail::next_segment(op, file);
@@ -92,19 +118,33 @@ void PreadReader::run(const ReadRequest& request, const InputFile& file) {
     const int result = n < 0 ? -errno : static_cast<int>(n);
     switch (detail::on_result(op, file, result, options_, delta, &error)) {
       case detail::Step::kContinue: continue;
-      case detail::Step::kDone: return finish(ReadCompletion{request.tag, {}}, delta);
-      case detail::Step::kFailed: return finish(ReadCompletion{request.tag, fail(std::move(*error))}, delta);
+      case detail::Step::kDone: return {};
+      case detail::Step::kFailed: return fail(std::move(*error));
     }
   }
 }
 
-void PreadReader::finish(ReadCompletion completion, const ReaderStats& delta) {
-  if (delta.ops > 0) active_.fetch_sub(1);  // zero-length reads never counted as active
+std::pair<std::uint64_t, std::uint64_t> PreadReader::fill(const ReadRequest& request, const InputFile& file) const {
+  constexpr std::uint64_t kMinPages = 16;  // below this, registering costs more than the faults
+  const std::span<std::byte> pages = detail::PageFiller::whole_pages(request.dest);
+  const std::uint64_t page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+  if (!filler_ || file.direct_fd() >= 0 || pages.size() < kMinPages * page) return {0, 0};
+  const std::uint64_t begin = static_cast<std::uint64_t>(pages.data() - request.dest.data());
+  const std::uint64_t at = request.offset + begin, mapped_at = at / page * page;
+  Result<MappedRegion> map = MappedRegion::map(file.fd(), mapped_at, at - mapped_at + pages.size(), file.path());
+  if (!map) return {0, 0};
+  const std::uint64_t filled = filler_->fill(pages, map->data() + (at - mapped_at));
+  return {begin, begin + filled};
+}
+
+void PreadReader::finish(ReadCompletion completion, const ReaderStats& delta, bool was_active) {
+  if (was_active) active_.fetch_sub(1);
   {
     std::lock_guard lock(mutex_);
     done_.push_back(std::move(completion));
     stats_.bytes += delta.bytes;
     stats_.direct_bytes += delta.direct_bytes;
+    stats_.filled_bytes += delta.filled_bytes;
     stats_.ops += delta.ops;
     stats_.short_reads += delta.short_reads;
     stats_.retries += delta.retries;

@@ -19,6 +19,7 @@ nlohmann::json load_report_json(const scheduler::LoadReport& r) {
           {"tensor_bytes", r.tensor_bytes},
           {"placed_bytes", r.placed_bytes},
           {"read_bytes", r.read_bytes},
+          {"filled_bytes", r.io.filled_bytes},
           {"shared_received_bytes", r.shared_received_bytes},
           {"chunks", r.chunks},
           {"direct_tensors", r.direct_tensors},

@@ -4,10 +4,14 @@
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <functional>
+#include <memory>
 #include <optional>
 
 #include "io/io_test_support.hpp"
@@ -236,6 +240,68 @@ TEST_CASE("load: auto mode maps a checkpoint the page cache holds and reads one 
     WARN("this file system keeps the pages after POSIX_FADV_DONTNEED; the cold case is not exercised");
   } else {
     CHECK(load_auto(std::nullopt) == LoadMode::kRead);
+  }
+}
+
+TEST_CASE(
+    "load: a warm load to the host reads with the pread pool, which fills the caller's fresh pages; a cold one uses "
+    "io_uring",
+    "[scheduler][load][page_fill]") {
+  ScratchDir dir;
+  const std::vector<std::byte> a = random_bytes((3u << 20) + 6, 92), b = random_bytes(5u << 20, 93);
+  const std::vector<formats::WriterTensor> tensors{
+      {.name = "a", .dtype = DType::kU8, .shape = Shape{a.size()}, .bytes = a},
+      {.name = "b", .dtype = DType::kU8, .shape = Shape{b.size()}, .bytes = b}};
+  const std::string path = dir.file("model.safetensors");
+  REQUIRE(formats::write_safetensors(path, tensors));
+  const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  // Into memory never touched, as a framework's freshly allocated parameters are: a and b side
+  // by side at an odd address, the bytes around them left zero.
+  const auto load_fresh = [&](std::string_view engine) {
+    const std::size_t bytes = a.size() + b.size() + 3 * page;
+    void* mapped = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    REQUIRE(mapped != MAP_FAILED);
+    const std::unique_ptr<void, std::function<void(void*)>> owner(mapped, [&](void* p) { ::munmap(p, bytes); });
+    const std::span<std::byte> memory(static_cast<std::byte*>(mapped), bytes);
+    LoadOptions options;
+    options.plan.destinations["a"] = {.address = reinterpret_cast<std::uintptr_t>(memory.data() + page + 100),
+                                      .bytes = a.size(),
+                                      .dtype = DType::kU8};
+    options.plan.destinations["b"] = {
+        .address = reinterpret_cast<std::uintptr_t>(memory.data() + page + 100 + a.size()),
+        .bytes = b.size(),
+        .dtype = DType::kU8};
+    options.plan.destinations_only = true;
+    auto model = load_source(path, options);
+    REQUIRE(model);
+    CHECK(model->report().engine == engine);
+    CHECK(std::memcmp(memory.data() + page + 100, a.data(), a.size()) == 0);
+    CHECK(std::memcmp(memory.data() + page + 100 + a.size(), b.data(), b.size()) == 0);
+    const std::span<const std::byte> before = memory.first(page + 100),
+                                     after = memory.subspan(page + 100 + a.size() + b.size());
+    CHECK(std::ranges::all_of(before, [](std::byte x) { return x == std::byte{0}; }));
+    CHECK(std::ranges::all_of(after, [](std::byte x) { return x == std::byte{0}; }));
+    return model->report().io.filled_bytes;
+  };
+  // Just written: the page cache holds it.
+  const std::uint64_t filled = load_fresh("pread");
+  if (io::page_filling_available()) {
+    CHECK(filled >= a.size() + b.size() - 3 * page);  // all but the pages the tensors share with their neighbours
+  } else {
+    WARN("userfaultfd is unavailable here: the pread pool faulted the pages in, filling is not exercised");
+    CHECK(filled == 0);
+  }
+  const UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  REQUIRE(fd);
+  ::fdatasync(fd.get());
+  ::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_DONTNEED);
+  if (io::page_cache_resident_fraction(fd.get(), std::filesystem::file_size(path)).value() > 0.1 ||
+      !io::probe_uring().usable) {
+    WARN(
+        "the file stays in the page cache after POSIX_FADV_DONTNEED, or io_uring is unavailable: the cold case is "
+        "not exercised");
+  } else {
+    CHECK(load_fresh("io_uring") == 0);
   }
 }
 

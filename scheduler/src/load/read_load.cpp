@@ -1,6 +1,7 @@
 // Read mode: staging pool -> DAG (read, verify, place, h2d) -> one arena per device.
 #include <algorithm>
 #include <optional>
+#include <thread>
 
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include "load/stream_tasks.hpp"
 #include "qload/runtime/host_buffer.hpp"
 #include "qload/scheduler/executor.hpp"
+#include "qload/scheduler/page_cache.hpp"
 
 namespace qload::scheduler::detail {
 namespace {
@@ -52,12 +54,32 @@ StagingOptions sized_staging(const StagingOptions& budget, const Plan& plan) {
   return out;
 }
 
-// The Reader for this load, with every catalog file added (ids = catalog file indices).
-Result<std::unique_ptr<io::Reader>> open_reader(const formats::Catalog& catalog, const LoadOptions& options) {
+// The engine for `plan` when the settings leave it to qload: a load to host memory whose files
+// the page cache holds reads with the pread pool, one thread per core, whose workers fill the
+// arenas' and the caller's fresh pages without faulting them in (io/src/page_fill.hpp: 0.38-0.42
+// s against io_uring's 0.61-0.63 s for a warm 1.7 GB load_into on the 2-core VM,
+// docs/benchmarks-log.md); anything else with io_uring, which reads cold files and feeds
+// staging for the GPUs at least as fast.
+io::ReaderOptions reader_options_for(const formats::Catalog& catalog, const Plan& plan, const LoadOptions& options) {
   io::ReaderOptions reader_options = options.io;
   // The executor never hands over more reads than its budget: a deeper queue would only
   // create idle pread threads or SQEs.
   reader_options.queue_depth = std::min(reader_options.queue_depth, options.reads_in_flight);
+  const bool host_only =
+      std::ranges::all_of(plan.layout.arenas, [](const ArenaPlan& arena) { return arena.device.is_cpu(); });
+  if (options.io.engine == io::EngineKind::kAuto && options.io.direct != io::DirectMode::kOn && host_only &&
+      page_cache_fraction(catalog) >= kCachedEnough) {
+    reader_options.engine = io::EngineKind::kPread;
+    reader_options.queue_depth =
+        std::clamp(reader_options.queue_depth, 1u, std::max(1u, std::thread::hardware_concurrency()));
+  }
+  return reader_options;
+}
+
+// The Reader for this load, with every catalog file added (ids = catalog file indices).
+Result<std::unique_ptr<io::Reader>> open_reader(const formats::Catalog& catalog, const Plan& plan,
+                                                const LoadOptions& options) {
+  const io::ReaderOptions reader_options = reader_options_for(catalog, plan, options);
   QLOAD_ASSIGN_OR_RETURN(std::unique_ptr<io::Reader> reader, io::make_reader(reader_options, options.log));
   QLOAD_TRY(io::reserve_open_files(catalog.files.size()));
   for (const formats::CatalogFile& file : catalog.files) {
@@ -204,7 +226,7 @@ Status ReadLoad::set_up() {
   // pass through each GPU lane's bounded pinned bounce buffers (cuda_target.cpp).
   if (!unpinned.empty())
     for (const auto& t : targets) t->copy_synchronously();
-  QLOAD_ASSIGN_OR_RETURN(reader, open_reader(catalog, options));
+  QLOAD_ASSIGN_OR_RETURN(reader, open_reader(catalog, plan, options));
   if (plan.reads.max_staged_chunk_bytes > 0) QLOAD_TRY(pool->register_with(*reader));
   return {};
 }

@@ -3,7 +3,9 @@
 // A caller adds files, submits batches of reads (file, offset, destination span, tag) and
 // collects completions; it never sees which engine runs them. Two engines implement it:
 // io_uring (reader_uring.cpp) and a pread thread pool (reader_pread.cpp); make_reader()
-// picks one (probing io_uring first) and both return byte-identical results.
+// picks one (probing io_uring first) and both return byte-identical results. The pread pool is
+// the faster of the two into fresh memory from the page cache (a warm load to the host: the
+// scheduler picks it then), the io_uring engine for everything else.
 //
 // Contract for every engine:
 //  - A read completes with all of its bytes in place, or with an error naming the file and
@@ -13,7 +15,10 @@
 //  - O_DIRECT is used for the part of a read whose file offset and destination address are
 //    both aligned (see InputFile::direct_alignment); unaligned heads and tails go through the
 //    page cache. No read op exceeds 0x7ffff000 bytes (the most Linux moves in one call).
-//  - Destination memory must stay valid until the read's completion has been returned.
+//  - Destination memory must stay valid until the read's completion has been returned, and
+//    nothing else may touch it meanwhile: the pread engine fills the whole untouched pages of a
+//    buffered read's destination from a mapping of the file (userfaultfd, io/src/page_fill.hpp),
+//    which spares the kernel faulting each one in and zeroing it first.
 //
 // Thread-safety: a Reader is used by one thread at a time (one reader per I/O thread, the
 // seastar/tigerbeetle model); the pread engine's workers are internal.
@@ -57,6 +62,7 @@ struct ReadCompletion {
 struct ReaderStats {
   std::uint64_t bytes = 0;             // bytes delivered to callers
   std::uint64_t direct_bytes = 0;      // of which via O_DIRECT
+  std::uint64_t filled_bytes = 0;      // of which filled into fresh pages from a mapping (pread engine)
   std::uint64_t ops = 0;               // read operations issued to the kernel
   std::uint64_t submit_calls = 0;      // io_uring_enter calls (0 for pread)
   std::uint64_t short_reads = 0;       // ops that returned fewer bytes than asked
@@ -131,6 +137,10 @@ struct UringProbe {
   bool cap_ipc_lock = false;        // memlock limit does not apply to registered buffers
 };
 UringProbe probe_uring();
+
+// Whether the pread engine can fill fresh pages here (userfaultfd for user-mode faults, and
+// transparent huge pages not set to "always"): otherwise its reads fault pages in as usual.
+bool page_filling_available();
 
 // Creates the engine `options.engine` asks for. kAuto tries io_uring and, if the probe fails,
 // logs why and falls back to the pread pool. Asking for kUring explicitly where it is not
