@@ -1,7 +1,8 @@
 // The pread engine: a pool of worker threads, each running one request at a time with
 // pread(2). The fallback where io_uring is unavailable (old kernels, seccomp'd containers,
 // io_uring_disabled) and a reference the io_uring engine is checked against. A buffered read
-// whose destination has whole pages never touched fills them from a mapping of the file
+// that allows it (ReadRequest::fill_pages) and whose destination has whole pages never touched
+// fills them from a mapping of the file
 // (page_fill.hpp) and preads only what is left: the head and tail pages, and whatever the
 // filler declined.
 #include <unistd.h>
@@ -101,8 +102,11 @@ void PreadReader::run(const ReadRequest& request, const InputFile& file) {
   const auto [begin, end] = fill(request, file);
   delta.bytes += end - begin;
   delta.filled_bytes += end - begin;
-  Status status = read({request.file, request.offset, request.dest.first(begin), request.tag}, file, delta);
-  if (status) status = read({request.file, request.offset + end, request.dest.subspan(end), request.tag}, file, delta);
+  Status status =
+      read({.file = request.file, .offset = request.offset, .dest = request.dest.first(begin)}, file, delta);
+  if (status)
+    status =
+        read({.file = request.file, .offset = request.offset + end, .dest = request.dest.subspan(end)}, file, delta);
   finish(ReadCompletion{request.tag, std::move(status)}, delta, /*was_active=*/true);
 }
 
@@ -128,7 +132,7 @@ std::pair<std::uint64_t, std::uint64_t> PreadReader::fill(const ReadRequest& req
   constexpr std::uint64_t kMinPages = 16;  // below this, registering costs more than the faults
   const std::span<std::byte> pages = detail::PageFiller::whole_pages(request.dest);
   const std::uint64_t page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
-  if (!filler_ || file.direct_fd() >= 0 || pages.size() < kMinPages * page) return {0, 0};
+  if (!filler_ || !request.fill_pages || file.direct_fd() >= 0 || pages.size() < kMinPages * page) return {0, 0};
   const std::uint64_t begin = static_cast<std::uint64_t>(pages.data() - request.dest.data());
   const std::uint64_t at = request.offset + begin, mapped_at = at / page * page;
   Result<MappedRegion> map = MappedRegion::map(file.fd(), mapped_at, at - mapped_at + pages.size(), file.path());

@@ -21,7 +21,7 @@ constexpr std::uint64_t kMiB = std::uint64_t{1} << 20;
 constexpr std::array<SettingSpec, kSettingCount> kTable{{
     {.name = "io_engine", .env = "QLOAD_IO", .recipe_key = "io.engine", .kind = SettingKind::kChoice,
      .field = &S::io_engine, .choices = "auto|uring|io_uring|pread",
-     .doc = "I/O engine: io_uring, or a pread thread pool (which fills fresh pages from the page cache without faulting them in); auto: the pread pool for a warm load to host memory, else io_uring when the kernel allows it"},
+     .doc = "I/O engine: io_uring, or a pread thread pool (which fills fresh pages from the page cache without faulting them in); auto: the pread pool for a warm load into the caller's host memory, else io_uring when the kernel allows it"},
     {.name = "io_depth", .env = "QLOAD_IO_DEPTH", .recipe_key = "io.queue_depth", .kind = SettingKind::kCount,
      .field = &S::io_depth, .min = 1, .max = 4096,
      .doc = "reads the engine keeps in flight (io_uring entries, pread threads)"},

@@ -86,7 +86,11 @@ TEST_CASE("page filling: unaligned reads into fresh memory equal pread, fill the
   std::vector<io::ReadRequest> requests;
   std::uint64_t at = 100;  // memory offset of the first destination: not page-aligned
   for (std::size_t i = 0; i < std::size(file_at); ++i) {
-    requests.push_back({id, file_at[i], memory.span().subspan(at, lengths[i]), i});
+    requests.push_back({.file = id,
+                        .offset = file_at[i],
+                        .dest = memory.span().subspan(at, lengths[i]),
+                        .tag = i,
+                        .fill_pages = true});
     at += lengths[i];
   }
   REQUIRE(io::read_all(*reader, requests));
@@ -120,10 +124,18 @@ TEST_CASE("page filling: pages already present are read, and so is memory that i
     Mapping memory(size);
     for (std::size_t at = 2u << 20; at < size; at += 4u << 20) memory.span()[at + 17] = std::byte{1};
     auto reader = pread_reader();
-    const io::ReadRequest r{reader->open_file(path).value(), 0, memory.span(), 0};
+    const io::ReadRequest r{.file = reader->open_file(path).value(), .dest = memory.span(), .fill_pages = true};
     REQUIRE(io::read_all(*reader, std::span(&r, 1)));
     CHECK(std::memcmp(memory.span().data(), want.data(), size) == 0);
     CHECK(reader->stats().filled_bytes <= (2u << 20));  // only the piece before the first touched one
+  }
+  SECTION("a request that does not allow it") {
+    Mapping memory(size);
+    auto reader = pread_reader();
+    const io::ReadRequest r{.file = reader->open_file(path).value(), .dest = memory.span()};
+    REQUIRE(io::read_all(*reader, std::span(&r, 1)));
+    CHECK(std::memcmp(memory.span().data(), want.data(), size) == 0);
+    CHECK(reader->stats().filled_bytes == 0);
   }
   SECTION("a shared mapping of a file") {
     const std::string backing = dir.file("backing.bin");
@@ -133,7 +145,7 @@ TEST_CASE("page filling: pages already present are read, and so is memory that i
     {
       Mapping memory(size, fd);
       auto reader = pread_reader();
-      const io::ReadRequest r{reader->open_file(path).value(), 0, memory.span(), 0};
+      const io::ReadRequest r{.file = reader->open_file(path).value(), .dest = memory.span(), .fill_pages = true};
       REQUIRE(io::read_all(*reader, std::span(&r, 1)));
       CHECK(std::memcmp(memory.span().data(), want.data(), size) == 0);
       CHECK(reader->stats().filled_bytes == 0);
@@ -152,7 +164,7 @@ TEST_CASE("page filling: a file cut short after it was opened fails the read nam
   const io::FileId id = reader->open_file(path).value();
   REQUIRE(::truncate(path.c_str(), 3u << 20) == 0);
   Mapping memory(size);
-  const io::ReadRequest r{id, 0, memory.span(), 0};
+  const io::ReadRequest r{.file = id, .dest = memory.span(), .fill_pages = true};
   const Status status = io::read_all(*reader, std::span(&r, 1));
   REQUIRE_FALSE(status);
   CHECK(status.error().code() == Errc::kTruncated);

@@ -244,8 +244,8 @@ TEST_CASE("load: auto mode maps a checkpoint the page cache holds and reads one 
 }
 
 TEST_CASE(
-    "load: a warm load to the host reads with the pread pool, which fills the caller's fresh pages; a cold one uses "
-    "io_uring",
+    "load: a warm load into the caller's host memory reads with the pread pool, which fills its fresh pages; a cold "
+    "one, or one into qload's own arenas, uses io_uring",
     "[scheduler][load][page_fill]") {
   ScratchDir dir;
   const std::vector<std::byte> a = random_bytes((3u << 20) + 6, 92), b = random_bytes(5u << 20, 93);
@@ -290,6 +290,15 @@ TEST_CASE(
   } else {
     WARN("userfaultfd is unavailable here: the pread pool faulted the pages in, filling is not exercised");
     CHECK(filled == 0);
+  }
+  {  // qload's own arenas are huge-page memory: never filled, and read with io_uring
+    LoadOptions own;
+    own.plan.mode = LoadMode::kRead;
+    auto model = load_source(path, own);
+    REQUIRE(model);
+    CHECK(model->report().io.filled_bytes == 0);
+    if (io::probe_uring().usable) CHECK(model->report().engine == "io_uring");
+    CHECK(std::memcmp(model->find("b")->data, b.data(), b.size()) == 0);
   }
   const UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   REQUIRE(fd);

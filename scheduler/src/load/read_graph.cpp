@@ -13,6 +13,12 @@
 namespace qload::scheduler::detail {
 namespace {
 
+// The arena a directly read piece lands in: its tensor's, or its shard's.
+std::uint32_t direct_region(const ReadLoadState& s, const ChunkPiece& piece) {
+  return piece.shard != kNoRegion ? s.plan.copies.shards[piece.shard].region
+                                  : s.plan.layout.tensors[piece.tensor].region;
+}
+
 // Where a directly read piece lands: its tensor's arena slot, or its shard's.
 std::byte* direct_destination(const ReadLoadState& s, const ChunkPiece& piece) {
   if (piece.shard != kNoRegion) {
@@ -26,8 +32,10 @@ std::byte* direct_destination(const ReadLoadState& s, const ChunkPiece& piece) {
 Result<io::ReadRequest> prepare_read(ReadLoadState& s, std::uint32_t index) {
   const ReadChunk& chunk = s.plan.reads.chunks[index];
   std::byte* dest = nullptr;
+  bool callers = false;
   if (chunk.direct) {  // host arenas only; a span's read may start before its first piece
     dest = direct_destination(s, chunk.pieces.front()) - chunk.pieces.front().chunk_offset;
+    callers = s.plan.layout.arenas[direct_region(s, chunk.pieces.front())].external;
   } else {
     s.leases[index] = s.pool.try_lease();
     // The executor's staging budget equals the pool's capacity, so this cannot happen.
@@ -35,8 +43,12 @@ Result<io::ReadRequest> prepare_read(ReadLoadState& s, std::uint32_t index) {
     dest = s.leases[index].bytes().data();
   }
   // The plan's chunks fit the host address space: each lies in a slot or in the arena.
-  return io::ReadRequest{
-      .file = chunk.file, .offset = chunk.file_offset, .dest = std::span(dest, static_cast<std::size_t>(chunk.bytes))};
+  // The caller's memory (fresh tensors, as a rule) may be filled page by page; qload's own
+  // arenas keep their huge pages (io::ReadRequest::fill_pages).
+  return io::ReadRequest{.file = chunk.file,
+                         .offset = chunk.file_offset,
+                         .dest = std::span(dest, static_cast<std::size_t>(chunk.bytes)),
+                         .fill_pages = callers};
 }
 
 // Another holder's copy of a relayed tensor, as its reader cuts it into the relay arena.

@@ -54,12 +54,12 @@ StagingOptions sized_staging(const StagingOptions& budget, const Plan& plan) {
   return out;
 }
 
-// The engine for `plan` when the settings leave it to qload: a load to host memory whose files
-// the page cache holds reads with the pread pool, one thread per core, whose workers fill the
-// arenas' and the caller's fresh pages without faulting them in (io/src/page_fill.hpp: 0.38-0.42
-// s against io_uring's 0.61-0.63 s for a warm 1.7 GB load_into on the 2-core VM,
-// docs/benchmarks-log.md); anything else with io_uring, which reads cold files and feeds
-// staging for the GPUs at least as fast.
+// The engine for `plan` when the settings leave it to qload: a load into the caller's host
+// memory from files the page cache holds reads with the pread pool, one thread per core, whose
+// workers fill the caller's fresh pages without faulting them in (io/src/page_fill.hpp: 0.38-0.55
+// s against io_uring's 0.61-0.72 s for a warm 1.7 GB load_into on the 2-core VM,
+// docs/benchmarks-log.md); anything else with io_uring, which reads cold files, feeds staging
+// for the GPUs and faults qload's own huge-page arenas in at least as fast.
 io::ReaderOptions reader_options_for(const formats::Catalog& catalog, const Plan& plan, const LoadOptions& options) {
   io::ReaderOptions reader_options = options.io;
   // The executor never hands over more reads than its budget: a deeper queue would only
@@ -67,8 +67,10 @@ io::ReaderOptions reader_options_for(const formats::Catalog& catalog, const Plan
   reader_options.queue_depth = std::min(reader_options.queue_depth, options.reads_in_flight);
   const bool host_only =
       std::ranges::all_of(plan.layout.arenas, [](const ArenaPlan& arena) { return arena.device.is_cpu(); });
+  const bool into_callers =
+      std::ranges::any_of(plan.layout.arenas, [](const ArenaPlan& arena) { return arena.external; });
   if (options.io.engine == io::EngineKind::kAuto && options.io.direct != io::DirectMode::kOn && host_only &&
-      page_cache_fraction(catalog) >= kCachedEnough) {
+      into_callers && page_cache_fraction(catalog) >= kCachedEnough) {
     reader_options.engine = io::EngineKind::kPread;
     reader_options.queue_depth =
         std::clamp(reader_options.queue_depth, 1u, std::max(1u, std::thread::hardware_concurrency()));

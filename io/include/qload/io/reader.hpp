@@ -4,8 +4,8 @@
 // collects completions; it never sees which engine runs them. Two engines implement it:
 // io_uring (reader_uring.cpp) and a pread thread pool (reader_pread.cpp); make_reader()
 // picks one (probing io_uring first) and both return byte-identical results. The pread pool is
-// the faster of the two into fresh memory from the page cache (a warm load to the host: the
-// scheduler picks it then), the io_uring engine for everything else.
+// the faster of the two into a caller's fresh memory from the page cache (a warm load_into on
+// the host: the scheduler picks it then), the io_uring engine for everything else.
 //
 // Contract for every engine:
 //  - A read completes with all of its bytes in place, or with an error naming the file and
@@ -16,9 +16,10 @@
 //    both aligned (see InputFile::direct_alignment); unaligned heads and tails go through the
 //    page cache. No read op exceeds 0x7ffff000 bytes (the most Linux moves in one call).
 //  - Destination memory must stay valid until the read's completion has been returned, and
-//    nothing else may touch it meanwhile: the pread engine fills the whole untouched pages of a
-//    buffered read's destination from a mapping of the file (userfaultfd, io/src/page_fill.hpp),
-//    which spares the kernel faulting each one in and zeroing it first.
+//    nothing else may touch it meanwhile: for a request that allows it (fill_pages), the pread
+//    engine fills the whole untouched pages of a buffered read's destination from a mapping of
+//    the file (userfaultfd, io/src/page_fill.hpp), which spares the kernel faulting each one in
+//    and zeroing it first.
 //
 // Thread-safety: a Reader is used by one thread at a time (one reader per I/O thread, the
 // seastar/tigerbeetle model); the pread engine's workers are internal.
@@ -52,6 +53,11 @@ struct ReadRequest {
   std::uint64_t offset = 0;
   std::span<std::byte> dest;  // receives file bytes [offset, offset + dest.size())
   std::uint64_t tag = 0;      // returned unchanged in the completion
+  // Whether the pread engine may fill dest's untouched pages from a mapping of the file, 4 KiB
+  // at a time (page_fill.hpp): for memory whose pages would otherwise fault in one by one (a
+  // framework's fresh tensors), not for huge-page memory (qload's own arenas), whose 2 MiB
+  // faults cost less than filling 4 KiB pages and keep the huge pages.
+  bool fill_pages = false;
 };
 
 struct ReadCompletion {
