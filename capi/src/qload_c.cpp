@@ -21,7 +21,9 @@
 #include "qload/runtime/device.hpp"
 #include "qload/runtime/dtype.hpp"
 #include "qload/runtime/version.hpp"
+#include "qload/session/inspect.hpp"
 #include "qload/session/load.hpp"
+#include "qload/session/report.hpp"
 
 #include "dlpack_bridge.hpp"
 
@@ -170,6 +172,7 @@ struct qload_model {
   std::vector<std::vector<const char*>> roles;    // per quantized weight
   std::vector<std::vector<std::size_t>> parts;
   std::vector<std::string> schemes;
+  std::string report_json;  // session::load_report_json, for qload_model_report_json
 };
 
 namespace {
@@ -210,6 +213,11 @@ scheduler::LoadOptions::TensorCallback stream_to(qload_tensor_callback callback,
   };
 }
 
+// A session document as compact UTF-8 (invalid bytes in names replaced, as the CLI prints them).
+std::string json_text(const nlohmann::json& document) {
+  return document.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 // qload_load and qload_load_stream: the session's one load, and the model handle over it
 // (NULL `out`: freed at once).
 qload_status load_session(const char* function, qload_session* s, const session::LoadHooks& hooks, qload_model** out,
@@ -224,6 +232,7 @@ qload_status load_session(const char* function, qload_session* s, const session:
   if (out == nullptr) return QLOAD_OK;
   auto handle = std::make_unique<qload_model>();
   handle->model = std::make_shared<const scheduler::Model>(std::move(loaded->model));
+  handle->report_json = json_text(session::load_report_json(handle->model->report()));
   for (const scheduler::DeviceTensor& t : handle->model->tensors()) handle->shapes.push_back(shape_of(t));
   for (const scheduler::QuantizedWeight& w : handle->model->quantized()) {
     std::vector<const char*> roles;
@@ -466,6 +475,33 @@ qload_status qload_model_quantized_info(const qload_model* model, size_t index, 
 
 void qload_model_free(qload_model* model) {
   delete model;
+}
+
+qload_status qload_model_report_json(const qload_model* model, const char** out) {
+  return guarded([&] {
+    if (const qload_status s = check_pointers("qload_model_report_json", model, out); s != QLOAD_OK) return s;
+    *out = model->report_json.c_str();
+    return QLOAD_OK;
+  });
+}
+
+qload_status qload_inspect_json(const char* source, char** out) {
+  return guarded([&] {
+    if (source == nullptr || out == nullptr)
+      return failed(QLOAD_ERR_INVALID_ARGUMENT, "qload_inspect_json: source and out must not be NULL");
+    Result<session::Inspection> inspection = session::inspect(source);
+    if (!inspection) return failed(inspection.error());
+    const std::string text = json_text(session::inspection_json(*inspection));
+    char* copy = static_cast<char*>(std::malloc(text.size() + 1));
+    if (copy == nullptr) return failed(QLOAD_ERR_OUT_OF_MEMORY, "qload_inspect_json: out of memory");
+    std::memcpy(copy, text.c_str(), text.size() + 1);
+    *out = copy;
+    return QLOAD_OK;
+  });
+}
+
+void qload_string_free(char* text) {
+  std::free(text);
 }
 
 }  // extern "C"

@@ -17,6 +17,7 @@ them is gone. Errors are `qload.Error` subclasses carrying `file`, `tensor` and 
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 from typing import Callable, Iterator, Mapping, Optional, Union
@@ -371,7 +372,7 @@ def load_into(source: PathLike, destinations, *, device: str = "cpu", recipe: Op
         seen = inspect(source)
         names = {t["name"] for t in seen["tensors"]}
         if dequantize is not None:
-            names |= set(seen["quantized_weights"])
+            names |= {w["name"] for w in (seen["quantization"] or {}).get("logical_tensors", [])}
         mapping, missing = _load_into.module_destinations(destinations, names, name_map)
         if strict and missing:
             shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
@@ -394,10 +395,12 @@ def load_into(source: PathLike, destinations, *, device: str = "cpu", recipe: Op
 
 
 def inspect(source: PathLike) -> dict:
-    """What a checkpoint holds, from its headers alone: tensors, files (with metadata), config."""
+    """What a checkpoint holds, from its headers alone: tensors, files (with metadata), config and
+    the quantization detected; the document `qload inspect --json` prints (schema qload.inspect/2,
+    docs/cli.md)."""
     if not isinstance(source, (str, os.PathLike)):
         raise TypeError(f"source must be a path, not {type(source).__name__}")
-    return _qload.inspect(os.fspath(source))
+    return json.loads(_qload.inspect(os.fspath(source)))
 
 
 def resolve(source: PathLike, *, cache_dir: Optional[PathLike] = None) -> str:

@@ -450,51 +450,14 @@ class Stream {
 // ---------------------------------------------------------------------------------------------
 // Inspecting (safe_open's keys and metadata without loading)
 
-nb::dict inspect(const std::string& source) {
-  session::Inspection in = [&] {
-    Result<session::Inspection> r = [&] {
-      nb::gil_scoped_release no_gil;
-      return session::inspect(source);
-    }();
-    return unwrap(std::move(r));
+// session::inspection_json's document as text (qload.inspect parses it): one definition of the
+// keys for the CLI, C and Python.
+std::string inspect(const std::string& source) {
+  Result<session::Inspection> r = [&] {
+    nb::gil_scoped_release no_gil;
+    return session::inspect(source);
   }();
-  nb::dict d;
-  d["format"] = in.catalog.format;
-  nb::list tensors;
-  for (const formats::TensorEntry& e : in.catalog.tensors) {
-    nb::dict t;
-    t["name"] = e.name;
-    t["dtype"] = std::string(dtype_name(e.dtype));
-    t["shape"] = shape_list(e.shape);
-    t["file"] = in.catalog.files[e.file].path;
-    t["offset"] = e.offset;
-    t["nbytes"] = e.nbytes;
-    if (!e.strides.empty()) {  // a strided view: nbytes is the span it reads
-      nb::list strides;
-      for (const std::uint64_t s : e.strides) strides.append(s);
-      t["strides"] = strides;
-    }
-    tensors.append(t);
-  }
-  d["tensors"] = tensors;
-  nb::list files;
-  for (const formats::CatalogFile& f : in.catalog.files) {
-    nb::dict fd;
-    fd["path"] = f.path;
-    fd["size"] = f.size;
-    nb::dict metadata;
-    for (const auto& [k, v] : f.metadata) metadata[nb::str(k.c_str())] = v;
-    fd["metadata"] = metadata;
-    files.append(fd);
-  }
-  d["files"] = files;
-  d["config_json"] = in.catalog.config_json;
-  d["quantization_config"] = in.catalog.quantization_config;
-  d["quant_method"] = in.quant.method;
-  nb::list weights;  // "<prefix>.weight" of each quantized weight: what dequantizing produces
-  for (const formats::LogicalTensor& lt : in.quant.logical) weights.append(lt.name);
-  d["quantized_weights"] = weights;
-  return d;
+  return session::inspection_json(unwrap(std::move(r))).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 // Each setting parsed as a load parses it (name, type, bounds, and how the options take it),

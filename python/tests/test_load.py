@@ -280,3 +280,24 @@ def test_the_report_is_the_clis_document_key_for_key(checkpoint, qload_cli):
         assert cli[key] == model.report[key], key
     assert model.report["tensors"] == len(tensors)
     assert model.report["gb_per_s"] > 0 and isinstance(model.report["stages"], list)
+
+
+def test_inspect_is_the_clis_document(tmp_path, qload_cli):
+    """One inspection (session/inspect.hpp, schema qload.inspect/2): qload.inspect returns
+    exactly what `qload inspect --json` prints, quantization included; each tensor names its
+    file and the bytes there are its own."""
+    synth(qload_cli, tmp_path / "q", "--quant", "gptq4")
+    cli = json.loads(subprocess.run([qload_cli, "inspect", "--json", str(tmp_path / "q")], check=True,
+                                    capture_output=True, text=True).stdout)
+    inspected = qload.inspect(tmp_path / "q")
+    assert inspected == cli
+    assert inspected["schema"] == "qload.inspect/2" and inspected["tensor_count"] == len(inspected["tensors"])
+    assert inspected["tensor_bytes"] == sum(t["nbytes"] for t in inspected["tensors"])
+    weights = inspected["quantization"]["logical_tensors"]
+    assert weights and all(w["scheme"].startswith("gptq") and w["bits"] == 4 for w in weights)
+    assert {w["parts"]["qweight"] for w in weights} <= {t["name"] for t in inspected["tensors"]}
+    model = qload.load(tmp_path / "q", framework="np")
+    for t in inspected["tensors"][:5]:
+        with open(t["file"], "rb") as f:
+            f.seek(t["offset"])
+            assert f.read(t["nbytes"]) == model[t["name"]].tobytes(), t["name"]

@@ -27,7 +27,22 @@ for f in "$dir/m"/*; do
 done
 printf %s "$commit" > "$repo/refs/main"
 HF_HUB_CACHE="$dir/hub" QLOAD_TEST_HUB_ID=org/m QLOAD_TEST_LOCK="$dir/m.lock" QLOAD_TEST_CHANGED="$dir/m2" \
+  QLOAD_TEST_REPORT_OUT="$dir/c_report.json" QLOAD_TEST_INSPECT_OUT="$dir/c_inspect.json" \
   "$program" "$dir/m" "$dir/q" > "$dir/c.txt"
+# The session's documents are the same through C as through the CLI: the inspection whole, the
+# load report key for key (the CLI adds only its `device` and `peak_rss_bytes`).
+"$qload" inspect --json "$dir/q" > "$dir/cli_inspect.json"
+"$qload" load "$dir/m" --json > "$dir/cli_report.json"
+python3 - "$dir" <<'PY'
+import json, sys
+d = sys.argv[1]
+c, cli = json.load(open(f"{d}/c_inspect.json")), json.load(open(f"{d}/cli_inspect.json"))
+assert c == cli, "qload_inspect_json and `qload inspect --json` differ"
+assert c["schema"] == "qload.inspect/2" and c["quantization"]["logical_tensors"], c["schema"]
+c, cli = json.load(open(f"{d}/c_report.json")), json.load(open(f"{d}/cli_report.json"))
+assert set(cli) - set(c) == {"device", "peak_rss_bytes"} and set(c) <= set(cli), sorted(set(c) ^ set(cli))
+assert c["schema"] == cli["schema"] == "qload.load/2" and c["tensors"] == cli["tensors"] > 0
+PY
 "$qload" hash --json "$dir/m" | python3 -c '
 import json, sys
 for t in json.load(sys.stdin)["tensors"]:

@@ -3,7 +3,10 @@
  * (each tensor's XXH3-64 printed for the driving script to compare with the checkpoint's),
  * a streamed load (the digests printed from inside the callback, "stream NAME XXH3") and one
  * stopped by its callback, regions, loads into the caller's own memory (qload_load_into),
- * kept-quantized weights described, and a Hugging Face model id read from the local cache.
+ * kept-quantized weights described, a Hugging Face model id read from the local cache, and the
+ * session's JSON documents (the load report and the inspection, written to the files
+ * QLOAD_TEST_REPORT_OUT and QLOAD_TEST_INSPECT_OUT name, which the script compares with the
+ * CLI's).
  *
  * Usage: c_abi_test PLAIN_CHECKPOINT [QUANTIZED_CHECKPOINT] */
 #include <stddef.h>
@@ -656,6 +659,41 @@ static void hub_id(const char* checkpoint) {
   qload_session_free(session);
 }
 
+/* Writes `text` to the file the variable `out` names (nothing when it is unset). */
+static void write_to(const char* out, const char* text) {
+  const char* path = getenv(out);
+  FILE* f = NULL;
+  if (path == NULL) return;
+  f = fopen(path, "w");
+  CHECK(f != NULL);
+  if (f == NULL) return;
+  CHECK(fputs(text, f) >= 0);
+  fclose(f);
+}
+
+/* The load report of `plain` and the inspection of `inspected`, as the session's JSON documents. */
+static void documents(const char* plain, const char* inspected) {
+  qload_model* model = load_source(plain);
+  const char* report = NULL;
+  char* inspection = NULL;
+  CHECK(qload_model_report_json(NULL, &report) == QLOAD_ERR_INVALID_ARGUMENT);
+  CHECK(qload_inspect_json(NULL, &inspection) == QLOAD_ERR_INVALID_ARGUMENT);
+  CHECK(qload_inspect_json(plain, NULL) == QLOAD_ERR_INVALID_ARGUMENT);
+  CHECK(qload_inspect_json("/nonexistent/checkpoint", &inspection) == QLOAD_ERR_NOT_FOUND);
+  CHECK(inspection == NULL);
+  qload_string_free(NULL);
+  if (model != NULL) {
+    CHECK(qload_model_report_json(model, &report) == QLOAD_OK);
+    CHECK(report != NULL && strstr(report, "\"schema\":\"qload.load/2\"") != NULL);
+    if (report != NULL) write_to("QLOAD_TEST_REPORT_OUT", report);
+    qload_model_free(model);
+  }
+  CHECK(qload_inspect_json(inspected, &inspection) == QLOAD_OK);
+  CHECK(inspection != NULL && strstr(inspection, "\"schema\":\"qload.inspect/2\"") != NULL);
+  if (inspection != NULL) write_to("QLOAD_TEST_INSPECT_OUT", inspection);
+  qload_string_free(inspection);
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: c_abi_test PLAIN_CHECKPOINT [QUANTIZED_CHECKPOINT]\n");
@@ -671,6 +709,7 @@ int main(int argc, char** argv) {
   load_into(argv[1]);
   hub_id(argv[1]);
   if (argc > 2) quantized(argv[2]);
+  documents(argv[1], argc > 2 ? argv[2] : argv[1]);
   if (failures > 0) fprintf(stderr, "%d check(s) failed\n", failures);
   return failures == 0 ? 0 : 1;
 }

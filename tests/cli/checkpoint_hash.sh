@@ -14,18 +14,19 @@ import json, subprocess, sys
 d, xxhsum = sys.argv[1], sys.argv[2]
 inspect = json.load(open(f"{d}/inspect.json"))
 hashes = json.load(open(f"{d}/hash.json"))
-assert inspect["schema"] == "qload.inspect/1" and inspect["format"] == "safetensors"
+assert inspect["schema"] == "qload.inspect/2" and inspect["format"] == "safetensors"
 assert len(inspect["files"]) == 3 and inspect["tensor_count"] == 1 + 9 * 2 + 2, inspect["tensor_count"]
-files = [f["path"] for f in inspect["files"]]
+files = {f["path"] for f in inspect["files"]}
 for f in hashes["files"]:
     want = subprocess.run([xxhsum, "-H2", f["path"]], capture_output=True, text=True, check=True).stdout.split()[0]
     assert f["xxh3_128"] == want, (f, want)
 by_name = {t["name"]: t["xxh3_64"] for t in hashes["tensors"]}
 assert len(by_name) == inspect["tensor_count"]
 for t in inspect["tensors"]:
-    with open(files[t["file"]], "rb") as fh:
+    assert t["file"] in files, t["file"]
+    with open(t["file"], "rb") as fh:
         fh.seek(t["offset"])
-        data = fh.read(t["bytes"])
+        data = fh.read(t["nbytes"])
     want = subprocess.run([xxhsum, "-H3", "-"], input=data, capture_output=True, check=True).stdout.decode()
     want = want.split(" = ")[-1].split()[0] if " = " in want else want.split()[0]
     assert by_name[t["name"]] == want, (t["name"], by_name[t["name"]], want)

@@ -224,6 +224,17 @@ QLOAD_API qload_status qload_model_quantized_count(const qload_model* model, siz
 QLOAD_API qload_status qload_model_quantized_info(const qload_model* model, size_t index, qload_quantized_info* out);
 QLOAD_API void qload_model_free(qload_model* model);
 
+/* The model's load report: the JSON document (schema "qload.load/2", docs/cli.md) that
+ * `qload load --json` prints (less the CLI's own `device` and `peak_rss_bytes`) and Python's
+ * Model.report holds. NUL-terminated UTF-8, owned by the model: valid until qload_model_free. */
+QLOAD_API qload_status qload_model_report_json(const qload_model* model, const char** out);
+/* What `source` (as qload_open takes it, a recipe excepted) holds, from its headers alone: the
+ * JSON document (schema "qload.inspect/2", docs/cli.md) that `qload inspect --json` prints and
+ * Python's qload.inspect returns. *out is NUL-terminated UTF-8; free it with qload_string_free. */
+QLOAD_API qload_status qload_inspect_json(const char* source, char** out);
+/* Frees a string qload gave the caller to own (qload_inspect_json's); NULL is ignored. */
+QLOAD_API void qload_string_free(char* text);
+
 #ifdef __cplusplus
 }
 #endif

@@ -15,7 +15,7 @@ namespace qload::session {
 inline constexpr std::string_view kLoadReportSchema = "qload.load/2";
 
 // {"schema", "mode", "engine", "tensors", "tensor_bytes", "placed_bytes", "read_bytes",
-//  "shared_received_bytes", "chunks", "direct_tensors", "converted_tensors", "decoded_tensors",
+//  "filled_bytes", "shared_received_bytes", "chunks", "direct_tensors", "converted_tensors", "decoded_tensors",
 //  "seconds", "gb_per_s", "staging_budget_bytes", "peak_staging_bytes", "unpinned_reason",
 //  "first_tensor_seconds", "tenths_seconds", "stages": [{"stage", "tasks", "bytes",
 //  "busy_seconds", "task_seconds"}]}: the fields of scheduler::LoadReport under their own names.
