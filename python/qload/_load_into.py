@@ -20,17 +20,27 @@ _TORCH_DTYPES = {
 _NUMPY_DTYPES = dict(_TORCH_DTYPES)  # numpy's names agree (ml_dtypes gives bfloat16 and the fp8 family)
 
 
+def row_elements(shape, strides) -> Optional[int]:
+    """Elements of one dim-0 row when each row is contiguous and row-major (dimension 0's stride
+    may be anything: rows further apart than their length, a view of some columns of a larger
+    tensor), None for any other layout. `strides` in elements."""
+    compact = 1
+    for size, stride in zip(reversed(shape[1:]), reversed(strides[1:])):
+        if size != 1 and stride != compact:
+            return None
+        compact *= size
+    return compact
+
+
 def _row_pitch(name, shape, strides, itemsize) -> int:
     """Bytes from one row of dim 0 to the next when each row is contiguous and row-major but the
     rows are further apart (a view of some columns of a larger tensor: a projection's part of a
     fused parameter), 0 when the whole is contiguous; ValueError for any other layout. `strides`
     in elements."""
-    compact = 1
-    for size, stride in zip(reversed(shape[1:]), reversed(strides[1:])):
-        if size != 1 and stride != compact:
-            raise ValueError(f"destination {name!r} is not contiguous within its rows: qload writes row-major "
-                             "rows (only dimension 0 may be strided)")
-        compact *= size
+    compact = row_elements(shape, strides)
+    if compact is None:
+        raise ValueError(f"destination {name!r} is not contiguous within its rows: qload writes row-major "
+                         "rows (only dimension 0 may be strided)")
     if not shape or shape[0] <= 1 or strides[0] == compact:
         return 0
     if strides[0] < 0:

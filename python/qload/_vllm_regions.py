@@ -29,6 +29,8 @@ from typing import Iterable, Optional
 
 import torch
 
+from ._load_into import row_elements
+
 log = logging.getLogger("qload.vllm")
 
 _WRITES = {"copy_", "__setitem__", "__set__", "set_"}
@@ -317,12 +319,8 @@ def _rows(t: torch.Tensor) -> Optional[tuple]:
     if t.is_contiguous() or t.dim() == 0:
         nbytes = t.numel() * t.element_size()
         return t.data_ptr(), nbytes, max(nbytes, 1), 1
-    compact = 1
-    for size, stride in zip(reversed(t.shape[1:]), reversed(t.stride()[1:])):
-        if size != 1 and stride != compact:
-            return None
-        compact *= size
-    if t.stride(0) < compact:
+    compact = row_elements(list(t.shape), list(t.stride()))
+    if compact is None or t.stride(0) < compact:
         return None
     return t.data_ptr(), compact * t.element_size(), t.stride(0) * t.element_size(), t.shape[0]
 

@@ -1,5 +1,5 @@
 """Checkpoints written by the libraries users have: safetensors.numpy.save_file (with ml_dtypes
-for bf16 and fp8), and `qload synth` for quantized layouts (QLOAD_CLI, set by ctest)."""
+for bf16 and fp8), and `qload synth` for quantized layouts (QLOAD_TEST_CLI, set by ctest)."""
 import os
 import subprocess
 
@@ -9,10 +9,10 @@ import pytest
 
 # The tests' qload sees only the QLOAD_* variables the tests set themselves: the caller's own
 # (an unrelated QLOAD_THREADS, a QLOAD_IO for their machine) would change what qload does or
-# add warnings to what a test reads. Kept: QLOAD_CLI (ctest's path to the built CLI) and the
-# harness's QLOAD_TEST_* / QLOAD_CUDASIM_*, never read as settings (tests/cli/clean_env.sh).
+# add warnings to what a test reads. Kept: the harness's QLOAD_TEST_* (QLOAD_TEST_CLI is ctest's
+# path to the built CLI) and QLOAD_CUDASIM_*, never read as settings (tests/cli/clean_env.sh).
 for _name in [n for n in os.environ if n.startswith("QLOAD_")]:
-    if _name != "QLOAD_CLI" and not _name.startswith(("QLOAD_TEST_", "QLOAD_CUDASIM_")):
+    if not _name.startswith(("QLOAD_TEST_", "QLOAD_CUDASIM_")):
         del os.environ[_name]
 # The harness's host layout: python.aligned_layout runs the suite again with the layout that is
 # not the default (as cli.aligned_layout.* does for the CLI's), by this variable, which qload
@@ -56,9 +56,9 @@ def checkpoint(tmp_path):
 
 @pytest.fixture
 def qload_cli():
-    cli = os.environ.get("QLOAD_CLI")
+    cli = os.environ.get("QLOAD_TEST_CLI")
     if not cli:
-        pytest.skip("QLOAD_CLI is not set (ctest sets it to the built qload)")
+        pytest.skip("QLOAD_TEST_CLI is not set (ctest sets it to the built qload)")
     return cli
 
 

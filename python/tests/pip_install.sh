@@ -3,7 +3,7 @@
 # (pyproject.toml; compiler output cached by ccache where it is installed), installs it into a
 # fresh virtual environment, and imports it from outside the source tree: the native module,
 # its type stubs, the vLLM entry point, and a load of a checkpoint the built CLI synthesized.
-# Usage: pip_install.sh PYTHON QLOAD_CLI   (PYTHON: an interpreter with scikit-build-core and
+# Usage: pip_install.sh PYTHON QLOAD_TEST_CLI   (PYTHON: an interpreter with scikit-build-core and
 # nanobind, the one setup.sh made; ctest passes it). Exit 77 (skipped) when PyPI cannot be
 # reached for the wheel's own dependencies.
 set -euo pipefail

@@ -3,9 +3,9 @@
 # vllm: vLLM) in an environment this script makes once and keeps:
 # ~/.cache/qload/SUITE-<hash of python/requirements-SUITE.txt>, from the same Python the
 # package was built for.
-# Usage: run_suite.sh SUITE PYTHON PACKAGE_DIR QLOAD_CLI [PYTEST ARGS]   (ctest passes them).
+# Usage: run_suite.sh SUITE PYTHON PACKAGE_DIR QLOAD_TEST_CLI [PYTEST ARGS]   (ctest passes them).
 # Exit 77 (ctest: skipped) when the environment cannot be made here (no network to PyPI, no
-# space), saying why. QLOAD_<SUITE>_VENV (e.g. QLOAD_CLIENTS_VENV) names another environment.
+# space), saying why. QLOAD_<SUITE>_VENV (e.g. QLOAD_TEST_CLIENTS_VENV) names another environment.
 set -uo pipefail
 suite=$1 python=$2 package_dir=$(cd "$3" && pwd) cli=$(realpath "$4")
 shift 4
@@ -30,7 +30,7 @@ if [ ! -f "$venv/.qload-ready" ]; then
   fi
   touch "$venv/.qload-ready"
 fi
-export PYTHONPATH="$package_dir${PYTHONPATH:+:$PYTHONPATH}" QLOAD_CLI="$cli" PYTHONDONTWRITEBYTECODE=1
+export PYTHONPATH="$package_dir${PYTHONPATH:+:$PYTHONPATH}" QLOAD_TEST_CLI="$cli" PYTHONDONTWRITEBYTECODE=1
 export HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error TOKENIZERS_PARALLELISM=false
 # From a scratch directory: some clients write into the working directory (GPTQModel its logs/).
 scratch=$(mktemp -d)

@@ -15,7 +15,7 @@ def tiny_model(request, tmp_path):
 
 @pytest.fixture
 def qload_cli():
-    return os.environ["QLOAD_CLI"]
+    return os.environ["QLOAD_TEST_CLI"]
 
 
 def convert(cli: str, source: str, out, quantize: str) -> str:

@@ -20,7 +20,7 @@ MARK = 7.0  # what every element the load must not write holds
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory):
     out = tmp_path_factory.mktemp("m") / "m"
-    subprocess.run([os.environ["QLOAD_CLI"], "synth", str(out), "--layers", "2", "--hidden", "256", "--intermediate", "512",
+    subprocess.run([os.environ["QLOAD_TEST_CLI"], "synth", str(out), "--layers", "2", "--hidden", "256", "--intermediate", "512",
                     "--vocab", "300", "--heads", "4", "--kv-heads", "2", "--shards", "2"],
                    check=True, stdout=subprocess.DEVNULL)
     return out

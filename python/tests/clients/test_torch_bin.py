@@ -147,7 +147,7 @@ def test_convert_writes_the_same_tensors_as_safetensors(tmp_path):
     gen = torch.Generator().manual_seed(4)
     state = {"a.weight": torch.randn(16, 8, generator=gen).to(torch.bfloat16), "a.bias": torch.randn(16, generator=gen)}
     torch.save(state, tmp_path / "model.pt")
-    subprocess.run([os.environ["QLOAD_CLI"], "convert", str(tmp_path / "model.pt"), str(tmp_path / "out")], check=True,
+    subprocess.run([os.environ["QLOAD_TEST_CLI"], "convert", str(tmp_path / "model.pt"), str(tmp_path / "out")], check=True,
                    capture_output=True)
     assert_same(safetensors.torch.load_file(str(tmp_path / "out" / "model.safetensors")), state)
 

@@ -6,4 +6,4 @@ import pytest
 
 @pytest.fixture
 def qload_cli():
-    return os.environ["QLOAD_CLI"]
+    return os.environ["QLOAD_TEST_CLI"]

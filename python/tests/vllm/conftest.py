@@ -25,7 +25,7 @@ def tp_rank(monkeypatch):
 
 @pytest.fixture
 def qload_cli():
-    return os.environ["QLOAD_CLI"]
+    return os.environ["QLOAD_TEST_CLI"]
 
 
 class _NoKernel:

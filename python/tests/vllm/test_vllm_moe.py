@@ -51,7 +51,7 @@ def mixtral_fp8(mixtral, tmp_path_factory):
     import os
 
     out = tmp_path_factory.mktemp("mixtral-fp8") / "fp8"
-    subprocess.run([os.environ["QLOAD_CLI"], "convert", "--quantize", "fp8:block", mixtral, str(out)], check=True,
+    subprocess.run([os.environ["QLOAD_TEST_CLI"], "convert", "--quantize", "fp8:block", mixtral, str(out)], check=True,
                    stdout=subprocess.DEVNULL)
     return str(out)
 
