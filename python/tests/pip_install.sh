@@ -44,12 +44,11 @@ import qload
 assert os.path.dirname(qload.__file__).startswith(sys.prefix), f"imported {qload.__file__}, not the installed package"
 model = qload.load(sys.argv[1], framework="np")
 inspected = json.load(open(sys.argv[2]))
-files = [os.path.join(sys.argv[1], f["path"]) if not os.path.isabs(f["path"]) else f["path"] for f in inspected["files"]]
 assert set(model) == {t["name"] for t in inspected["tensors"]}, "the installed package loaded other tensors"
 for t in inspected["tensors"]:  # every tensor's bytes, as the CLI locates them in the files
-    with open(files[t["file"]], "rb") as f:
+    with open(t["file"], "rb") as f:
         f.seek(t["offset"])
-        stored = f.read(t["bytes"])
+        stored = f.read(t["nbytes"])
     assert list(model[t["name"]].shape) == t["shape"] and model[t["name"]].tobytes() == stored, t["name"]
 plugins = [e for e in importlib.metadata.entry_points(group="vllm.general_plugins") if e.name == "qload"]
 assert plugins and plugins[0].value == "qload.vllm:register", plugins

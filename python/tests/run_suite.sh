@@ -5,7 +5,7 @@
 # package was built for.
 # Usage: run_suite.sh SUITE PYTHON PACKAGE_DIR QLOAD_TEST_CLI [PYTEST ARGS]   (ctest passes them).
 # Exit 77 (ctest: skipped) when the environment cannot be made here (no network to PyPI, no
-# space), saying why. QLOAD_<SUITE>_VENV (e.g. QLOAD_TEST_CLIENTS_VENV) names another environment.
+# space), saying why. QLOAD_<SUITE>_VENV (e.g. QLOAD_CLIENTS_VENV) names another environment.
 set -uo pipefail
 suite=$1 python=$2 package_dir=$(cd "$3" && pwd) cli=$(realpath "$4")
 shift 4
@@ -30,6 +30,10 @@ if [ ! -f "$venv/.qload-ready" ]; then
   fi
   touch "$venv/.qload-ready"
 fi
+# The suite's qload sees only the harness's QLOAD_TEST_* / QLOAD_CUDASIM_* variables (the
+# caller's own QLOAD_* settings would change what it does), and QLOAD_TEST_HOST_LAYOUT as the
+# host layout (python.SUITE.aligned_layout).
+source "$root/../../tests/cli/clean_env.sh"
 export PYTHONPATH="$package_dir${PYTHONPATH:+:$PYTHONPATH}" QLOAD_TEST_CLI="$cli" PYTHONDONTWRITEBYTECODE=1
 export HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error TOKENIZERS_PARALLELISM=false
 # From a scratch directory: some clients write into the working directory (GPTQModel its logs/).
