@@ -152,4 +152,45 @@ std::vector<std::int64_t> shape_of(const scheduler::DeviceTensor& t) {
   return shape;
 }
 
+namespace {
+
+// What an exported DLPack tensor owns: its tensor's memory (shared) and its shape and strides.
+struct Exported {
+  DLManagedTensorVersioned managed{};
+  std::shared_ptr<const void> owner;
+  std::vector<std::int64_t> shape;
+  std::vector<std::int64_t> strides;  // empty: compact (DLPack's NULL)
+};
+
+void delete_exported(DLManagedTensorVersioned* self) {
+  delete static_cast<Exported*>(self->manager_ctx);
+}
+
+}  // namespace
+
+Result<DLManagedTensorVersioned*> export_dlpack(const scheduler::DeviceTensor& t, std::shared_ptr<const void> owner,
+                                                std::vector<std::int64_t> shape) {
+  auto exported = std::make_unique<Exported>();
+  exported->owner = std::move(owner);
+  exported->shape = std::move(shape);
+  exported->strides = strides_of(t);
+  DLManagedTensorVersioned& m = exported->managed;
+  QLOAD_ASSIGN_OR_RETURN(m.dl_tensor, dl_tensor_of(t, exported->shape, exported->strides));
+  m.version = DLPackVersion{DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION};
+  m.manager_ctx = exported.get();
+  m.deleter = delete_exported;
+  m.flags = t.writable ? 0 : DLPACK_FLAG_BITMASK_READ_ONLY;
+  return &exported.release()->managed;
+}
+
+qload_tensor_info info_of(const scheduler::DeviceTensor& t, const std::vector<std::int64_t>& shape) {
+  return qload_tensor_info{.name = t.name.c_str(),
+                           .dtype = dtype_name(t.dtype).data(),
+                           .ndim = static_cast<std::int32_t>(t.shape.rank()),
+                           .shape = shape.data(),
+                           .device = t.device.c_str(),
+                           .nbytes = t.nbytes,
+                           .read_only = t.writable ? 0 : 1};
+}
+
 }  // namespace qload::capi

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <vector>
@@ -32,5 +33,14 @@ Result<DLTensor> dl_tensor_of(const scheduler::DeviceTensor& t, std::span<std::i
 // destination with gaps between its rows is not).
 std::vector<std::int64_t> strides_of(const scheduler::DeviceTensor& t);
 std::vector<std::int64_t> shape_of(const scheduler::DeviceTensor& t);
+
+// `t` (with `shape`, shape_of(t)) as a DLPack tensor the caller owns: its deleter releases
+// `owner` (what keeps t.data alive: a model, a streamed tensor). kUnsupported for dtypes DLPack
+// cannot name (the packed F4 and F6).
+Result<DLManagedTensorVersioned*> export_dlpack(const scheduler::DeviceTensor& t, std::shared_ptr<const void> owner,
+                                                std::vector<std::int64_t> shape);
+
+// qload_tensor_info of `t`, whose strings and `shape` must outlive it.
+qload_tensor_info info_of(const scheduler::DeviceTensor& t, const std::vector<std::int64_t>& shape);
 
 }  // namespace qload::capi

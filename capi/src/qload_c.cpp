@@ -25,6 +25,8 @@
 #include "qload/session/load.hpp"
 #include "qload/session/report.hpp"
 
+#include "c_handles.hpp"
+#include "c_status.hpp"
 #include "dlpack_bridge.hpp"
 
 namespace {
@@ -32,55 +34,10 @@ namespace {
 using namespace qload;
 using capi::destination_of;
 using capi::dl_tensor_of;
+using capi::failed;
+using capi::guarded;
 using capi::shape_of;
 using capi::strides_of;
-
-thread_local std::string last_error;
-
-qload_status status_of(Errc code) noexcept {
-  switch (code) {
-    case Errc::kInvalidArgument: return QLOAD_ERR_INVALID_ARGUMENT;
-    case Errc::kNotFound: return QLOAD_ERR_NOT_FOUND;
-    case Errc::kPermissionDenied: return QLOAD_ERR_PERMISSION;
-    case Errc::kIo: return QLOAD_ERR_IO;
-    case Errc::kTruncated:
-    case Errc::kCorrupt:
-    case Errc::kFileChanged: return QLOAD_ERR_CORRUPT;
-    case Errc::kChecksumMismatch: return QLOAD_ERR_CHECKSUM;
-    case Errc::kUnsupported: return QLOAD_ERR_UNSUPPORTED;
-    case Errc::kOutOfMemory: return QLOAD_ERR_OUT_OF_MEMORY;
-    case Errc::kOverflow: return QLOAD_ERR_OVERFLOW;
-    case Errc::kCancelled: return QLOAD_ERR_CANCELLED;
-    case Errc::kDevice: return QLOAD_ERR_DEVICE;
-    case Errc::kInternal: return QLOAD_ERR_INTERNAL;
-  }
-  return QLOAD_ERR_INTERNAL;
-}
-
-qload_status failed(const Error& error) {
-  last_error = error.to_string();
-  return status_of(error.code());
-}
-qload_status failed(qload_status status, std::string message) {
-  last_error = std::move(message);
-  return status;
-}
-
-// Runs `body` with the thread's error cleared; exceptions (bad_alloc from a std::string, a
-// bug) become statuses.
-template <typename Body>
-qload_status guarded(Body&& body) noexcept {
-  try {
-    last_error.clear();
-    return body();
-  } catch (const std::bad_alloc&) {
-    return failed(QLOAD_ERR_OUT_OF_MEMORY, "out of memory");
-  } catch (const std::exception& e) {
-    return failed(QLOAD_ERR_INTERNAL, fmt::format("internal error: {}", e.what()));
-  } catch (...) {
-    return failed(QLOAD_ERR_INTERNAL, "internal error");
-  }
-}
 
 // The fields of qload_options this library knows, up to and including `internal`.
 constexpr std::size_t kOptionsSize = sizeof(qload_options);
@@ -161,43 +118,7 @@ Result<session::LoadSpec> spec_of(const char* source, const qload_options* o) {
 
 }  // namespace
 
-struct qload_session {
-  std::optional<session::LoadRequest> request;  // consumed by qload_load
-};
-
-struct qload_model {
-  // Shared with every DLPack tensor exported from it, which keep the memory alive.
-  std::shared_ptr<const scheduler::Model> model;
-  std::vector<std::vector<std::int64_t>> shapes;  // per tensor, for qload_tensor_info
-  std::vector<std::vector<const char*>> roles;    // per quantized weight
-  std::vector<std::vector<std::size_t>> parts;
-  std::vector<std::string> schemes;
-  std::string report_json;  // session::load_report_json, for qload_model_report_json
-};
-
 namespace {
-
-// What a DLPack tensor owns: the model's memory (shared) and its shape array.
-struct Exported {
-  DLManagedTensorVersioned managed{};
-  std::shared_ptr<const scheduler::Model> model;
-  std::vector<std::int64_t> shape;
-  std::vector<std::int64_t> strides;  // empty: compact (DLPack's NULL)
-};
-
-void delete_exported(DLManagedTensorVersioned* self) {
-  delete static_cast<Exported*>(self->manager_ctx);
-}
-
-qload_tensor_info info_of(const scheduler::DeviceTensor& t, const std::vector<std::int64_t>& shape) {
-  return qload_tensor_info{.name = t.name.c_str(),
-                           .dtype = dtype_name(t.dtype).data(),
-                           .ndim = static_cast<std::int32_t>(t.shape.rank()),
-                           .shape = shape.data(),
-                           .device = t.device.c_str(),
-                           .nbytes = t.nbytes,
-                           .read_only = t.writable ? 0 : 1};
-}
 
 // The tensor callback as the session layer calls it.
 scheduler::LoadOptions::TensorCallback stream_to(qload_tensor_callback callback, void* user_data) {
@@ -205,7 +126,7 @@ scheduler::LoadOptions::TensorCallback stream_to(qload_tensor_callback callback,
                                const std::shared_ptr<const void>&) -> Status {
     std::vector<std::int64_t> shape = shape_of(t);
     std::vector<std::int64_t> strides = strides_of(t);
-    const qload_tensor_info info = info_of(t, shape);
+    const qload_tensor_info info = capi::info_of(t, shape);
     const Result<DLTensor> tensor = dl_tensor_of(t, shape, strides);
     if (const int stop = callback(user_data, index, &info, tensor ? &*tensor : nullptr); stop != 0)
       return fail(Errc::kCancelled, fmt::format("the tensor callback returned {}: load stopped", stop));
@@ -270,7 +191,7 @@ int qload_abi_version(void) {
   return QLOAD_ABI_VERSION;
 }
 const char* qload_last_error(void) {
-  return last_error.c_str();
+  return capi::last_error().c_str();
 }
 
 qload_status qload_options_create(qload_options** out) {
@@ -411,7 +332,7 @@ qload_status qload_model_tensor_info(const qload_model* model, size_t index, qlo
     const auto& tensors = model->model->tensors();
     if (const qload_status s = check_index("qload_model_tensor_info", index, tensors.size(), "tensors"); s != QLOAD_OK)
       return s;
-    *out = info_of(tensors[index], model->shapes[index]);
+    *out = capi::info_of(tensors[index], model->shapes[index]);
     return QLOAD_OK;
   });
 }
@@ -425,19 +346,9 @@ qload_status qload_model_tensor_dlpack(const qload_model* model, size_t index, D
         s != QLOAD_OK)
       return s;
     const scheduler::DeviceTensor& t = tensors[index];
-    auto exported = std::make_unique<Exported>();
-    exported->model = model->model;
-    exported->shape = model->shapes[index];
-    exported->strides = strides_of(t);
-    DLManagedTensorVersioned& m = exported->managed;
-    auto described = dl_tensor_of(t, exported->shape, exported->strides);
-    if (!described) return failed(described.error());
-    m.dl_tensor = *described;
-    m.version = DLPackVersion{DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION};
-    m.manager_ctx = exported.get();
-    m.deleter = delete_exported;
-    m.flags = t.writable ? 0 : DLPACK_FLAG_BITMASK_READ_ONLY;
-    *out = &exported.release()->managed;
+    auto exported = capi::export_dlpack(t, model->model, model->shapes[index]);
+    if (!exported) return failed(exported.error());
+    *out = *exported;
     return QLOAD_OK;
   });
 }

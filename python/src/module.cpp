@@ -33,6 +33,7 @@
 #include "qload/runtime/settings.hpp"
 #include "qload/session/inspect.hpp"
 #include "qload/session/load.hpp"
+#include "qload/session/pull_stream.hpp"
 #include "qload/session/report.hpp"
 #include "qload/session/request.hpp"
 #include "qload/session/source.hpp"
@@ -329,36 +330,21 @@ nb::tuple load_into(const LoadArgs& args, const std::vector<DestinationArgs>& de
 }
 
 // ---------------------------------------------------------------------------------------------
-// Streaming: the load runs on a thread of its own; each tensor, once verified, is queued and
-// the Python iterator takes them in completion order. Zero-copy: a tensor points into the
-// load's arena, or mmap mode's mapping, and holds it (the scheduler's keep_alive), so it stays
-// valid if the load later fails or the stream is dropped. Where the load has no such owner
-// (shared reads: handed over at the end), the tensor is copied into memory of its own instead.
-
-struct StreamedTensor {
-  std::string name;
-  DType dtype = DType::kU8;
-  scheduler::DeviceTensor view;        // shape/strides/dtype; data in the arena, or in `bytes`
-  std::shared_ptr<const void> arena;   // zero-copy: keeps `view.data` alive
-  std::unique_ptr<std::byte[]> bytes;  // a copy: not zeroed first, every byte is copied over
-};
+// Streaming: session::PullStream runs the load on a thread of its own and queues each tensor,
+// once verified; the Python iterator takes them in completion order. Zero-copy: a tensor points
+// into the load's arena, or mmap mode's mapping, and holds it (the scheduler's keep_alive), so it
+// stays valid if the load later fails or the stream is dropped; where the load has no such owner
+// (shared reads: handed over at the end), the stream copies the tensor into memory of its own.
 
 class Stream {
  public:
-  explicit Stream(LoadArgs args) : args_(std::move(args)) {
-    worker_ = std::thread([this] { run(); });
-  }
+  explicit Stream(LoadArgs args)
+      : stream_(std::make_unique<session::PullStream>([spec = make_spec(args)](const session::LoadHooks& hooks) {
+          return session::load(spec, quiet_logger(), hooks);
+        })) {}
   ~Stream() {
-    {
-      std::lock_guard lock(mutex_);
-      cancelled_ = true;
-    }
-    stop_.request_stop();  // a load still planning or reading ends without handing over a tensor
-    changed_.notify_all();
-    if (worker_.joinable()) {
-      nb::gil_scoped_release no_gil;
-      worker_.join();
-    }
+    nb::gil_scoped_release no_gil;  // cancelling joins the load's thread
+    stream_.reset();
   }
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
@@ -366,85 +352,32 @@ class Stream {
   // The load's report once it has succeeded and every tensor was taken; None before, or if
   // it failed.
   nb::object report() {
-    std::optional<scheduler::LoadReport> r;
-    {
-      std::lock_guard lock(mutex_);
-      if (queue_.empty()) r = report_;
-    }
+    const std::optional<scheduler::LoadReport> r = stream_->report();
     return r ? nb::object(report_dict(*r)) : nb::none();
   }
 
   // The next tensor as (name, array, dtype), or StopIteration; raises the load's error. A
   // Ctrl-C while waiting raises KeyboardInterrupt (the load goes on until the stream is dropped).
   nb::object next() {
-    std::unique_ptr<StreamedTensor> t;
+    Result<session::StreamItem> item = session::StreamItem(session::StreamPending{});
     bool interrupted = false;
     {
       nb::gil_scoped_release no_gil;
-      std::unique_lock lock(mutex_);
-      interrupted = !wait_interruptibly(lock, changed_, [&] { return !queue_.empty() || done_; });
-      if (!interrupted && !queue_.empty()) {
-        t = std::move(queue_.front());
-        queue_.pop_front();
+      while (item && std::holds_alternative<session::StreamPending>(*item) && !interrupted) {
+        item = stream_->next_for(kSignalPoll);
+        if (item && std::holds_alternative<session::StreamPending>(*item)) interrupted = signal_raised();
       }
     }
-    changed_.notify_all();
     if (interrupted) throw nb::python_error();  // the signal handler's exception
-    if (!t) {
-      if (error_) raise(*error_);
-      throw nb::stop_iteration();
-    }
-    StreamedTensor* raw = t.release();
-    nb::capsule owner(raw, [](void* p) noexcept { delete static_cast<StreamedTensor*>(p); });
-    return nb::make_tuple(raw->name, make_array(raw->view, owner), std::string(dtype_name(raw->dtype)));
+    if (!item) raise(item.error());
+    if (std::holds_alternative<session::StreamEnd>(*item)) throw nb::stop_iteration();
+    session::StreamedTensor* raw = std::get<std::unique_ptr<session::StreamedTensor>>(*item).release();
+    nb::capsule owner(raw, [](void* p) noexcept { delete static_cast<session::StreamedTensor*>(p); });
+    return nb::make_tuple(raw->view.name, make_array(raw->view, owner), std::string(dtype_name(raw->view.dtype)));
   }
 
  private:
-  void run() {
-    session::LoadHooks hooks;
-    hooks.stop = stop_.get_token();
-    hooks.on_tensor = [this](std::uint32_t, const scheduler::DeviceTensor& t,
-                             const std::shared_ptr<const void>& keep_alive) -> Status {
-      if (!t.host) return fail(Errc::kUnsupported, "qload.stream hands out host memory; stream to cpu devices");
-      auto copy = std::make_unique<StreamedTensor>();
-      copy->name = t.name;
-      copy->dtype = t.dtype;
-      copy->view = t;
-      if (keep_alive) {
-        copy->arena = keep_alive;
-      } else {
-        copy->bytes = std::make_unique_for_overwrite<std::byte[]>(static_cast<std::size_t>(t.nbytes));
-        if (t.nbytes > 0) std::memcpy(copy->bytes.get(), t.data, static_cast<std::size_t>(t.nbytes));
-        copy->view.data = copy->bytes.get();
-        copy->view.writable = true;
-      }
-      std::unique_lock lock(mutex_);
-      // Bounded: at most a few tensors wait for the consumer.
-      changed_.wait(lock, [&] { return queue_.size() < kMaxQueued || cancelled_; });
-      if (cancelled_) return fail(Errc::kCancelled, "the stream was closed before the load finished");
-      queue_.push_back(std::move(copy));
-      changed_.notify_all();
-      return {};
-    };
-    Result<session::LoadOutcome> outcome = session::load(make_spec(args_), quiet_logger(), hooks);
-    std::lock_guard lock(mutex_);
-    if (!outcome && !cancelled_) error_ = outcome.error();
-    if (outcome) report_ = outcome->model.report();
-    done_ = true;
-    changed_.notify_all();
-  }
-
-  static constexpr std::size_t kMaxQueued = 4;
-  LoadArgs args_;
-  std::optional<scheduler::LoadReport> report_;  // once the load has succeeded
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  std::deque<std::unique_ptr<StreamedTensor>> queue_;
-  std::optional<Error> error_;
-  bool done_ = false;
-  bool cancelled_ = false;
-  std::stop_source stop_;
-  std::thread worker_;  // last: started once everything above exists
+  std::unique_ptr<session::PullStream> stream_;
 };
 
 // ---------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The C ABI end to end: a C99 program loads a synthetic checkpoint through libqload.so, reads
 # every tensor through DLPack after freeing the model and session, and streams it
-# (qload_load_stream); both lists of per-tensor XXH3-64 must equal the checkpoint's (qload hash, itself checked against xxhsum by cli.hash tests).
+# (qload_load_stream) and pulled (qload_stream_next); each list of per-tensor XXH3-64 must equal the checkpoint's (qload hash, itself checked against xxhsum by cli.hash tests).
 source "$(dirname "${BASH_SOURCE[0]}")/../cli/clean_env.sh"  # only the QLOAD_* variables this test sets
 set -euo pipefail
 qload=$1
@@ -47,9 +47,11 @@ PY
 import json, sys
 for t in json.load(sys.stdin)["tensors"]:
     print(t["name"], t["xxh3_64"])' | sort > "$dir/want.txt"
-grep -v '^stream ' "$dir/c.txt" | sort > "$dir/got.txt"
+grep -v '^\(stream\|pulled\) ' "$dir/c.txt" | sort > "$dir/got.txt"
 grep '^stream ' "$dir/c.txt" | cut -d' ' -f2- | sort > "$dir/streamed.txt"
+grep '^pulled ' "$dir/c.txt" | cut -d' ' -f2- | sort > "$dir/pulled.txt"
 [ -s "$dir/want.txt" ] || { echo "FAIL: no reference digests"; exit 1; }
 diff -u "$dir/want.txt" "$dir/got.txt" || { echo "FAIL: DLPack bytes differ from the checkpoint"; exit 1; }
 diff -u "$dir/want.txt" "$dir/streamed.txt" || { echo "FAIL: streamed bytes differ from the checkpoint"; exit 1; }
-echo "c abi ok: $(wc -l < "$dir/got.txt") tensors, each also streamed"
+diff -u "$dir/want.txt" "$dir/pulled.txt" || { echo "FAIL: pulled bytes differ from the checkpoint"; exit 1; }
+echo "c abi ok: $(wc -l < "$dir/got.txt") tensors, each also streamed and pulled"

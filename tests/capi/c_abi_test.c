@@ -2,11 +2,10 @@
  * and settings, a load read back through DLPack after the model and session are freed
  * (each tensor's XXH3-64 printed for the driving script to compare with the checkpoint's),
  * a streamed load (the digests printed from inside the callback, "stream NAME XXH3") and one
- * stopped by its callback, regions, loads into the caller's own memory (qload_load_into),
- * kept-quantized weights described, a Hugging Face model id read from the local cache, and the
- * session's JSON documents (the load report and the inspection, written to the files
- * QLOAD_TEST_REPORT_OUT and QLOAD_TEST_INSPECT_OUT name, which the script compares with the
- * CLI's).
+ * stopped by its callback, a pulled one ("pulled NAME XXH3", qload_stream_next), regions, loads into the caller's own
+ * memory (qload_load_into), kept-quantized weights described, a Hugging Face model id read from the local cache, and
+ * the session's JSON documents (the load report and the inspection, written to the files QLOAD_TEST_REPORT_OUT and
+ * QLOAD_TEST_INSPECT_OUT name, which the script compares with the CLI's).
  *
  * Usage: c_abi_test PLAIN_CHECKPOINT [QUANTIZED_CHECKPOINT] */
 #include <stddef.h>
@@ -264,6 +263,79 @@ static void stream(const char* checkpoint) {
   CHECK(stopped.calls == 2); /* not called again once it said stop */
   CHECK(model == NULL);
   qload_session_free(session);
+}
+
+/* Pulls `checkpoint` tensor by tensor (qload_stream_next), each one's digest printed as
+ * "pulled NAME XXH3" for the driving script; then the misuses, a stream dropped part way, and a
+ * load that fails part way (the checkpoint changed after its lock): its error comes after the
+ * tensors it handed over. */
+static void pulled(const char* checkpoint) {
+  qload_session* session = NULL;
+  qload_stream* stream = NULL;
+  qload_tensor_info info;
+  struct DLManagedTensorVersioned* tensor = NULL;
+  const char* report = NULL;
+  size_t count = 0, whole = 0;
+  qload_status status = QLOAD_OK;
+  CHECK(qload_stream_open(NULL, &stream) == QLOAD_ERR_INVALID_ARGUMENT);
+  CHECK(qload_open(checkpoint, NULL, &session) == QLOAD_OK);
+  CHECK(qload_stream_open(session, NULL) == QLOAD_ERR_INVALID_ARGUMENT);
+  CHECK(qload_stream_open(session, &stream) == QLOAD_OK);
+  CHECK(qload_stream_open(session, &stream) == QLOAD_ERR_INVALID_ARGUMENT); /* it loads once */
+  qload_session_free(session);
+  CHECK(qload_stream_next(NULL, &info, &tensor) == QLOAD_ERR_INVALID_ARGUMENT);
+  CHECK(qload_stream_next(stream, NULL, &tensor) == QLOAD_ERR_INVALID_ARGUMENT);
+  CHECK(qload_stream_report_json(stream, &report) == QLOAD_ERR_INVALID_ARGUMENT); /* not ended yet */
+  for (;;) {
+    CHECK(qload_stream_next(stream, &info, &tensor) == QLOAD_OK);
+    if (info.name == NULL) break;
+    CHECK(tensor != NULL && tensor->dl_tensor.device.device_type == kDLCPU);
+    if (tensor != NULL) {
+      printf("pulled %s %016llx\n", info.name,
+             (unsigned long long)XXH3_64bits((const char*)tensor->dl_tensor.data + tensor->dl_tensor.byte_offset,
+                                             (size_t)info.nbytes));
+      tensor->deleter(tensor);
+    }
+    if (++count > 4096) break;
+  }
+  CHECK(count > 2 && tensor == NULL);
+  whole = count;
+  CHECK(qload_stream_next(stream, &info, &tensor) == QLOAD_OK && info.name == NULL); /* still the end */
+  CHECK(qload_stream_report_json(stream, &report) == QLOAD_OK);
+  CHECK(report != NULL && strstr(report, "\"schema\":\"qload.load/2\"") != NULL);
+  qload_stream_free(stream);
+  qload_stream_free(NULL);
+
+  /* Dropped after one tensor: the load is cancelled, and the tensor taken stays valid. */
+  CHECK(qload_open(checkpoint, NULL, &session) == QLOAD_OK);
+  CHECK(qload_stream_open(session, &stream) == QLOAD_OK);
+  qload_session_free(session);
+  CHECK(qload_stream_next(stream, &info, &tensor) == QLOAD_OK && info.name != NULL && tensor != NULL);
+  qload_stream_free(stream);
+  if (tensor != NULL) {
+    CHECK(XXH3_64bits((const char*)tensor->dl_tensor.data + tensor->dl_tensor.byte_offset, (size_t)info.nbytes) ||
+          1); /* readable after the free (AddressSanitizer would say otherwise) */
+    tensor->deleter(tensor);
+  }
+
+  if (getenv("QLOAD_TEST_LOCK") != NULL && getenv("QLOAD_TEST_CHANGED") != NULL) {
+    qload_options* options = NULL;
+    CHECK(qload_options_create(&options) == QLOAD_OK);
+    options->lock = getenv("QLOAD_TEST_LOCK");
+    CHECK(qload_open(getenv("QLOAD_TEST_CHANGED"), options, &session) == QLOAD_OK);
+    qload_options_free(options);
+    CHECK(qload_stream_open(session, &stream) == QLOAD_OK);
+    qload_session_free(session);
+    count = 0;
+    while ((status = qload_stream_next(stream, &info, &tensor)) == QLOAD_OK && info.name != NULL) {
+      if (tensor != NULL) tensor->deleter(tensor);
+      ++count;
+    }
+    CHECK(status == QLOAD_ERR_CHECKSUM);
+    CHECK(count < whole); /* those that completed before the failure (maybe none), never all */
+    CHECK(qload_stream_report_json(stream, &report) == QLOAD_ERR_INVALID_ARGUMENT);
+    qload_stream_free(stream);
+  }
 }
 
 static void quantized(const char* checkpoint) {
@@ -705,6 +777,7 @@ int main(int argc, char** argv) {
   options_size(argv[1]);
   load_and_export(argv[1]);
   stream(argv[1]);
+  pulled(argv[1]);
   regions(argv[1]);
   load_into(argv[1]);
   hub_id(argv[1]);

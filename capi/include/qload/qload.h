@@ -212,6 +212,28 @@ QLOAD_API qload_status qload_load_into(qload_session* session, const qload_desti
                                        qload_model** rest);
 QLOAD_API void qload_session_free(qload_session* session);
 
+/* Pulled streaming, for a server that takes tensors when it is ready for them rather than in a
+ * callback: the session's load runs on a loader thread, and qload_stream_next hands over each
+ * tensor once its bytes are in place (and checked against their digest, when one is
+ * expected), in completion order; at most a few wait, so a slow consumer slows the load
+ * instead of piling up memory. Host devices only (a tensor on a GPU fails the load,
+ * QLOAD_ERR_UNSUPPORTED). The session loads once, as with qload_load. */
+typedef struct qload_stream qload_stream;
+QLOAD_API qload_status qload_stream_open(qload_session* session, qload_stream** out);
+/* The next tensor: *info describes it (valid until the next call on this stream or its free),
+ * *tensor is a DLPack tensor the caller owns (its deleter frees the bytes; NULL for the packed
+ * F4 / F6 dtypes, which DLPack cannot name). After the last tensor: QLOAD_OK with info->name and
+ * *tensor NULL, or the load's error (after every tensor it handed over before failing). Blocks
+ * until one of those. `tensor` may be NULL to take only the description. */
+QLOAD_API qload_status qload_stream_next(qload_stream* stream, qload_tensor_info* info,
+                                         struct DLManagedTensorVersioned** tensor);
+/* The load's report (as qload_model_report_json's) once the stream has ended without an error;
+ * valid until qload_stream_free. QLOAD_ERR_INVALID_ARGUMENT before. */
+QLOAD_API qload_status qload_stream_report_json(qload_stream* stream, const char** out);
+/* Cancels a load still running (everything it holds is released) and waits for its thread;
+ * tensors already handed over stay valid. NULL is ignored. */
+QLOAD_API void qload_stream_free(qload_stream* stream);
+
 QLOAD_API qload_status qload_model_tensor_count(const qload_model* model, size_t* out);
 QLOAD_API qload_status qload_model_tensor_info(const qload_model* model, size_t index, qload_tensor_info* out);
 /* Tensor `index` as a DLPack 1.x tensor (kDLCPU or kDLCUDA; data aligned down to 256 bytes
