@@ -8,6 +8,13 @@ function(qload_layer name)
                                            PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)
   target_link_libraries(qload_${name} PUBLIC ${ARG_DEPS} PRIVATE qload_warnings ${ARG_PRIVATE_DEPS})
   qload_header_check(${name})
+  # The layer's private headers (src/), for its own tests, fuzzers and benchmarks only: one
+  # declared door instead of each of them reaching in by path. No product target links it
+  # (tests/style/check_layers.sh).
+  add_library(qload_${name}_internal INTERFACE)
+  add_library(qload::${name}_internal ALIAS qload_${name}_internal)
+  target_include_directories(qload_${name}_internal INTERFACE ${CMAKE_CURRENT_SOURCE_DIR}/src)
+  target_link_libraries(qload_${name}_internal INTERFACE qload_${name})
 endfunction()
 
 # Compiles every public header of a layer on its own, so each one includes what it uses.
