@@ -1,12 +1,14 @@
 // `qload config [SOURCE]`: every setting's effective value and where it came from (default,
 // the recipe, a QLOAD_* variable, a flag); `--markdown` prints the table of settings itself,
-// which docs/settings.md holds verbatim (a test compares them).
+// which docs/settings.md holds verbatim (a test compares them), and `--spec-fields` the table of
+// what a load can be asked (session/spec_fields.hpp), which docs/cli.md holds verbatim.
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
 #include "qload/runtime/units.hpp"
 #include "qload/session/request.hpp"
+#include "qload/session/spec_fields.hpp"
 
 namespace qload::cli {
 namespace {
@@ -53,6 +55,10 @@ void print_markdown() {
 }  // namespace
 
 int run_config(const ConfigArgs& args) {
+  if (args.spec_fields) {
+    fmt::print("{}", session::spec_fields_markdown());
+    return 0;
+  }
   if (args.markdown) {
     print_markdown();
     return 0;

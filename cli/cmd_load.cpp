@@ -11,6 +11,7 @@
 #include "qload/runtime/units.hpp"
 #include "qload/session/load.hpp"
 #include "qload/session/report.hpp"
+#include "qload/session/spec_fields.hpp"
 #include "qload/session/write.hpp"
 
 namespace qload::cli {
@@ -55,16 +56,7 @@ nlohmann::json world_json(const session::WorldTotals& totals) {
 }  // namespace
 
 session::SpecNames flag_names() {
-  return {.devices = "--device",
-          .placement = "--placement",
-          .dtype = "--dtype",
-          .dequantize = "--dequantize",
-          .tensor_parallel = "--tp",
-          .pipeline_parallel = "--pp",
-          .data_parallel = "--dp",
-          .share_reads = "--share-reads",
-          .lock = "--locked",
-          .recipe = "--recipe"};
+  return session::spec_names(session::SpecClient::kCli);
 }
 
 Result<session::LoadSpec> load_spec(const LoadArgs& args) {

@@ -109,6 +109,8 @@ CLI::App* add_config(CLI::App& app, ConfigArgs& a) {
   config->add_option("--set", a.set, "NAME=VALUE: a setting as a flag would give it; repeatable");
   config->add_flag("--json", a.json, "One JSON object on stdout");
   config->add_flag("--markdown", a.markdown, "The table of settings (names, types, defaults, docs)");
+  config->add_flag("--spec-fields", a.spec_fields,
+                   "The table of what a load can be asked, as `qload load`, C and Python spell it");
   return config;
 }
 

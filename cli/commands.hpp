@@ -99,7 +99,8 @@ struct ConfigArgs {
   std::string path;              // empty, a checkpoint or a recipe (whose settings count)
   std::vector<std::string> set;  // --set NAME=VALUE
   bool json = false;
-  bool markdown = false;  // the table of settings as docs/settings.md has it
+  bool markdown = false;     // the table of settings as docs/settings.md has it
+  bool spec_fields = false;  // the spec table (session/spec_fields.hpp) as docs/cli.md has it
 };
 int run_config(const ConfigArgs& args);
 

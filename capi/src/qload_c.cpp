@@ -24,6 +24,7 @@
 #include "qload/session/inspect.hpp"
 #include "qload/session/load.hpp"
 #include "qload/session/report.hpp"
+#include "qload/session/spec_fields.hpp"
 
 #include "c_handles.hpp"
 #include "c_status.hpp"
@@ -60,7 +61,7 @@ std::string text(const char* s) {
 }
 
 Result<session::LoadSpec> spec_of(const char* source, const qload_options* o) {
-  session::LoadSpec spec{.source = source, .names = session::SpecNames{}.prefixed("qload_options.")};
+  session::LoadSpec spec{.source = source, .names = session::spec_names(session::SpecClient::kC)};
   if (o == nullptr) return spec;
   if (o->struct_size < kFirstOptionsSize)
     return fail(Errc::kInvalidArgument,
@@ -113,6 +114,8 @@ Result<session::LoadSpec> spec_of(const char* source, const qload_options* o) {
                   fmt::format("qload_options.nccl_comms is NULL with nccl_comm_count {}", o->nccl_comm_count));
     spec.nccl_comms.assign(o->nccl_comms, o->nccl_comms + o->nccl_comm_count);
   }
+  if (caller_knows(o, offsetof(qload_options, share_reads), sizeof o->share_reads))
+    spec.share_reads = o->share_reads != 0;
   return spec;
 }
 

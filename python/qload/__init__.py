@@ -95,7 +95,7 @@ def check_settings(settings: Mapping[str, object]) -> None:
 
 
 def _args(source, recipe, device, dtype, dequantize, quantize, lock, settings, world=None,
-          parallel=(None, None, None, False), regions=None) -> "_qload.LoadArgs":
+          parallel=(None, None, None, False), regions=None, placement=None, repack=False) -> "_qload.LoadArgs":
     if not isinstance(source, (str, os.PathLike)):
         raise TypeError(f"source must be a path (str or os.PathLike), not {type(source).__name__}")
     if recipe is not None and not isinstance(recipe, (str, os.PathLike)):
@@ -104,6 +104,10 @@ def _args(source, recipe, device, dtype, dequantize, quantize, lock, settings, w
     args.source = os.fspath(source)
     args.recipe = os.fspath(recipe) if recipe is not None else ""
     args.device = _text(device, "device")
+    args.placement = _text(placement, "placement", {"round-robin", "by-layer"})
+    if not isinstance(repack, bool):
+        raise TypeError(f"repack must be a bool, not {type(repack).__name__}")
+    args.repack = repack
     args.dtype = _text(dtype, "dtype", {"bf16", "f16", "f32"})
     args.dequantize = _text(dequantize, "dequantize", {"bf16", "f16", "f32"})
     args.quantize = _text(quantize, "quantize")
@@ -248,7 +252,8 @@ def load(source: PathLike, *, device: str = "cpu", framework: str = "pt", recipe
          progress: Progress = None, tensor_parallel: Optional[int] = None, pipeline_parallel: Optional[int] = None,
          data_parallel: Optional[int] = None, share_reads: bool = False,
          world: Optional[Mapping[str, object]] = None,
-         regions: Optional[Mapping[str, tuple]] = None) -> Model:
+         regions: Optional[Mapping[str, tuple]] = None, placement: Optional[str] = None,
+         repack: bool = False) -> Model:
     """Loads a checkpoint (a .safetensors file, a directory, an index json, a Hugging Face model id
     in the local cache, or a .lua recipe).
 
@@ -267,11 +272,14 @@ def load(source: PathLike, *, device: str = "cpu", framework: str = "pt", recipe
     RANK, WORLD_SIZE, ... if any; regions: {name: (dim, begin, end)}, load only rows (dim 0) or
     columns (dim 1 of a 2-D tensor) [begin, end) of those tensors, reading only their bytes
     (for a server that cuts each tensor itself; one device, nothing decoded or quantized); an
-    empty range gives an empty tensor and reads nothing.
+    empty range gives an empty tensor and reads nothing; placement: "round-robin" (default) or
+    "by-layer" over several devices; repack: GPTQ v1 / AWQ / act-order weights to GPTQ v2 with
+    contiguous groups. Each keyword is a field of qload's one spec table (`qload config
+    --spec-fields`, docs/cli.md), as `qload load` and C's qload_options spell it too.
     """
     fw = _framework(framework)
     args = _args(source, recipe, device, dtype, dequantize, quantize, lock, settings, world,
-                 (tensor_parallel, pipeline_parallel, data_parallel, share_reads), regions)
+                 (tensor_parallel, pipeline_parallel, data_parallel, share_reads), regions, placement, repack)
     _check_host_framework(fw, args.device)
     native = _qload.load(args, _progress_callback(progress, args.source))
     model = Model()
@@ -313,19 +321,20 @@ def stream(source: PathLike, *, device: str = "cpu", framework: str = "pt", reci
            tensor_parallel: Optional[int] = None, pipeline_parallel: Optional[int] = None,
            data_parallel: Optional[int] = None, share_reads: bool = False,
            world: Optional[Mapping[str, object]] = None,
-           regions: Optional[Mapping[str, tuple]] = None) -> Stream:
+           regions: Optional[Mapping[str, tuple]] = None, placement: Optional[str] = None,
+           repack: bool = False) -> Stream:
     """Yields (name, tensor) as each tensor's bytes are read and verified, while the rest load.
 
     The iterable vLLM's and SGLang's `load_weights` take. Each tensor points into the load's
     memory (no copy) and keeps it alive, also if the load later fails. If the load fails, the
     iterator raises the error after the tensors that completed; once it is exhausted, its
     `report` holds the load's report (time to the first tensor and to each tenth of the bytes).
-    Arguments are checked, and the load starts, when it is called; the parallel layout and
-    world= and regions= as for load().
+    Arguments are checked, and the load starts, when it is called; the parallel layout,
+    world=, regions=, placement= and repack= as for load().
     """
     fw = _framework(framework)
     args = _args(source, recipe, device, dtype, dequantize, quantize, lock, settings, world,
-                 (tensor_parallel, pipeline_parallel, data_parallel, share_reads), regions)
+                 (tensor_parallel, pipeline_parallel, data_parallel, share_reads), regions, placement, repack)
     _check_host_framework(fw, args.device)
     return Stream(_qload.stream(args), fw)
 

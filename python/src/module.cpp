@@ -37,6 +37,7 @@
 #include "qload/session/report.hpp"
 #include "qload/session/request.hpp"
 #include "qload/session/source.hpp"
+#include "qload/session/spec_fields.hpp"
 #include "write.hpp"
 
 namespace nb = nanobind;
@@ -138,6 +139,8 @@ struct LoadArgs {
   std::string source;
   std::string recipe;
   std::string device;
+  std::string placement;
+  bool repack = false;
   std::string dtype;
   std::string dequantize;
   std::string quantize;
@@ -155,6 +158,8 @@ session::LoadSpec make_spec(const LoadArgs& a) {
   spec.source = a.source;
   spec.recipe = a.recipe;
   spec.devices = a.device;
+  spec.placement = a.placement;
+  spec.repack = a.repack;
   spec.dtype = a.dtype;
   spec.dequantize = a.dequantize;
   spec.quantize = a.quantize;
@@ -168,15 +173,7 @@ session::LoadSpec make_spec(const LoadArgs& a) {
     spec.regions[name] = scheduler::TensorRegion{.dim = dim, .begin = begin, .end = end};
   for (const auto& [name, value] : a.settings)
     spec.settings.push_back({.name = name, .value = value, .where = "settings[" + name + "]"});
-  spec.names = {.devices = "device",
-                .placement = "placement",
-                .dtype = "dtype",
-                .dequantize = "dequantize",
-                .tensor_parallel = "tensor_parallel",
-                .pipeline_parallel = "pipeline_parallel",
-                .data_parallel = "data_parallel",
-                .share_reads = "share_reads",
-                .lock = "lock"};
+  spec.names = session::spec_names(session::SpecClient::kPython);
   return spec;
 }
 
@@ -438,6 +435,8 @@ NB_MODULE(_qload, m) {
       .def_rw("source", &LoadArgs::source)
       .def_rw("recipe", &LoadArgs::recipe)
       .def_rw("device", &LoadArgs::device)
+      .def_rw("placement", &LoadArgs::placement)
+      .def_rw("repack", &LoadArgs::repack)
       .def_rw("dtype", &LoadArgs::dtype)
       .def_rw("dequantize", &LoadArgs::dequantize)
       .def_rw("quantize", &LoadArgs::quantize)
@@ -472,6 +471,14 @@ NB_MODULE(_qload, m) {
       "stream", [](const LoadArgs& args) { return new Stream(args); }, nb::arg("args"), nb::rv_policy::take_ownership);
   m.def("inspect", &inspect, nb::arg("source"));
   m.def("check_settings", &check_settings, nb::arg("settings"));
+  // The one spec table (session/spec_fields.hpp): [(field, cli, c, python)], for the test that
+  // the keywords of qload.load and qload.stream are its Python names.
+  m.def("spec_fields", [] {
+    std::vector<std::tuple<std::string, std::string, std::string, std::string>> out;
+    for (const qload::session::SpecField& f : qload::session::kSpecFields)
+      out.emplace_back(std::string(f.field), std::string(f.cli), std::string(f.c), std::string(f.python));
+    return out;
+  });
   m.def("resolve", &resolve, nb::arg("source"), nb::arg("cache_dir") = "");
   m.def("load_into", &load_into, nb::arg("args"), nb::arg("destinations"), nb::arg("rest"),
         nb::arg("progress").none() = nb::none());

@@ -301,3 +301,39 @@ def test_inspect_is_the_clis_document(tmp_path, qload_cli):
         with open(t["file"], "rb") as f:
             f.seek(t["offset"])
             assert f.read(t["nbytes"]) == model[t["name"]].tobytes(), t["name"]
+
+
+def test_every_spec_field_is_a_keyword_under_the_tables_name():
+    """The one spec table (session/spec_fields.hpp, `qload config --spec-fields`): each field it
+    gives a Python name is a keyword of qload.load and qload.stream (or the function it names),
+    and placement and repack reach the load."""
+    import inspect as pyinspect
+
+    from qload import _qload
+
+    fields = _qload.spec_fields()
+    assert len(fields) >= 20
+    for field, _, _, python in fields:
+        if not python or python == "source":
+            continue
+        if python == "load_into":
+            assert callable(qload.load_into), field
+            continue
+        for function in (qload.load, qload.stream):
+            assert python in pyinspect.signature(function).parameters, (field, python, function.__name__)
+
+
+def test_placement_and_repack_reach_the_load(tmp_path, qload_cli):
+    synth(qload_cli, tmp_path / "q", "--quant", "gptq4")
+    def layer_devices(placement):
+        model = qload.load(tmp_path / "q", framework="np", device="cpu:0,cpu:1", placement=placement)
+        return {q["device"] for q in model.quantized if ".layers.0." in q["name"]}
+
+    assert len(layer_devices("by-layer")) == 1  # a whole layer on one device
+    assert len(layer_devices("round-robin")) == 2  # its weights spread over both
+    repacked = qload.load(tmp_path / "q", framework="np", repack=True)
+    assert repacked.quantized and all(q["scheme"] == "gptq" for q in repacked.quantized)
+    with pytest.raises(ValueError, match="placement"):
+        qload.load(tmp_path / "q", framework="np", placement="diagonal")
+    with pytest.raises(TypeError, match="repack"):
+        qload.load(tmp_path / "q", framework="np", repack="yes")

@@ -26,14 +26,6 @@ Result<DType> parse_float_dtype(std::string_view flag, std::string_view text) {
 
 }  // namespace
 
-SpecNames SpecNames::prefixed(std::string_view prefix) const {
-  SpecNames out = *this;
-  for (std::string* name : {&out.devices, &out.placement, &out.dtype, &out.dequantize, &out.tensor_parallel,
-                            &out.pipeline_parallel, &out.data_parallel, &out.share_reads, &out.lock, &out.recipe})
-    name->insert(0, prefix);
-  return out;
-}
-
 Result<std::optional<distributed::World>> world_of(const LoadSpec& spec) {
   if (!spec.world) return distributed::world_from_env(std::getenv);
   QLOAD_TRY(distributed::check_world(*spec.world));

@@ -104,6 +104,18 @@ static void options_size(const char* checkpoint) {
   CHECK(error_says("/nonexistent/recipe.lua"));
   CHECK(session == NULL);
   options->recipe = NULL;
+  /* share_reads, read only when struct_size covers it, needs a world of several processes: the
+   * error names the field as C spells it. */
+  options->share_reads = 1;
+  options->struct_size = (uint32_t)offsetof(qload_options, share_reads);
+  CHECK(qload_open(checkpoint, options, &session) == QLOAD_OK);
+  qload_session_free(session);
+  session = NULL;
+  options->struct_size = sizeof(qload_options);
+  CHECK(qload_open(checkpoint, options, &session) == QLOAD_ERR_INVALID_ARGUMENT);
+  CHECK(error_says("qload_options.share_reads needs a multi-process load"));
+  CHECK(session == NULL);
+  options->share_reads = 0;
   /* A server's own world, held to the environment's rules. */
   options->world_size = 2;
   options->rank = 2;

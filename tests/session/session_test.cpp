@@ -9,6 +9,7 @@
 #include "qload/io/digest.hpp"
 #include "qload/scheduler/load.hpp"
 #include "qload/session/load.hpp"
+#include "qload/session/spec_fields.hpp"
 #include "support/free_port.hpp"
 #include "support/scratch.hpp"
 #include "support/small_llama.hpp"
@@ -91,7 +92,7 @@ TEST_CASE("session: what a recipe loads cannot be contradicted, and a bad reques
   REQUIRE_FALSE(lock);
   CHECK_THAT(lock.error().message(), Catch::Contains("contradicts the recipe's verify"));
   // Errors name the fields as the client does: the C ABI's struct fields, the CLI's flags.
-  const session::SpecNames c_names = session::SpecNames{}.prefixed("qload_options.");
+  const session::SpecNames c_names = session::spec_names(session::SpecClient::kC);
   auto named = session::build_request({.source = dir.file("r.lua"), .devices = "cpu:1", .names = c_names}, Logger{});
   REQUIRE_FALSE(named);
   CHECK_THAT(named.error().message(), Catch::StartsWith("qload_options.devices cpu:1 contradicts"));

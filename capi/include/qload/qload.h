@@ -90,6 +90,10 @@ typedef struct qload_options {
      fails or hangs (a collective left running would write into memory the failed load frees). */
   void* const* nccl_comms;
   size_t nccl_comm_count;
+  /* Added within ABI version 1, read only when struct_size covers it: nonzero makes the world's
+     processes share reads (each tensor read by one process holding it and sent to the others;
+     docs/parallel.md), as `qload load --share-reads` and Python's share_reads=True do. */
+  int32_t share_reads;
 } qload_options;
 
 typedef struct qload_session qload_session;

@@ -28,7 +28,8 @@ struct SettingFlag {
 };
 
 // How a client names the fields of a LoadSpec, for its errors: "--device" on the command line,
-// "qload_options.devices" in the C ABI. By default, the fields' own names.
+// "qload_options.devices" in the C ABI (spec_names, from the one table in spec_fields.hpp). By
+// default, the fields' own names.
 struct SpecNames {
   std::string devices = "devices";
   std::string placement = "placement";
@@ -40,9 +41,6 @@ struct SpecNames {
   std::string share_reads = "share_reads";
   std::string lock = "lock";
   std::string recipe = "recipe";
-
-  // Every name with `prefix` before it ("qload_options.").
-  SpecNames prefixed(std::string_view prefix) const;
 };
 
 // What to load and how. Empty strings and zeros mean "the recipe's, else the default". A
