@@ -86,8 +86,7 @@ Result<std::optional<World>> world_from_env(const EnvLookup& env) {
   QLOAD_ASSIGN_OR_RETURN(const std::uint32_t port, number(env, "MASTER_PORT", 1, 65535, 29500u));
   w.master_port = static_cast<std::uint16_t>(port);
   const char* addr = env("MASTER_ADDR");
-  if (addr == nullptr || *addr == '\0') return fail(bad("MASTER_ADDR", "is required when WORLD_SIZE is above 1"));
-  w.master_addr = addr;
+  w.master_addr = addr == nullptr ? "" : addr;
   QLOAD_ASSIGN_OR_RETURN(w.token, token_from_env(env));
   if (w.token.empty() && !w.one_node())
     return fail(bad("QLOAD_WORLD_TOKEN",
@@ -96,15 +95,25 @@ Result<std::optional<World>> world_from_env(const EnvLookup& env) {
                                 "QLOAD_WORLD_TOKEN or a file named by QLOAD_WORLD_TOKEN_FILE",
                                 w.size, w.local_size)));
   if (const char* dir = env("XDG_RUNTIME_DIR"); dir != nullptr) w.runtime_dir = dir;
+  if (w.master_addr.empty() && !w.one_node())
+    return fail(bad("MASTER_ADDR", fmt::format("is required for a world over several nodes (WORLD_SIZE {}, "
+                                               "LOCAL_WORLD_SIZE {}): rank 0's address",
+                                               w.size, w.local_size)));
+  QLOAD_ASSIGN_OR_RETURN(w, complete_world(std::move(w)));
   return std::optional<World>(std::move(w));
 }
 
-Status check_world(const World& w) {
+Result<World> complete_world(World w) {
   if (w.size == 0 || w.rank >= w.size || w.local_size == 0 || w.local_rank >= w.local_size || w.local_size > w.size)
     return fail(Errc::kInvalidArgument,
                 fmt::format("world: rank {} of {}, local rank {} of {}", w.rank, w.size, w.local_rank, w.local_size));
-  if (w.size == 1) return {};
-  if (w.master_addr.empty()) return fail(Errc::kInvalidArgument, "world: no rendezvous address (MASTER_ADDR)");
+  if (w.size == 1) return w;
+  if (w.master_addr.empty() && !w.one_node())
+    return fail(Errc::kInvalidArgument,
+                fmt::format("world: a world over several nodes (size {}, {} on this node) needs rank 0's address "
+                            "(MASTER_ADDR)",
+                            w.size, w.local_size));
+  if (w.master_addr.empty()) w.master_addr = "127.0.0.1";  // one node: rank 0 is this machine
   if (!w.token.empty() && w.token.size() < kMinWorldTokenBytes)
     return fail(Errc::kInvalidArgument,
                 fmt::format("world: the token is {} bytes; at least {}", w.token.size(), kMinWorldTokenBytes));
@@ -112,7 +121,7 @@ Status check_world(const World& w) {
     return fail(Errc::kInvalidArgument,
                 fmt::format("world: a world over several nodes (size {}, {} on this node) needs a token", w.size,
                             w.local_size));
-  return {};
+  return w;
 }
 
 }  // namespace qload::distributed

@@ -179,7 +179,7 @@ def _world(world) -> "Optional[_qload.World]":
     w.size = world["world_size"]
     w.local_size = world.get("local_world_size", world["world_size"])
     w.local_rank = world.get("local_rank", world["rank"] % max(w.local_size, 1))
-    w.master_addr = world.get("master_addr", "127.0.0.1")
+    w.master_addr = world.get("master_addr", "")  # unset: as every client's world (complete_world)
     w.master_port = world.get("master_port", 29500)
     w.token = world.get("token", "")
     w.runtime_dir = os.environ.get("XDG_RUNTIME_DIR", "")
@@ -267,8 +267,8 @@ def load(source: PathLike, *, device: str = "cpu", framework: str = "pt", recipe
     parallel layout over `device`'s devices, or over the processes of a world (docs/parallel.md),
     with share_reads: each tensor read by one of the processes holding it; world: this
     process's place in a load by several processes, for a server that knows it without torchrun's environment: {"rank",
-    "world_size"} and optionally "local_rank", "local_world_size", "master_addr" (default
-    127.0.0.1), "master_port" (29500), "token" (needed across nodes); unset: the environment's
+    "world_size"} and optionally "local_rank", "local_world_size", "master_addr" (unset:
+    127.0.0.1 for a world on one node, required over several), "master_port" (29500), "token" (needed across nodes); unset: the environment's
     RANK, WORLD_SIZE, ... if any; regions: {name: (dim, begin, end)}, load only rows (dim 0) or
     columns (dim 1 of a 2-D tensor) [begin, end) of those tensors, reading only their bytes
     (for a server that cuts each tensor itself; one device, nothing decoded or quantized); an

@@ -28,9 +28,9 @@ Result<DType> parse_float_dtype(std::string_view flag, std::string_view text) {
 
 Result<std::optional<distributed::World>> world_of(const LoadSpec& spec) {
   if (!spec.world) return distributed::world_from_env(std::getenv);
-  QLOAD_TRY(distributed::check_world(*spec.world));
-  if (spec.world->size == 1) return std::optional<distributed::World>();
-  return spec.world;
+  QLOAD_ASSIGN_OR_RETURN(distributed::World world, distributed::complete_world(*spec.world));
+  if (world.size == 1) return std::optional<distributed::World>();
+  return std::optional<distributed::World>(std::move(world));
 }
 
 namespace {

@@ -83,7 +83,29 @@ TEST_CASE("world: read from torchrun's variables, with defaults and named errors
   CHECK_THAT(error_of({{"WORLD_SIZE", "2"}, {"RANK", "2"}, {"MASTER_ADDR", "h"}}),
              Catch::Contains("RANK: 2 is outside 0..1"));
   CHECK_THAT(error_of({{"WORLD_SIZE", "two"}}), Catch::Contains("WORLD_SIZE: 'two' is not a number"));
-  CHECK_THAT(error_of({{"WORLD_SIZE", "2"}, {"RANK", "0"}}), Catch::Contains("MASTER_ADDR: is required"));
+  // MASTER_ADDR left out: the loopback on one node, an error across nodes (complete_world).
+  auto one_node = distributed::world_from_env(env_of({{"WORLD_SIZE", "2"}, {"RANK", "0"}}));
+  REQUIRE(one_node);
+  REQUIRE(*one_node);
+  CHECK((*one_node)->master_addr == "127.0.0.1");
+  CHECK_THAT(error_of({{"WORLD_SIZE", "2"},
+                       {"RANK", "0"},
+                       {"LOCAL_WORLD_SIZE", "1"},
+                       {"QLOAD_WORLD_TOKEN", "0123456789abcdef0123456789abcdef"}}),
+             Catch::Contains("MASTER_ADDR: is required for a world over several nodes"));
+  // A world the program gives (C's qload_options, Python's world=) takes the same defaults.
+  const auto given =
+      distributed::complete_world({.rank = 1, .size = 2, .local_rank = 1, .local_size = 2, .master_addr = ""});
+  REQUIRE(given);
+  CHECK(given->master_addr == "127.0.0.1");
+  const auto across = distributed::complete_world({.rank = 1,
+                                                   .size = 2,
+                                                   .local_rank = 0,
+                                                   .local_size = 1,
+                                                   .master_addr = "",
+                                                   .token = "0123456789abcdef0123456789abcdef"});
+  REQUIRE_FALSE(across);
+  CHECK_THAT(across.error().message(), Catch::Contains("needs rank 0's address (MASTER_ADDR)"));
   CHECK_THAT(error_of({{"WORLD_SIZE", "2"}, {"RANK", "0"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "70000"}}),
              Catch::Contains("MASTER_PORT: 70000 is outside 1..65535"));
   CHECK_THAT(
