@@ -3,6 +3,8 @@
 #include <catch2/catch.hpp>
 
 #include <string>
+#include <string_view>
+#include <variant>
 
 #include "qload/scheduler/load.hpp"
 
@@ -77,4 +79,35 @@ TEST_CASE("load options: digests auto hashes exactly when there are expected dig
     CHECK(o.computes_digests() == (mode != "off"));
     CHECK(o.validate().has_value() == (mode != "off"));  // off with expected digests is refused, never skipped
   }
+}
+
+TEST_CASE("load options: every choice the settings table lists for a setting LoadOptions takes is one it accepts",
+          "[scheduler][options]") {
+  // A choice spelt in the table but not in load_settings.cpp's names (or the other way round)
+  // would be accepted by the settings and refused by the load.
+  std::size_t checked = 0;
+  for (const SettingSpec& spec : setting_table()) {
+    const auto* field = std::get_if<std::string Settings::*>(&spec.field);
+    if (spec.kind != SettingKind::kChoice || field == nullptr) continue;
+    std::string_view rest = spec.choices;
+    while (!rest.empty()) {
+      const std::string_view choice = rest.substr(0, rest.find('|'));
+      rest = choice.size() < rest.size() ? rest.substr(choice.size() + 1) : std::string_view{};
+      Settings s;
+      s.** field = std::string(choice);
+      LoadOptions o;
+      INFO(spec.name << " = " << choice);
+      if (std::string_view(spec.name) != "share_cached") CHECK(o.apply(s));  // the session's, not LoadOptions'
+      ++checked;
+    }
+    Settings bad;
+    bad.** field = "no-such-choice";
+    LoadOptions o;
+    const Status refused = o.apply(bad);
+    if (std::string_view(spec.name) == "share_cached") continue;
+    INFO(spec.name);
+    REQUIRE_FALSE(refused);
+    CHECK_THAT(refused.error().message(), Catch::Contains("'no-such-choice'"));
+  }
+  CHECK(checked >= 15);
 }

@@ -1,29 +1,52 @@
 // LoadOptions from the settings table: the one place a resolved setting becomes a field of
 // the I/O layer's, the staging pool's, the planner's or the executor's options.
+#include <optional>
+#include <string>
+#include <string_view>
+
 #include <fmt/format.h>
 
 #include "qload/scheduler/load.hpp"
 
 namespace qload::scheduler {
+namespace {
+
+// A choice setting's names and the option value each stands for: the one place each is
+// spelt here (the settings table's `choices` text lists the same names: load_options_test).
+template <typename Value>
+struct Named {
+  std::string_view name;
+  Value value;
+};
+
+constexpr Named<io::DirectMode> kDirectModes[] = {
+    {"auto", io::DirectMode::kAuto}, {"on", io::DirectMode::kOn}, {"off", io::DirectMode::kOff}};
+constexpr Named<LoadMode> kLoadModes[] = {
+    {"read", LoadMode::kRead}, {"mmap", LoadMode::kMmap}, {"auto", LoadMode::kAuto}};
+constexpr Named<LoadOptions::Digests> kDigests[] = {
+    {"auto", LoadOptions::Digests::kAuto}, {"on", LoadOptions::Digests::kOn}, {"off", LoadOptions::Digests::kOff}};
+constexpr Named<HostLayout> kHostLayouts[] = {{"file", HostLayout::kFileImage}, {"aligned", HostLayout::kAligned}};
+// Whether GPTQ v1's zero points are read whole-word; unset: as the checkpoint says.
+constexpr Named<std::optional<bool>> kGptqV1Zeros[] = {
+    {"auto", std::nullopt}, {"per-field", false}, {"whole-word", true}};
+
+// The value `text` names, else kInvalidArgument naming the setting and its choices.
+template <typename Value, std::size_t N>
+Result<Value> choose(std::string_view setting, std::string_view text, const Named<Value> (&names)[N]) {
+  for (const Named<Value>& n : names)
+    if (n.name == text) return n.value;
+  std::string choices;
+  for (std::size_t i = 0; i < N; ++i)
+    choices += fmt::format("{}{}", i == 0 ? "" : i + 1 == N ? " or " : ", ", names[i].name);
+  return fail(Errc::kInvalidArgument, fmt::format("{} '{}' is not {}", setting, text, choices));
+}
+
+}  // namespace
 
 Status LoadOptions::apply(const Settings& s) {
   QLOAD_ASSIGN_OR_RETURN(io.engine, io::parse_engine(s.io_engine));
-  if (s.direct_io == "auto")
-    io.direct = io::DirectMode::kAuto;
-  else if (s.direct_io == "on")
-    io.direct = io::DirectMode::kOn;
-  else if (s.direct_io == "off")
-    io.direct = io::DirectMode::kOff;
-  else
-    return fail(Errc::kInvalidArgument, fmt::format("direct_io '{}' is not auto, on or off", s.direct_io));
-  if (s.load_mode == "read")
-    plan.mode = LoadMode::kRead;
-  else if (s.load_mode == "mmap")
-    plan.mode = LoadMode::kMmap;
-  else if (s.load_mode == "auto")
-    plan.mode = LoadMode::kAuto;
-  else
-    return fail(Errc::kInvalidArgument, fmt::format("load_mode '{}' is not read, mmap or auto", s.load_mode));
+  QLOAD_ASSIGN_OR_RETURN(io.direct, choose("direct_io", s.direct_io, kDirectModes));
+  QLOAD_ASSIGN_OR_RETURN(plan.mode, choose("load_mode", s.load_mode, kLoadModes));
   io.queue_depth = s.io_depth;
   staging.total_bytes = s.staging_bytes;
   // A read fills at most one slot, so the two move together: a smaller slot alone would leave
@@ -32,29 +55,11 @@ Status LoadOptions::apply(const Settings& s) {
   reads_in_flight = s.reads_in_flight;
   cpu_workers = s.cpu_workers;
   copy_lanes = s.copy_lanes;
-  if (s.digests == "auto")
-    digests = Digests::kAuto;
-  else if (s.digests == "on")
-    digests = Digests::kOn;
-  else if (s.digests == "off")
-    digests = Digests::kOff;
-  else
-    return fail(Errc::kInvalidArgument, fmt::format("digests '{}' is not auto, on or off", s.digests));
+  QLOAD_ASSIGN_OR_RETURN(digests, choose("digests", s.digests, kDigests));
   plan.tensor_alignment = s.tensor_alignment;
-  if (s.host_layout == "file")
-    plan.host_layout = HostLayout::kFileImage;
-  else if (s.host_layout == "aligned")
-    plan.host_layout = HostLayout::kAligned;
-  else
-    return fail(Errc::kInvalidArgument, fmt::format("host_layout '{}' is not file or aligned", s.host_layout));
+  QLOAD_ASSIGN_OR_RETURN(plan.host_layout, choose("host_layout", s.host_layout, kHostLayouts));
   plan.max_gap_bytes = s.max_gap_bytes;
-  if (s.gptq_v1_zeros == "auto")
-    plan.gptq_v1_whole_word.reset();
-  else if (s.gptq_v1_zeros == "per-field" || s.gptq_v1_zeros == "whole-word")
-    plan.gptq_v1_whole_word = s.gptq_v1_zeros == "whole-word";
-  else
-    return fail(Errc::kInvalidArgument,
-                fmt::format("gptq_v1_zeros '{}' is not auto, per-field or whole-word", s.gptq_v1_zeros));
+  QLOAD_ASSIGN_OR_RETURN(plan.gptq_v1_whole_word, choose("gptq_v1_zeros", s.gptq_v1_zeros, kGptqV1Zeros));
   return {};
 }
 
