@@ -19,7 +19,7 @@ packages=(
   libssl-dev libgloo-dev                         # distributed/: HMAC-SHA256 (libcrypto), Gloo for host memory
   catch2 xxhash clang-format python3             # tests: Catch2 v2, xxhsum reference, style, CLI checks
   ccache                                         # rebuilds (CI keeps its cache warm)
-  clang-16 libclang-rt-16-dev                    # the checking build: ASan + UBSan, libFuzzer
+  clang-16 libclang-rt-16-dev clang-tidy-16      # the checking build: ASan + UBSan, libFuzzer, clang-tidy
   python3-venv python3-dev                       # the Python package's build environment
 )
 missing=()

@@ -64,11 +64,12 @@ struct Builder {
 
   Error mismatch(std::string_view role, const TensorEntry& t, std::string_view dtypes, std::string_view shapes) const {
     const std::string per = experts > 0 ? fmt::format(" per expert of {}", experts) : "";
-    Error error(Errc::kCorrupt, fmt::format("{} part {}{}: expected {} {}{}, found {} {}{}", rule.label, role,
-                                            facts.empty() ? "" : " (" + facts + ")", dtypes, shapes, per,
-                                            dtype_name(t.dtype), t.shape.to_string(), per));
-    if (t.file < catalog.files.size()) static_cast<void>(std::move(error).with_file(catalog.files[t.file].path));
-    return std::move(error).with_tensor(t.name);
+    Error error = Error(Errc::kCorrupt, fmt::format("{} part {}{}: expected {} {}{}, found {} {}{}", rule.label, role,
+                                                    facts.empty() ? "" : " (" + facts + ")", dtypes, shapes, per,
+                                                    dtype_name(t.dtype), t.shape.to_string(), per))
+                      .with_tensor(t.name);
+    if (t.file < catalog.files.size()) return std::move(error).with_file(catalog.files[t.file].path);
+    return error;
   }
 
   Error missing(std::string_view role) const {
@@ -494,10 +495,11 @@ Status stack_experts(Builder& b) {
   for (const auto& [suffix, index] : b.module.parts) {
     const TensorEntry& t = b.catalog.tensors[index];
     if (t.shape.rank() == 0 || t.shape[0] != experts) {
-      Error error(Errc::kCorrupt, fmt::format("{} part {} of {} stacked experts is {}: expected [{}, ...]",
-                                              b.rule.label, suffix, experts, t.shape.to_string(), experts));
-      if (t.file < b.catalog.files.size()) static_cast<void>(std::move(error).with_file(b.catalog.files[t.file].path));
-      return fail(std::move(error).with_tensor(t.name));
+      Error error = Error(Errc::kCorrupt, fmt::format("{} part {} of {} stacked experts is {}: expected [{}, ...]",
+                                                      b.rule.label, suffix, experts, t.shape.to_string(), experts))
+                        .with_tensor(t.name);
+      if (t.file < b.catalog.files.size()) return fail(std::move(error).with_file(b.catalog.files[t.file].path));
+      return fail(std::move(error));
     }
     TensorEntry slice = t;
     slice.shape = Shape(std::vector<std::uint64_t>(t.shape.dims().begin() + 1, t.shape.dims().end()));

@@ -71,8 +71,9 @@ Result<std::vector<DecodeOutput>> repack_outputs(const formats::LogicalTensor& l
   std::vector<DecodeOutput> outputs;
   auto add = [&](std::string role, DType dtype, Shape shape) -> Status {
     QLOAD_ASSIGN_OR_RETURN(const std::uint64_t bytes, shape.nbytes(dtype));
-    outputs.push_back(DecodeOutput{
-        .name = sibling_name(lt.name, role), .role = std::move(role), .dtype = dtype, .shape = shape, .bytes = bytes});
+    std::string name = sibling_name(lt.name, role);
+    outputs.push_back(
+        DecodeOutput{.name = std::move(name), .role = std::move(role), .dtype = dtype, .shape = shape, .bytes = bytes});
     return {};
   };
   QLOAD_TRY(add("qweight", DType::kI32, shapes.weight));
