@@ -7,7 +7,7 @@
 For each client, the client's own loading against loading through qload, each load in a fresh
 process on a warm page cache (rounds alternate; load_file also cold), measured to a ready model in the client's
 framework, not to qload's buffers:
-  fms           fms.models.get_model("hf_pretrained", ...) in bf16 on cpu, by itself / inside
+  fms           fms.models.get_model("hf_pretrained", ...) in bf16 on --device, by itself / inside
                 qload.fms.loading() (checkpoint rows read straight into FMS's parameters)
   transformers  AutoModelForCausalLM.from_pretrained(path, dtype=bf16) / qload.transformers.
                 from_pretrained(path)
@@ -35,7 +35,7 @@ import tempfile
 CHILD = r"""
 import json, os, resource, sys, time
 import torch
-client, through_qload, path = sys.argv[1], sys.argv[2] == "1", sys.argv[3]
+client, through_qload, path, device = sys.argv[1], sys.argv[2] == "1", sys.argv[3], sys.argv[4]
 
 def rss_kib():
     with open("/proc/self/statm") as f:
@@ -82,8 +82,8 @@ elif client == "fms":
     def ready():
         if through_qload:
             with qload.fms.loading():
-                return get_model("hf_pretrained", model_path=path, device_type="cpu", data_type=torch.bfloat16)
-        return get_model("hf_pretrained", model_path=path, device_type="cpu", data_type=torch.bfloat16)
+                return get_model("hf_pretrained", model_path=path, device_type=device, data_type=torch.bfloat16)
+        return get_model("hf_pretrained", model_path=path, device_type=device, data_type=torch.bfloat16)
     def logits(model, tokens):
         return model(tokens)
     def warm_up():  # the model built once on the meta device: FMS's lazily made modules and caches
@@ -93,23 +93,34 @@ else:
     import qload.transformers
     def ready():
         if through_qload:
-            return qload.transformers.from_pretrained(path, dtype=torch.bfloat16)
-        return transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).eval()
+            return qload.transformers.from_pretrained(path, dtype=torch.bfloat16, device=device)
+        if device == "cpu":
+            return transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).eval()
+        return transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16, device_map=device).eval()
     def logits(model, tokens):
         return model(tokens).logits
     def warm_up():
         with torch.device("meta"):
             transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.from_pretrained(path))
+on_gpu = device != "cpu"
+if on_gpu:  # the CUDA context made before the baseline, and the allocator's peak counted from here
+    torch.zeros(1, device=device)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    device_base = torch.cuda.memory_allocated()
 warm_up()  # the client's lazily imported modules, before the baseline
 base = rss_kib()
 t0 = time.perf_counter()
 model = ready()
+if on_gpu:
+    torch.cuda.synchronize()
 seconds = time.perf_counter() - t0
+device_peak = torch.cuda.max_memory_allocated() - device_base if on_gpu else 0  # the load's, before any forward
 with torch.no_grad():  # a model used once: every weight resident, however it was loaded (mapped or not)
-    out = logits(model, torch.arange(16).reshape(1, 16)).float()
+    out = logits(model, torch.arange(16, device=device).reshape(1, 16)).float().cpu()
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(json.dumps({"seconds": seconds, "peak_above_kib": peak - base, "sum": float(out.abs().sum()),
-                  "first": out.flatten()[:8].tolist()}))
+print(json.dumps({"seconds": seconds, "peak_above_kib": peak - base, "device_peak_bytes": device_peak,
+                  "sum": float(out.abs().sum()), "first": out.flatten()[:8].tolist()}))
 """
 
 
@@ -140,11 +151,11 @@ def cool(path):
             os.close(fd)
 
 
-def run(client, path, through_qload, plain_read_binary=None, cold=False):
+def run(client, path, through_qload, plain_read_binary=None, cold=False, device="cpu"):
     cool(path) if cold else warm(path)
     if client == "raw" and not through_qload:
         return plain_read(path, plain_read_binary)
-    out = subprocess.run([sys.executable, "-c", CHILD, client, "1" if through_qload else "0", path], check=True,
+    out = subprocess.run([sys.executable, "-c", CHILD, client, "1" if through_qload else "0", path, device], check=True,
                          capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -157,7 +168,10 @@ def main():
     ap.add_argument("--plain-read", default="build/bench/qload_plain_read")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--layers", type=int, default=16)
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda:N for fms and transformers (their device peak too)")
     a = ap.parse_args()
+    if a.device != "cpu" and set(a.clients.split(",")) - {"fms", "transformers"}:
+        ap.error("--device other than cpu: fms and transformers only")
     tmp = None
     path = a.model
     if path is None:
@@ -169,11 +183,12 @@ def main():
     size = sum(os.path.getsize(f) for f in glob.glob(os.path.join(path, "*.safetensors")))
     print(f"checkpoint: {size / 1e9:.2f} GB ({path}); median of {a.rounds} alternating warm rounds, each load in a "
           f"fresh process; {os.cpu_count()} cores")
-    print(f"{'client':<14} {'loading':<14} {'seconds':>8} {'peak/model':>11}  runs (s)")
+    print(f"{'client':<14} {'loading':<14} {'seconds':>8} {'peak/model':>11} {'device peak':>11}  runs (s)")
     for client in a.clients.split(","):
         # load_file cold as well: the page cache dropped before each of its loads
         for cold in (False, True) if client == "load_file" else (False,):
-            report(client, cold, [[run(client, path, through_qload, a.plain_read, cold) for through_qload in (False, True)]
+            report(client, cold, [[run(client, path, through_qload, a.plain_read, cold, a.device)
+                                   for through_qload in (False, True)]
                                   for _ in range(a.rounds)], size)
 
 
@@ -191,15 +206,17 @@ def report(client, cold, rounds, size):
         rs = results[through_qload]
         seconds = statistics.median(r["seconds"] for r in rs)
         peak = max(r["peak_above_kib"] for r in rs) * 1024 / size
-        medians[through_qload] = (seconds, peak)
-        print(f"{name:<14} {labels[through_qload]:<14} {seconds:8.3f} {peak:10.2f}x  "
+        device_peak = max(r.get("device_peak_bytes", 0) for r in rs) / size  # 0: a cpu load
+        medians[through_qload] = (seconds, peak, device_peak)
+        print(f"{name:<14} {labels[through_qload]:<14} {seconds:8.3f} {peak:10.2f}x {device_peak:10.2f}x  "
               + " ".join(f"{r['seconds']:.3f}" for r in rs))
     if client == "raw":
         print(f"{name:<14} load_into into faulted-in tensors: {medians[False][0] / medians[True][0]:.2f}x the "
               "speed of the hand-written reader (which pays its first touch)")
         return
+    device = f", device peak {medians[True][2]:.2f}x the model (own {medians[False][2]:.2f}x)" if medians[True][2] else ""
     print(f"{name:<14} qload / own: time {medians[True][0] / medians[False][0]:.2f}x, "
-          f"peak {medians[True][1] / medians[False][1]:.2f}x; logits identical")
+          f"peak {medians[True][1] / medians[False][1]:.2f}x{device}; logits identical")
 
 if __name__ == "__main__":
     main()

@@ -90,6 +90,13 @@ EOF
   fi
 fi
 
+# The Python package, where the build folder carries one (bench/gpu_pack.sh PYTHON_BUILD=...: the
+# extension built for the machine's Python 3.12, and the shared libraries it needs beside it).
+if [ -d "$build/python/qload" ]; then
+  export PYTHONPATH="$(cd "$build/python" && pwd)${PYTHONPATH:+:$PYTHONPATH}"
+  [ -d "$build/lib" ] && export LD_LIBRARY_PATH="$(cd "$build/lib" && pwd)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+
 if command -v nvidia-smi >/dev/null || [ "$tiny" != 1 ]; then
   step device nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.max,pcie.link.width.max --format=csv
 fi
@@ -97,6 +104,16 @@ step version "$build/qload" version
 # Tiny: the cases tagged [cuda] only (the simulator build's ctest runs the whole suite).
 step gpu_tests "$build/tests/qload_gpu_tests" --reporter compact $(tiny_or "" "[cuda]")
 step quant_load_gpu env SCHEMES="$(tiny_or "${SCHEMES:-}" "gptq4 fp8-block")" "$here/../tests/gpu/quant_load_gpu.sh" "$build/qload"
+# The Python package on the GPU (issues 16 and 44): loads, streams, safe_open and load_into into
+# torch's own CUDA tensors; then FMS and transformers built on cuda:0 through qload against their
+# own loaders (time, host and device peak, identical logits). Only where the package came along.
+if [ -d "$build/python/qload" ]; then
+  step python_cuda_tests env QLOAD_TEST_CLI="$(cd "$build" && pwd)/qload" PYTHONDONTWRITEBYTECODE=1 \
+    python3 -m pytest -q -p no:cacheprovider -rs "$here/../python/tests/test_load_into.py" \
+    "$here/../python/tests/clients/test_cuda_destinations.py" "$here/../python/tests/clients/test_load_into_devices.py"
+  step clients_bench_cuda env HF_HUB_OFFLINE=1 python3 "$here/clients_bench.py" --qload "$build/qload" \
+    --device cuda:0 --clients fms,transformers $(tiny_or "--rounds 2" "--rounds 1 --layers 1")
+fi
 # compute-sanitizer over the GPU tests: out-of-bounds and misaligned accesses, shared-memory
 # races between threads, and illegal barriers. Each runs the suite under instrumentation.
 # API errors are not counted: the suite provokes them on purpose (allocating more than the GPU

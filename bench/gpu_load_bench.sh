@@ -27,7 +27,8 @@
 #   DEVICE                      CUDA device index (default 0)
 #   RUNS                        rounds (default 3)
 #   H2D_SIZE                    bytes per ceiling copy (default 1GiB)
-#   PEERS                       peers to try (default "safetensors fastsafetensors runai"; "" for
+#   PEERS                       peers to try (default "safetensors fastsafetensors runai qload
+#                               qload_into", the last two qload's Python package in-process; "" for
 #                               none); bench/gpu_wheels.sh fetches the wheels the GPU machine lacks
 #   KEEP=1                      keep the checkpoint (a later run with the same shape reuses it)
 #   STRICT=1                    exit 2 when a goal is missed (default: misses are reported only)
@@ -50,7 +51,7 @@ h2d="$build/bench/qload_h2d_bench"
 runs=${RUNS:-3}
 device=${DEVICE:-0}
 min_bytes=${MIN_BYTES:-8000000000}
-peers=${PEERS-safetensors fastsafetensors runai}
+peers=${PEERS-safetensors fastsafetensors runai qload qload_into}
 model="$work/model"
 shape=(--layers "${LAYERS:-32}" --hidden "${HIDDEN:-4096}" --intermediate "${INTERMEDIATE:-11008}"
   --vocab "${VOCAB:-32000}" --heads "${HEADS:-32}" --kv-heads "${KV_HEADS:-8}" --shards "${SHARDS:-4}"
@@ -357,6 +358,7 @@ report() {
     printf '  %-48s %-13s %s\n' "cold >= 0.9x min(plain read, copy ceiling)" SKIPPED "$cold_skipped"
   fi
   for p in $peers; do
+    case $p in qload*) continue ;; esac  # qload's own Python package: shown, not a goal
     if [ "${peer_ok[$p]:-0}" != 1 ]; then
       printf '  %-48s %-13s %s\n' "faster than $p" SKIPPED "peer not available"
       continue

@@ -20,4 +20,15 @@ if ldd "$to/qload" 2>/dev/null | grep -vqE 'linux-vdso|libc\.so|libm\.so|ld-linu
   ldd "$to/qload"
   exit 1
 fi
+# The Python package too, where PYTHON_BUILD names a build of it for the machine's Python (3.12:
+# cmake -DPython_EXECUTABLE=<a 3.12 venv with nanobind>; the lent machine has no compiler for our
+# libraries): the package stripped, and the shared libraries the extension needs that a bare
+# machine lacks, into DIR/lib (bench/gpu.sh puts them on LD_LIBRARY_PATH).
+if [ -n "${PYTHON_BUILD:-}" ]; then
+  mkdir -p "$to/python" "$to/lib"
+  cp -r "$PYTHON_BUILD/python/qload" "$PYTHON_BUILD"/python/qload-*.dist-info "$to/python/"
+  strip "$to"/python/qload/_qload*.so
+  ldd "$PYTHON_BUILD"/python/qload/_qload*.so | awk '/=> \//{print $3}' |
+    grep -vE '/(libc|libm|libgcc_s|libstdc\+\+|ld-linux[^/]*|libpthread|libdl|librt)\.so' | xargs -r -I{} cp -L {} "$to/lib/"
+fi
 du -sh "$to"

@@ -8,6 +8,10 @@ the bench left it, and an honest peak RSS).
 PEER: safetensors (`safe_open(..., device=DEVICE)`, every tensor of every file),
 fastsafetensors (SafeTensorsFileLoader, nogds) or runai (the Run:ai model streamer, streaming to
 host memory, each tensor then copied to DEVICE: what vLLM's runai_streamer load format does).
+Also qload itself through its Python package, timed the same way (a process whose CUDA context is
+already up, as an inference server's is; the CLI's own figure counts the context's start):
+qload (`qload.load(dir, device=DEVICE)`) and qload_into (`qload.load_into` into tensors torch
+allocates on DEVICE inside the timed region, as a server's parameters are).
 With no FILE it only checks that the peer can be used (exit 0, or 3 saying why). DEVICE is
 "cuda:N", or "cpu" to try a peer's code where there is no GPU.
 
@@ -33,8 +37,10 @@ def usable(peer, device):
         import fastsafetensors  # noqa: F401
     elif peer == "runai":
         import runai_model_streamer  # noqa: F401
+    elif peer in ("qload", "qload_into"):
+        import qload  # noqa: F401
     else:
-        raise ValueError(f"unknown peer {peer!r} (safetensors, fastsafetensors, runai)")
+        raise ValueError(f"unknown peer {peer!r} (safetensors, fastsafetensors, runai, qload, qload_into)")
 
 
 def synchronize(device):
@@ -89,7 +95,37 @@ def load_runai(files, device):
     return tensors, []
 
 
-LOADERS = {"safetensors": load_safetensors, "fastsafetensors": load_fastsafetensors, "runai": load_runai}
+def checkpoint_dir(files):
+    import os
+
+    dirs = {os.path.dirname(os.path.abspath(f)) for f in files}
+    if len(dirs) != 1:
+        raise SystemExit(f"qload peers load one checkpoint directory; these files are in {len(dirs)}")
+    return dirs.pop()
+
+
+def load_qload(files, device):
+    import qload
+
+    model = qload.load(checkpoint_dir(files), device=device, progress=False)
+    return list(model.values()), []
+
+
+def load_qload_into(files, device):
+    import torch
+
+    import qload
+
+    path = checkpoint_dir(files)
+    by_dtype = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
+    dests = {t["name"]: torch.empty(t["shape"], dtype=by_dtype[t["dtype"]], device=device)
+             for t in qload.inspect(path)["tensors"]}
+    qload.load_into(path, dests, device=device, progress=False)
+    return list(dests.values()), []
+
+
+LOADERS = {"safetensors": load_safetensors, "fastsafetensors": load_fastsafetensors, "runai": load_runai,
+           "qload": load_qload, "qload_into": load_qload_into}
 
 
 def main():

@@ -25,8 +25,8 @@ void PullStream::run(const Loader& loader) {
   hooks.stop = stop_.get_token();
   hooks.on_tensor = [this](std::uint32_t index, const scheduler::DeviceTensor& t,
                            const std::shared_ptr<const void>& keep_alive) -> Status {
-    if (!t.host)
-      return fail(Error(Errc::kUnsupported, "a pulled stream hands over host memory; stream to cpu devices")
+    if (!t.host && !keep_alive)  // GPU memory cannot be copied out here: it must be qload's own arena
+      return fail(Error(Errc::kUnsupported, "a pulled stream hands over GPU memory only from qload's own arenas")
                       .with_tensor(t.name));
     auto out = std::make_unique<StreamedTensor>();
     out->index = index;

@@ -262,6 +262,10 @@ TEST_CASE("shared reads: tensor-parallel shards relayed onto a GPU match the ref
     WARN("SKIPPED [gpu]: no GPU visible: " << info.unavailable_reason);
     return;
   }
+#ifndef QLOAD_TEST_HAVE_GLOO
+  WARN("SKIPPED [gpu]: relaying host memory between processes needs Gloo, and this build has none (a static one)");
+  return;
+#endif
   // Two processes (threads here) of tp 2, both on cuda:0 (separate arenas): each reads half
   // the tensors and gets its shards of the others relayed through Gloo, converted to
   // f32 or not (a GPU-bound copy is cut and converted on the host first).

@@ -75,6 +75,47 @@ TEST_CASE("gpu load: every tensor's device bytes equal the file's, on one GPU an
   }
 }
 
+TEST_CASE("gpu load: tensors handed over while loading outlive the model in the arena they hold", "[gpu]") {
+  // What qload.stream(device="cuda:0") relies on: each tensor's keep_alive owns qload's device
+  // arena, so its bytes stay on the GPU after the load's Model is gone, and go back with the
+  // last holder.
+  const std::vector<Device> devices = gpus();
+  if (devices.empty()) return;
+  SyntheticCheckpoint ckpt;
+  make_synthetic(ckpt, 43, {.large_bytes = 12 << 20});  // an arena well over kDriverSlack
+  struct Handed {
+    std::uint32_t index;
+    DeviceTensor tensor;
+    std::shared_ptr<const void> keep_alive;
+  };
+  std::vector<Handed> handed;
+  LoadOptions options;
+  options.plan.devices = {devices.front()};
+  options.staging = {.slot_bytes = 1 << 20, .total_bytes = 8 << 20};
+  options.plan.chunk_bytes = 1 << 20;
+  options.on_tensor = [&](std::uint32_t index, const DeviceTensor& t, const std::shared_ptr<const void>& keep_alive) {
+    handed.push_back({index, t, keep_alive});
+    return Status{};
+  };
+  const std::size_t before = free_bytes(0);
+  {
+    auto model = load(ckpt.catalog, options);
+    REQUIRE(model);
+  }
+  REQUIRE(handed.size() == ckpt.catalog.tensors.size());
+  CHECK(free_bytes_moved(free_bytes(0), before) > kDriverSlack);  // still held by the handed tensors
+  for (const Handed& h : handed) {
+    INFO(h.tensor.name);
+    CHECK_FALSE(h.tensor.host);
+    REQUIRE(h.keep_alive != nullptr);
+    std::vector<std::byte> got(static_cast<std::size_t>(h.tensor.nbytes));
+    if (!got.empty()) REQUIRE(cuda::copy_to_host(got.data(), h.tensor.data, got.size(), devices.front().index));
+    CHECK(std::ranges::equal(got, ckpt.tensor_bytes(h.index)));
+  }
+  handed.clear();
+  CHECK(free_bytes_moved(free_bytes(0), before) <= kDriverSlack);  // the last holder gave it back
+}
+
 TEST_CASE("gpu load: conversion on the GPU equals the CPU path bit for bit", "[gpu]") {
   const std::vector<Device> devices = gpus();
   if (devices.empty()) return;

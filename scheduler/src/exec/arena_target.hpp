@@ -67,10 +67,10 @@ class ArenaTarget {
   virtual void copy_synchronously() {}
   // Moves the arena's memory out (into the Model) once the load has succeeded.
   virtual void release_into(std::vector<std::shared_ptr<HostBuffer>>& host,
-                            std::vector<cuda::DeviceBuffer>& device) = 0;
-  // The owner of a host arena's memory (LoadOptions::TensorCallback's keep_alive); null for a
-  // GPU arena.
-  virtual std::shared_ptr<const void> host_owner() const { return nullptr; }
+                            std::vector<std::shared_ptr<cuda::DeviceBuffer>>& device) = 0;
+  // The owner of the arena's memory (LoadOptions::TensorCallback's keep_alive: a tensor streamed
+  // from it stays valid while it is held); null for the caller's own memory (an external arena).
+  virtual std::shared_ptr<const void> owner() const { return nullptr; }
 };
 
 // Puts `deliveries` in host memory at `base` (memcpy, or a CPU conversion), as a host arena does.

@@ -42,7 +42,10 @@ class CudaTarget final : public ArenaTarget {
  public:
   // `arena` is empty for the caller's memory at `base` (an external arena): written, never owned.
   CudaTarget(Device device, cuda::DeviceBuffer arena, std::byte* base, std::vector<Lane> lanes)
-      : device_(device), arena_(std::move(arena)), base_(base), lanes_(std::move(lanes)) {
+      : device_(device),
+        arena_(arena.data() != nullptr ? std::make_shared<cuda::DeviceBuffer>(std::move(arena)) : nullptr),
+        base_(base),
+        lanes_(std::move(lanes)) {
     for (std::uint32_t i = 0; i < lanes_.size(); ++i) free_.push_back(i);
   }
   std::byte* base() const noexcept override { return base_; }
@@ -76,10 +79,12 @@ class CudaTarget final : public ArenaTarget {
 
   void copy_synchronously() override { synchronous_ = true; }
 
-  void release_into(std::vector<std::shared_ptr<HostBuffer>>&, std::vector<cuda::DeviceBuffer>& device) override {
+  void release_into(std::vector<std::shared_ptr<HostBuffer>>&,
+                    std::vector<std::shared_ptr<cuda::DeviceBuffer>>& device) override {
     lanes_.clear();
-    if (arena_.data() != nullptr) device.push_back(std::move(arena_));
+    if (arena_) device.push_back(std::move(arena_));
   }
+  std::shared_ptr<const void> owner() const override { return arena_; }
 
  private:
   Status enqueue(Lane& lane, std::span<const Delivery> deliveries) {
@@ -176,7 +181,7 @@ class CudaTarget final : public ArenaTarget {
   }
 
   Device device_;
-  cuda::DeviceBuffer arena_;
+  std::shared_ptr<cuda::DeviceBuffer> arena_;  // null: the caller's memory; shared with streamed tensors
   std::byte* base_ = nullptr;
   std::vector<Lane> lanes_;
   std::mutex mutex_;

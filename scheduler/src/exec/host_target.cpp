@@ -28,11 +28,12 @@ class HostTarget final : public ArenaTarget {
                                     std::span(base_ + arena_offset, static_cast<std::size_t>(bytes)));
   }
 
-  void release_into(std::vector<std::shared_ptr<HostBuffer>>& host, std::vector<cuda::DeviceBuffer>&) override {
+  void release_into(std::vector<std::shared_ptr<HostBuffer>>& host,
+                    std::vector<std::shared_ptr<cuda::DeviceBuffer>>&) override {
     if (arena_) host.push_back(std::move(arena_));
   }
 
-  std::shared_ptr<const void> host_owner() const override { return arena_; }
+  std::shared_ptr<const void> owner() const override { return arena_; }
 
  private:
   // Shared: a tensor streamed out of it keeps it (LoadOptions::TensorCallback's keep_alive).

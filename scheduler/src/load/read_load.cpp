@@ -14,6 +14,7 @@
 #include "load/shared_exchange.hpp"
 #include "load/stream_tasks.hpp"
 #include "qload/runtime/host_buffer.hpp"
+#include "qload/runtime/trace.hpp"
 #include "qload/scheduler/executor.hpp"
 #include "qload/scheduler/page_cache.hpp"
 
@@ -207,9 +208,12 @@ struct ReadLoad {
               std::uint64_t received);
 };
 
+// The set-up and finishing steps are traced too (lane "load"), so that a trace shows what a
+// load spends outside its reads and copies (a GPU's first allocation, pinning the staging pool).
 Status ReadLoad::set_up() {
   pool = options.staging_pool;
   if (pool == nullptr) {
+    TraceSpan span(options.trace, "load", "staging pool");
     QLOAD_ASSIGN_OR_RETURN(owned_pool, StagingPool::create(sized_staging(options.staging, plan)));
     pool = &*owned_pool;
   }
@@ -218,16 +222,22 @@ Status ReadLoad::set_up() {
                                                     plan.reads.max_staged_chunk_bytes, pool->slot_bytes()));
   pool->reset_peak();
   // Arenas first: a missing GPU is reported by name before anything else is set up.
-  QLOAD_ASSIGN_OR_RETURN(targets, make_targets(catalog, plan, options));
+  {
+    TraceSpan span(options.trace, "load", "arenas");
+    QLOAD_ASSIGN_OR_RETURN(targets, make_targets(catalog, plan, options));
+  }
   // Copy engines read staging directly: pin it once (a borrowed pool stays pinned).
   // Where the system refuses (a locked-memory limit, a kernel without pinning rights), the
   // load goes on with synchronous copies and says so in its report.
-  if (has_gpu(plan))
+  if (has_gpu(plan)) {
+    TraceSpan span(options.trace, "load", "pin staging");
     if (Status pinned = pool->pin(); !pinned) unpinned = pinned.error().to_string();
+  }
   // The scratch arena (packed parts of weights decoded on a GPU) is not pinned: those bytes
   // pass through each GPU lane's bounded pinned bounce buffers (cuda_target.cpp).
   if (!unpinned.empty())
     for (const auto& t : targets) t->copy_synchronously();
+  TraceSpan span(options.trace, "load", "open files");
   QLOAD_ASSIGN_OR_RETURN(reader, open_reader(catalog, plan, options));
   if (plan.reads.max_staged_chunk_bytes > 0) QLOAD_TRY(pool->register_with(*reader));
   return {};
@@ -243,11 +253,12 @@ void ReadLoad::start_stream(LoadClock::time_point begin) {
     const auto at = reinterpret_cast<std::uintptr_t>(t.data);
     const auto holds = [&](std::size_t r) {
       const auto base = reinterpret_cast<std::uintptr_t>(bases[r]);
-      return t.host && t.data != nullptr && at >= base && at - base < plan.layout.arenas[r].bytes;
+      return t.data != nullptr && t.host == targets[r]->on_host() && at >= base &&
+             at - base < plan.layout.arenas[r].bytes;
     };
     std::shared_ptr<const void> owner;
     for (std::size_t r = 0; r < targets.size() && !owner; ++r)
-      if (holds(r)) owner = targets[r]->host_owner();
+      if (holds(r)) owner = targets[r]->owner();
     owners.push_back(std::move(owner));
   }
   std::uint64_t total = 0;
@@ -280,6 +291,7 @@ Result<std::uint64_t> ReadLoad::finish_shared(Status read, SharedReadsBarrier& b
 
 Model ReadLoad::model(const std::vector<std::uint64_t>& digests, const ExecutionStats& stats,
                       LoadClock::time_point begin, std::uint64_t received) {
+  TraceSpan span(options.trace, "load", "hand over");
   Model::Parts parts;
   parts.tensors = std::move(tensors);
   parts.quantized = describe_quantized(catalog, plan, parts.tensors);
@@ -328,6 +340,7 @@ Result<Model> load_read(const formats::Catalog& catalog, const Plan& plan, const
   ReadLoadState state{
       .catalog = catalog, .plan = plan, .pool = *load.pool, .targets = load.targets, .expected = expected};
   const std::uint32_t workers = cpu_workers(options);
+  std::optional<TraceSpan> building(std::in_place, options.trace, "load", "build graph");
   QLOAD_ASSIGN_OR_RETURN(TaskGraph graph, build_read_graph(state,
                                                            {.reads_in_flight = options.reads_in_flight,
                                                             .cpu_workers = workers,
@@ -337,6 +350,7 @@ Result<Model> load_read(const formats::Catalog& catalog, const Plan& plan, const
                                                            load.exchange ? &*load.exchange : nullptr));
   // h2d tasks wait for their copies on a thread of their own: no CPU worker sits idle behind
   // one; nor behind the tensor callback.
+  building.reset();
   std::size_t threads = workers + (load.stream ? 1 : 0);
   for (const auto& t : load.targets) threads += t->on_host() ? 0 : options.copy_lanes;
   Result<ExecutionStats> stats = execute(graph, load.reader.get(),
@@ -345,7 +359,11 @@ Result<Model> load_read(const formats::Catalog& catalog, const Plan& plan, const
                                           .on_task_done = progress_reporter(options, plan),
                                           .stop = options.stop});
   Status read = stats ? Status{} : Status(fail(stats.error()));
-  for (io::FileId id = 0; id < load.reader->file_count() && read; ++id) read = load.reader->file(id).check_unchanged();
+  {
+    TraceSpan span(options.trace, "load", "check files unchanged");
+    for (io::FileId id = 0; id < load.reader->file_count() && read; ++id)
+      read = load.reader->file(id).check_unchanged();
+  }
   std::uint64_t received = 0;
   if (barrier != nullptr) {
     QLOAD_ASSIGN_OR_RETURN(received, load.finish_shared(read, *barrier));

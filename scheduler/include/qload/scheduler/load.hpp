@@ -71,10 +71,10 @@ struct LoadOptions {
   // everything released. A load can still fail after some tensors were handed over (a file
   // changed under it, another process failed): the caller must then drop them. In mmap mode
   // and with shared reads, every tensor is handed over once all are in place.
-  // `keep_alive`, when not null (host arenas of a read-mode load, mmap mode's mappings), owns the memory the
-  // tensor's bytes live in: holding a copy keeps them valid whatever happens to the load or
-  // its Model, so a caller can hand the bytes out without copying them. Null: the bytes are
-  // valid only as above.
+  // `keep_alive`, when not null (qload's own arenas of a read-mode load, host or GPU, and mmap
+  // mode's mappings), owns the memory the tensor's bytes live in: holding a copy keeps them
+  // valid whatever happens to the load or its Model, so a caller can hand the bytes out
+  // without copying them. Null: the bytes are valid only as above.
   using TensorCallback = std::function<Status(std::uint32_t index, const DeviceTensor& tensor,
                                               const std::shared_ptr<const void>& keep_alive)>;
   TensorCallback on_tensor;

@@ -106,8 +106,8 @@ struct LoadReport {
 class Model {
  public:
   struct Parts {
-    std::vector<std::shared_ptr<HostBuffer>> arenas;  // shared with tensors streamed from them
-    std::vector<cuda::DeviceBuffer> device_arenas;
+    std::vector<std::shared_ptr<HostBuffer>> arenas;                 // shared with tensors streamed from them
+    std::vector<std::shared_ptr<cuda::DeviceBuffer>> device_arenas;  // likewise
     // Mmap mode's mappings, shared with tensors streamed from them (as the arenas are).
     std::shared_ptr<std::vector<MappedRegion>> mappings;
     std::vector<DeviceTensor> tensors;  // catalog order, then tensors produced by decoding

@@ -26,7 +26,8 @@
 
 namespace qload::session {
 
-// One tensor handed over: its description and bytes in host memory, kept alive by itself.
+// One tensor handed over: its description and bytes (host memory, or a GPU arena of qload's),
+// kept alive by itself.
 struct StreamedTensor {
   std::uint32_t index = 0;             // its index in the model the load builds
   scheduler::DeviceTensor view;        // shape, strides, dtype; data in the arena or in `bytes`
@@ -46,8 +47,9 @@ class PullStream {
   // request); it must not throw.
   using Loader = std::function<Result<LoadOutcome>(const LoadHooks&)>;
 
-  // Starts `loader` on the stream's thread. Only host tensors can be handed over: a tensor on
-  // a GPU fails the load (kUnsupported).
+  // Starts `loader` on the stream's thread. A tensor on a GPU is handed over in qload's own
+  // arena (zero-copy, its copies complete); one in the caller's GPU memory fails the load
+  // (kUnsupported: the caller has it already).
   explicit PullStream(Loader loader, std::size_t max_queued = 4);
   ~PullStream();
   PullStream(const PullStream&) = delete;
