@@ -4,8 +4,17 @@
 # The GPU machine has none of our Debian libraries, so build a static tree here, pack its
 # binaries stripped (the device tool carries 64 MiB at most; a debug build is ~1 GB) and carry
 # that:   QLOAD_STATIC=ON BUILD_DIR=build-static ./setup.sh && bench/gpu_pack.sh build-static build-gpu
-# then, with the device tool: run `bench/gpu.sh build-gpu` carrying build-gpu (~21 MB), and
-# .whl (~3.5 MB) after bench/gpu_wheels.sh, for the GPU peers the machine lacks.
+# then, with the device tool: run `bench/gpu.sh build-gpu` carrying build-gpu (~37 MB), and
+# .whl (~3.5 MB) after bench/gpu_wheels.sh, for the GPU peers the machine lacks (add ibm-fms's
+# wheel there for FMS on the GPU: `pip download --no-deps -d .whl ibm-fms==1.13.1`).
+# The Python package's steps (python_cuda_tests, clients_bench_cuda, and the qload peers of
+# gpu_load_bench) need the extension built for the machine's CPython 3.12, packed beside:
+#   python3.12 -m venv /tmp/venv312 && /tmp/venv312/bin/pip install nanobind
+#   cmake -S . -B build-py312 -G Ninja -DPython_EXECUTABLE=/tmp/venv312/bin/python -DQLOAD_PYTHON=ON
+#   cmake --build build-py312 --target _qload qload_python_package
+#   PYTHON_BUILD=build-py312 bench/gpu_pack.sh build-static build-gpu        (~49 MB in all)
+# (2026-11-29 on an H200: device 1 s, h2d_bench 7 s, gpu_tests 5 s, python_cuda_tests 7 s,
+# clients_bench_cuda about 150 s, gpu_load_bench with LAYERS=16 RUNS=1 COLD=0 about 70 s.)
 #
 # Results: the device tool returns at most 8 files, so every step's log (and its JSON, if any)
 # goes into one tarball, $OUT/gpu-results.tar.gz, and one line per step (status, seconds) into
@@ -112,7 +121,7 @@ if [ -d "$build/python/qload" ]; then
     python3 -m pytest -q -p no:cacheprovider -rs "$here/../python/tests/test_load_into.py" \
     "$here/../python/tests/clients/test_cuda_destinations.py" "$here/../python/tests/clients/test_load_into_devices.py"
   step clients_bench_cuda env HF_HUB_OFFLINE=1 python3 "$here/clients_bench.py" --qload "$build/qload" \
-    --device cuda:0 --clients fms,transformers $(tiny_or "--rounds 2" "--rounds 1 --layers 1")
+    --device cuda:0 --clients fms,transformers $(tiny_or "--rounds 2 --layers 8" "--rounds 1 --layers 1")
 fi
 # compute-sanitizer over the GPU tests: out-of-bounds and misaligned accesses, shared-memory
 # races between threads, and illegal barriers. Each runs the suite under instrumentation.

@@ -46,7 +46,9 @@ def test_load_into_a_servers_tensors_equals_a_plain_load_and_writes_nothing_else
             "model.embed_tokens.weight": embed_to,
             "model.norm.weight": norm_f32,
         }, device=device)
-    except qload.UnsupportedError as e:  # a build without CUDA (any other error fails the test)
+    except qload.UnsupportedError as e:  # a build without CUDA; any other refusal fails the test
+        if "built without CUDA" not in str(e):
+            raise
         pytest.skip(f"this qload cannot load into {device}: {e}")
     if device != "cpu":
         torch.cuda.synchronize()
