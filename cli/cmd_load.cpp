@@ -81,7 +81,7 @@ int run_load(const LoadArgs& args) {
   ProgressBar bar(!json && ::isatty(STDERR_FILENO));
   // --stream: what a server's loader does with each tensor is its own; here nothing, so the
   // report's times are the loader's alone.
-  scheduler::LoadOptions::TensorCallback take;
+  scheduler::LoadContext::TensorCallback take;
   if (args.stream)
     take = [](std::uint32_t, const scheduler::DeviceTensor&, const std::shared_ptr<const void>&) { return Status{}; };
   auto loaded = session::load(

@@ -89,7 +89,9 @@ int main(int argc, char** argv) {
     if (arg == "--direct-min" && i + 1 < argc) options.plan.direct_min_bytes = std::stoull(argv[++i]);
     if (arg == "--trace" && i + 1 < argc) trace_path = argv[++i];
   }
-  if (!trace_path.empty()) options.trace = &trace;
+  // The call's hooks (trace, progress, streaming, cancellation) travel beside the options.
+  qload::scheduler::LoadContext context;
+  if (!trace_path.empty()) context.trace = &trace;
 
   // 1. Open: the format driver validates every header and lists the tensors.
   auto catalog = qload::scheduler::open_source(argv[1]);
@@ -98,7 +100,7 @@ int main(int argc, char** argv) {
   auto plan = qload::scheduler::make_plan(*catalog, options.plan);
   if (!plan) return fail_with(plan.error());
   // 3. Load: a complete Model, or an error with everything released.
-  auto model = qload::scheduler::load(*catalog, *plan, options);
+  auto model = qload::scheduler::load(*catalog, *plan, options, context);
   if (!model) return fail_with(model.error());
 
   std::fputs(model->report().summary().c_str(), stdout);

@@ -124,7 +124,7 @@ Result<session::LoadSpec> spec_of(const char* source, const qload_options* o) {
 namespace {
 
 // The tensor callback as the session layer calls it.
-scheduler::LoadOptions::TensorCallback stream_to(qload_tensor_callback callback, void* user_data) {
+scheduler::LoadContext::TensorCallback stream_to(qload_tensor_callback callback, void* user_data) {
   return [callback, user_data](std::uint32_t index, const scheduler::DeviceTensor& t,
                                const std::shared_ptr<const void>&) -> Status {
     std::vector<std::int64_t> shape = shape_of(t);

@@ -68,10 +68,10 @@ Result<LoadOutcome> load_in(const std::optional<distributed::World>& world, Resu
   if (rendezvous) QLOAD_TRY(unshare_cached_reads(*rendezvous, *planned, planned->request.options.log));
   LoadRequest& req = planned->request;
   TraceRecorder trace;
-  if (!req.trace.empty()) req.options.trace = &trace;
-  req.options.progress = hooks.progress;
-  req.options.on_tensor = hooks.on_tensor;
-  req.options.stop = hooks.stop;
+  scheduler::LoadContext context{.trace = req.trace.empty() ? nullptr : &trace,
+                                 .progress = hooks.progress,
+                                 .on_tensor = hooks.on_tensor,
+                                 .stop = hooks.stop};
 
   // Shared reads: tensors other ranks read arrive through a communicator (NCCL for GPUs).
   std::optional<distributed::Communicator> communicator;
@@ -83,14 +83,9 @@ Result<LoadOutcome> load_in(const std::optional<distributed::World>& world, Resu
                                                              {.nccl = req.settings.values().nccl_timeout,
                                                               .straggler = req.settings.values().straggler_timeout},
                                                              req.nccl_comms));
-    req.options.communicator = &*communicator;
+    context.communicator = &*communicator;
   }
-  Result<scheduler::Model> model = scheduler::load(planned->catalog, planned->plan, req.options);
-  req.options.trace = nullptr;
-  req.options.communicator = nullptr;
-  req.options.progress = nullptr;
-  req.options.on_tensor = nullptr;
-  req.options.stop = {};
+  Result<scheduler::Model> model = scheduler::load(planned->catalog, planned->plan, req.options, context);
   std::optional<WorldTotals> totals;
   if (rendezvous) {
     RankOutcome mine{.ok = model.has_value(),

@@ -249,8 +249,8 @@ TEST_CASE("communicator: two GPU replicas sharing reads each hold the whole chec
     scheduler::LoadOptions o;
     o.plan.parallel = {.data = 2, .processes = 2, .process = r, .share_reads = true};
     o.plan.devices = {Device{.kind = Device::Kind::kCuda, .index = static_cast<int>(r)}};
-    o.communicator = &comm;
-    QLOAD_ASSIGN_OR_RETURN(scheduler::Model model, scheduler::load_source(m.dir.path().string(), o));
+    QLOAD_ASSIGN_OR_RETURN(scheduler::Model model,
+                           scheduler::load_source(m.dir.path().string(), o, {.communicator = &comm}));
     return copy_mismatches(m, model, fmt::format("cuda:{}", r), 0, 1, false);
   };
   expect_both_clean(rank);
@@ -285,8 +285,8 @@ TEST_CASE("shared reads: tensor-parallel shards relayed onto a GPU match the ref
       o.plan.parallel = {.tensor = 2, .processes = 2, .process = r, .share_reads = true};
       o.plan.devices = {Device{.kind = Device::Kind::kCuda, .index = 0}};
       if (convert) o.plan.dtype = DType::kF32;
-      o.communicator = &comm;
-      QLOAD_ASSIGN_OR_RETURN(scheduler::Model model, scheduler::load_source(m.dir.path().string(), o));
+      QLOAD_ASSIGN_OR_RETURN(scheduler::Model model,
+                             scheduler::load_source(m.dir.path().string(), o, {.communicator = &comm}));
       QLOAD_ASSIGN_OR_RETURN(std::vector<std::string> mismatches, copy_mismatches(m, model, "cuda:0", r, 2, convert));
       if (model.report().shared_received_bytes == 0) mismatches.push_back("nothing was relayed");
       return mismatches;

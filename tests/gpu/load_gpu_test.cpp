@@ -93,13 +93,14 @@ TEST_CASE("gpu load: tensors handed over while loading outlive the model in the 
   options.plan.devices = {devices.front()};
   options.staging = {.slot_bytes = 1 << 20, .total_bytes = 8 << 20};
   options.plan.chunk_bytes = 1 << 20;
-  options.on_tensor = [&](std::uint32_t index, const DeviceTensor& t, const std::shared_ptr<const void>& keep_alive) {
+  LoadContext context;
+  context.on_tensor = [&](std::uint32_t index, const DeviceTensor& t, const std::shared_ptr<const void>& keep_alive) {
     handed.push_back({index, t, keep_alive});
     return Status{};
   };
   const std::size_t before = free_bytes(0);
   {
-    auto model = load(ckpt.catalog, options);
+    auto model = load(ckpt.catalog, options, context);
     REQUIRE(model);
   }
   REQUIRE(handed.size() == ckpt.catalog.tensors.size());

@@ -361,12 +361,13 @@ TEST_CASE(
                                 .dtype = DType::kF32,
                                 .rows = rows};
     std::vector<float> handed;
+    LoadContext context;
     if (streamed)
-      o.on_tensor = [&](std::uint32_t, const DeviceTensor& t, const std::shared_ptr<const void>&) -> Status {
+      context.on_tensor = [&](std::uint32_t, const DeviceTensor& t, const std::shared_ptr<const void>&) -> Status {
         handed.assign(reinterpret_cast<const float*>(t.data), reinterpret_cast<const float*>(t.data) + kRows * kCols);
         return {};
       };
-    auto model = load_source(dir.path().string(), o);
+    auto model = load_source(dir.path().string(), o, context);
     if (!model) FAIL(model.error().to_string());
     CHECK(model->report().direct_tensors == 1);
     CHECK(model->report().digests.at(0).xxh3_64 == whole->report().digests.at(0).xxh3_64);

@@ -164,11 +164,10 @@ TEST_CASE("load: the report has per-stage busy time and the trace has read, veri
   make_synthetic(ckpt, 5, {.files_max = 2, .tensors_max = 40, .large_bytes = 2 << 20});
   TraceRecorder trace;
   LoadOptions options;
-  options.trace = &trace;
   options.plan.direct_min_bytes = 1 << 20;
   options.plan.host_layout = HostLayout::kAligned;  // small tensors staged: a place lane
   options.digests = LoadOptions::Digests::kOn;      // the verify lane hashes
-  auto model = load(ckpt.catalog, options);
+  auto model = load(ckpt.catalog, options, {.trace = &trace});
   REQUIRE(model);
   const LoadReport& r = model->report();
   CHECK(r.seconds > 0);

@@ -224,14 +224,13 @@ RankLoad load_rank(const formats::Catalog& catalog, LoadOptions o, std::uint16_t
     out.model = fail(std::move(communicator).error());
     return out;
   }
-  o.communicator = &*communicator;
   out.plan = make_plan(catalog, o.plan);
   if (!out.plan) {
     out.model = fail(out.plan.error());
     (void)communicator->all_ok(false);  // as load() would: the others must not wait for us
     return out;
   }
-  out.model = load(catalog, *out.plan, o);
+  out.model = load(catalog, *out.plan, o, {.communicator = &*communicator});
   return out;
 }
 

@@ -1,4 +1,4 @@
-// Streaming (LoadOptions::on_tensor): every tensor of the model is handed over exactly once,
+// Streaming (LoadContext::on_tensor): every tensor of the model is handed over exactly once,
 // with its final bytes already in place at the time of the call (shards, conversions and
 // decode outputs included), many of them before the reads are done; a callback that returns
 // an error stops the load with nothing left behind.
@@ -37,14 +37,15 @@ struct Recorder {
   bool concurrent = false;
   bool in_call = false;
 
-  void attach(LoadOptions& options) {
-    options.progress = [this](std::uint64_t done, std::uint64_t total) {
+  // The load's hooks, recording into this.
+  LoadContext context() {
+    LoadContext c;
+    c.progress = [this](std::uint64_t done, std::uint64_t total) {
       std::lock_guard lock(mutex);
       read_so_far = done;
       read_total = total;
     };
-    options.on_tensor = [this](std::uint32_t index, const DeviceTensor& t,
-                               const std::shared_ptr<const void>&) -> Status {
+    c.on_tensor = [this](std::uint32_t index, const DeviceTensor& t, const std::shared_ptr<const void>&) -> Status {
       {
         std::lock_guard lock(mutex);
         concurrent = concurrent || in_call;
@@ -58,6 +59,7 @@ struct Recorder {
       in_call = false;
       return {};
     };
+    return c;
   }
 };
 
@@ -100,8 +102,7 @@ TEST_CASE("stream: each tensor is handed over once, complete, with each engine a
         options.cpu_workers = 1 + static_cast<std::uint32_t>(rng() % 3);
         options.digests = seed % 3 != 0 ? LoadOptions::Digests::kOn : LoadOptions::Digests::kOff;
         Recorder r;
-        r.attach(options);
-        auto model = load(ckpt.catalog, options);
+        auto model = load(ckpt.catalog, options, r.context());
         REQUIRE(model);
         check_handed(*model, r);
         for (const Handed& h : r.handed) {  // and those are the file's bytes
@@ -125,8 +126,7 @@ TEST_CASE("stream: tensors are handed over while the rest is still being read", 
   options.staging.total_bytes = 3 * 16384;  // few slots: reads wait for consumers
   options.plan.direct_min_bytes = 0;
   Recorder r;
-  r.attach(options);
-  auto model = load(ckpt.catalog, options);
+  auto model = load(ckpt.catalog, options, r.context());
   REQUIRE(model);
   REQUIRE(model->report().chunks > 50);
   check_handed(*model, r);
@@ -171,8 +171,7 @@ TEST_CASE("stream: shards of a tp x dp layout, converted, are handed over comple
     DYNAMIC_SECTION((convert ? "f32" : "bf16")) {
       if (convert) o.plan.dtype = DType::kF32;
       Recorder r;
-      r.attach(o);
-      auto model = load_source(m.dir.path().string(), o);
+      auto model = load_source(m.dir.path().string(), o, r.context());
       if (!model) FAIL(model.error().to_string());
       CHECK(model->size() > m.values.size());  // copies per device
       check_handed(*model, r);
@@ -189,8 +188,7 @@ TEST_CASE("stream: weights quantized on load are handed over once decoded, their
   o.plan.devices = {Device{}, Device{.index = 1}};
   o.plan.quantize = formats::QuantizeTarget::kFp8Row;
   Recorder r;
-  r.attach(o);
-  auto model = load_source(m.dir.path().string(), o);
+  auto model = load_source(m.dir.path().string(), o, r.context());
   if (!model) FAIL(model.error().to_string());
   REQUIRE(model->report().decoded_tensors > 0);
   check_handed(*model, r);
@@ -210,7 +208,8 @@ TEST_CASE("stream: an error from the callback stops the load, and everything is 
       std::atomic<int> calls = 0;
       // What the first two calls were handed, kept past the failed load by their keep_alive.
       std::vector<std::pair<DeviceTensor, std::shared_ptr<const void>>> kept;
-      options.on_tensor = [&](std::uint32_t, const DeviceTensor& t,
+      LoadContext context;
+      context.on_tensor = [&](std::uint32_t, const DeviceTensor& t,
                               const std::shared_ptr<const void>& keep_alive) -> Status {
         if (++calls < 3) {
           kept.emplace_back(t, keep_alive);
@@ -219,7 +218,7 @@ TEST_CASE("stream: an error from the callback stops the load, and everything is 
         return fail(Errc::kCancelled, "the server has what it needs");
       };
       const int fds_before = open_fd_count();
-      auto model = load(ckpt.catalog, options);
+      auto model = load(ckpt.catalog, options, context);
       REQUIRE(!model);
       CHECK(model.error().code() == Errc::kCancelled);
       CHECK_THAT(model.error().to_string(), Catch::Contains("the server has what it needs"));
@@ -249,8 +248,7 @@ TEST_CASE("stream: mmap mode hands every tensor over once all are mapped and ver
   LoadOptions options;
   options.plan.mode = LoadMode::kMmap;
   Recorder r;
-  r.attach(options);
-  auto model = load(ckpt.catalog, options);
+  auto model = load(ckpt.catalog, options, r.context());
   REQUIRE(model);
   check_handed(*model, r);
   for (std::size_t i = 0; i < r.handed.size(); ++i) CHECK(r.handed[i].index == i);  // in order, at the end

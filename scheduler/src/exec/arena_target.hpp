@@ -68,7 +68,7 @@ class ArenaTarget {
   // Moves the arena's memory out (into the Model) once the load has succeeded.
   virtual void release_into(std::vector<std::shared_ptr<HostBuffer>>& host,
                             std::vector<std::shared_ptr<cuda::DeviceBuffer>>& device) = 0;
-  // The owner of the arena's memory (LoadOptions::TensorCallback's keep_alive: a tensor streamed
+  // The owner of the arena's memory (LoadContext::TensorCallback's keep_alive: a tensor streamed
   // from it stays valid while it is held); null for the caller's own memory (an external arena).
   virtual std::shared_ptr<const void> owner() const { return nullptr; }
 };

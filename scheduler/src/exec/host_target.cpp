@@ -36,7 +36,7 @@ class HostTarget final : public ArenaTarget {
   std::shared_ptr<const void> owner() const override { return arena_; }
 
  private:
-  // Shared: a tensor streamed out of it keeps it (LoadOptions::TensorCallback's keep_alive).
+  // Shared: a tensor streamed out of it keeps it (LoadContext::TensorCallback's keep_alive).
   // Null for the caller's memory.
   std::shared_ptr<HostBuffer> arena_;
   std::byte* base_ = nullptr;

@@ -34,10 +34,10 @@ namespace {
 // load() on this process: every check, then the mode's load (which passes `barrier`, for
 // shared reads, once it has read).
 Result<Model> load_here(const formats::Catalog& catalog, const Plan& plan, const LoadOptions& options,
-                        detail::SharedReadsBarrier* barrier) {
+                        const LoadContext& context, detail::SharedReadsBarrier* barrier) {
   const detail::LoadClock::time_point begin = detail::LoadClock::now();
   QLOAD_TRY(options.validate());
-  if (options.stop.stop_requested()) return fail(Errc::kCancelled, "the load was cancelled before it started");
+  if (context.stop.stop_requested()) return fail(Errc::kCancelled, "the load was cancelled before it started");
   if (plan.layout.tensors.size() != catalog.tensors.size())
     return fail(Errc::kInvalidArgument, fmt::format("the plan has {} tensors, the catalog {}: made for another catalog",
                                                     plan.layout.tensors.size(), catalog.tensors.size()));
@@ -51,25 +51,26 @@ Result<Model> load_here(const formats::Catalog& catalog, const Plan& plan, const
   if (!plan.decode.quant_warning.empty())
     options.log.warn("quantized weights are not described (loaded as stored tensors): " + plan.decode.quant_warning);
   if (plan.mode == LoadMode::kMmap) {
-    QLOAD_ASSIGN_OR_RETURN(Model model, detail::load_mmap(catalog, plan, options, expected, begin));
-    QLOAD_TRY(detail::hand_over_all(model, options));
+    QLOAD_ASSIGN_OR_RETURN(Model model, detail::load_mmap(catalog, plan, options, context, expected, begin));
+    QLOAD_TRY(detail::hand_over_all(model, context));
     return model;
   }
-  return detail::load_read(catalog, plan, options, expected, begin, barrier);
+  return detail::load_read(catalog, plan, options, context, expected, begin, barrier);
 }
 
 }  // namespace
 
-Result<Model> load(const formats::Catalog& catalog, const Plan& plan, const LoadOptions& options) {
-  if (plan.copies.shared_reads == SharedReads::kNone) return load_here(catalog, plan, options, nullptr);
+Result<Model> load(const formats::Catalog& catalog, const Plan& plan, const LoadOptions& options,
+                   const LoadContext& context) {
+  if (plan.copies.shared_reads == SharedReads::kNone) return load_here(catalog, plan, options, context, nullptr);
   // Shared reads: every process reads what it reads, then passes the barrier (a process that
   // failed before, for whatever reason, passes it here, so none waits); once all have
   // succeeded, each tensor goes from its reader to the others.
-  if (options.communicator == nullptr)
+  if (context.communicator == nullptr)
     return fail(Errc::kInvalidArgument, "the plan shares reads between processes, but no communicator was given");
   if (plan.mode != LoadMode::kRead) return fail(Errc::kInvalidArgument, "shared reads need read mode");
-  detail::SharedReadsBarrier barrier(*options.communicator);
-  Result<Model> model = load_here(catalog, plan, options, &barrier);
+  detail::SharedReadsBarrier barrier(*context.communicator);
+  Result<Model> model = load_here(catalog, plan, options, context, &barrier);
   if (!barrier.passed()) {
     Status passed = barrier.pass(model.has_value());
     if (model) QLOAD_TRY(passed);
@@ -77,16 +78,16 @@ Result<Model> load(const formats::Catalog& catalog, const Plan& plan, const Load
   if (!model) return model;
   if (plan.copies.shared_reads == SharedReads::kBroadcast) {
     const detail::LoadClock::time_point begin = detail::LoadClock::now();
-    QLOAD_TRY(detail::broadcast_gpu_copies(*model, plan, *options.communicator));
+    QLOAD_TRY(detail::broadcast_gpu_copies(*model, plan, *context.communicator));
     model->add_load_seconds(std::chrono::duration<double>(detail::LoadClock::now() - begin).count());
   }
-  QLOAD_TRY(detail::hand_over_all(*model, options));
+  QLOAD_TRY(detail::hand_over_all(*model, context));
   return model;
 }
 
-Result<Model> load(const formats::Catalog& catalog, const LoadOptions& options) {
+Result<Model> load(const formats::Catalog& catalog, const LoadOptions& options, const LoadContext& context) {
   QLOAD_ASSIGN_OR_RETURN(const Plan plan, make_plan(catalog, options.plan));
-  return load(catalog, plan, options);
+  return load(catalog, plan, options, context);
 }
 
 namespace detail {
@@ -158,12 +159,12 @@ std::vector<DeviceTensor> describe_tensors(const formats::Catalog& catalog, cons
   return out;
 }
 
-Status hand_over_all(const Model& model, const LoadOptions& options) {
-  if (!options.on_tensor) return {};
+Status hand_over_all(const Model& model, const LoadContext& context) {
+  if (!context.on_tensor) return {};
   // A mapped model's tensors live as long as its mappings, which they share; others are copied
   // by the consumer (the callback's contract for a null owner).
   const std::shared_ptr<const void> keep = model.mappings_owner();
-  for (std::uint32_t i = 0; i < model.size(); ++i) QLOAD_TRY(options.on_tensor(i, model.tensors()[i], keep));
+  for (std::uint32_t i = 0; i < model.size(); ++i) QLOAD_TRY(context.on_tensor(i, model.tensors()[i], keep));
   return {};
 }
 

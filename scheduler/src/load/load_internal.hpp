@@ -34,10 +34,11 @@ class SharedReadsBarrier {
 // Read mode: staging pool -> DAG (read, verify, place) -> host arena. `barrier` (shared reads
 // only) is passed once the reads are done; the shared copies in flight are then waited for.
 Result<Model> load_read(const formats::Catalog& catalog, const Plan& plan, const LoadOptions& options,
-                        const ExpectedDigests& expected, LoadClock::time_point begin, SharedReadsBarrier* barrier);
+                        const LoadContext& context, const ExpectedDigests& expected, LoadClock::time_point begin,
+                        SharedReadsBarrier* barrier);
 // Mmap mode: copy-on-write mappings of the files; verify tasks only.
 Result<Model> load_mmap(const formats::Catalog& catalog, const Plan& plan, const LoadOptions& options,
-                        const ExpectedDigests& expected, LoadClock::time_point begin);
+                        const LoadContext& context, const ExpectedDigests& expected, LoadClock::time_point begin);
 
 // Where a tensor of the model comes from: a catalog tensor (or, under a parallel layout, one
 // copy of it) or an output of a decode job.
@@ -53,9 +54,9 @@ std::vector<DeviceTensor> describe_tensors(const formats::Catalog& catalog, cons
                                            const std::vector<const std::byte*>& regions, bool writable,
                                            std::vector<TensorOrigin>* origins = nullptr);
 
-// LoadOptions::on_tensor for every tensor of `model`, in order: how tensors are handed over
+// LoadContext::on_tensor for every tensor of `model`, in order: how tensors are handed over
 // when they cannot be streamed as they complete (mmap mode, shared reads).
-Status hand_over_all(const Model& model, const LoadOptions& options);
+Status hand_over_all(const Model& model, const LoadContext& context);
 
 // Fills the report fields every mode shares (counts, timing, digests, stage stats).
 // The kept quantized weights of plan.decode.quant, their parts located in `tensors`.

@@ -62,7 +62,7 @@ TaskGraph build_verify_graph(const formats::Catalog& catalog, const Plan& plan,
 }  // namespace
 
 Result<Model> load_mmap(const formats::Catalog& catalog, const Plan& plan, const LoadOptions& options,
-                        const ExpectedDigests& expected, LoadClock::time_point begin) {
+                        const LoadContext& context, const ExpectedDigests& expected, LoadClock::time_point begin) {
   std::vector<io::InputFile> files;
   QLOAD_TRY(io::reserve_open_files(catalog.files.size()));
   for (const formats::CatalogFile& f : catalog.files) {
@@ -89,7 +89,7 @@ Result<Model> load_mmap(const formats::Catalog& catalog, const Plan& plan, const
     graph = build_verify_graph(catalog, plan, regions, expected, cpu_workers(options), digests);
   QLOAD_ASSIGN_OR_RETURN(
       const ExecutionStats stats,
-      execute(graph, nullptr, {.cpu_threads = cpu_workers(options), .trace = options.trace, .stop = options.stop}));
+      execute(graph, nullptr, {.cpu_threads = cpu_workers(options), .trace = context.trace, .stop = context.stop}));
   for (const io::InputFile& file : files) QLOAD_TRY(file.check_unchanged());
 
   parts.tensors = describe_tensors(catalog, plan, regions, /*writable=*/false);

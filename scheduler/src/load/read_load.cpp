@@ -93,10 +93,10 @@ Result<std::unique_ptr<io::Reader>> open_reader(const formats::Catalog& catalog,
   return reader;
 }
 
-// Turns finished "read" tasks into LoadOptions::progress calls.
-std::function<void(std::string_view, std::uint64_t)> progress_reporter(const LoadOptions& options, const Plan& plan) {
-  if (!options.progress) return {};
-  return [progress = options.progress, total = plan.reads.read_bytes, done = std::uint64_t{0}](
+// Turns finished "read" tasks into LoadContext::progress calls.
+std::function<void(std::string_view, std::uint64_t)> progress_reporter(const LoadContext& context, const Plan& plan) {
+  if (!context.progress) return {};
+  return [progress = context.progress, total = plan.reads.read_bytes, done = std::uint64_t{0}](
              std::string_view lane, std::uint64_t bytes) mutable {
     if (lane != "read") return;
     done += bytes;
@@ -179,6 +179,7 @@ struct ReadLoad {
   const formats::Catalog& catalog;
   const Plan& plan;
   const LoadOptions& options;
+  const LoadContext& context;
   std::optional<StagingPool> owned_pool;
   StagingPool* pool = nullptr;
   std::vector<std::unique_ptr<ArenaTarget>> targets;
@@ -198,7 +199,7 @@ struct ReadLoad {
   Status set_up();
   // The model's tensors, as they will be in the arenas.
   void describe();
-  // The stream handing the model's tensors to LoadOptions::on_tensor as they complete.
+  // The stream handing the model's tensors to LoadContext::on_tensor as they complete.
   void start_stream(LoadClock::time_point begin);
   // After the graph (shared reads): every process's sends and receives done, or the load
   // fails; the bytes this process received.
@@ -213,7 +214,7 @@ struct ReadLoad {
 Status ReadLoad::set_up() {
   pool = options.staging_pool;
   if (pool == nullptr) {
-    TraceSpan span(options.trace, "load", "staging pool");
+    TraceSpan span(context.trace, "load", "staging pool");
     QLOAD_ASSIGN_OR_RETURN(owned_pool, StagingPool::create(sized_staging(options.staging, plan)));
     pool = &*owned_pool;
   }
@@ -223,21 +224,21 @@ Status ReadLoad::set_up() {
   pool->reset_peak();
   // Arenas first: a missing GPU is reported by name before anything else is set up.
   {
-    TraceSpan span(options.trace, "load", "arenas");
+    TraceSpan span(context.trace, "load", "arenas");
     QLOAD_ASSIGN_OR_RETURN(targets, make_targets(catalog, plan, options));
   }
   // Copy engines read staging directly: pin it once (a borrowed pool stays pinned).
   // Where the system refuses (a locked-memory limit, a kernel without pinning rights), the
   // load goes on with synchronous copies and says so in its report.
   if (has_gpu(plan)) {
-    TraceSpan span(options.trace, "load", "pin staging");
+    TraceSpan span(context.trace, "load", "pin staging");
     if (Status pinned = pool->pin(); !pinned) unpinned = pinned.error().to_string();
   }
   // The scratch arena (packed parts of weights decoded on a GPU) is not pinned: those bytes
   // pass through each GPU lane's bounded pinned bounce buffers (cuda_target.cpp).
   if (!unpinned.empty())
     for (const auto& t : targets) t->copy_synchronously();
-  TraceSpan span(options.trace, "load", "open files");
+  TraceSpan span(context.trace, "load", "open files");
   QLOAD_ASSIGN_OR_RETURN(reader, open_reader(catalog, plan, options));
   if (plan.reads.max_staged_chunk_bytes > 0) QLOAD_TRY(pool->register_with(*reader));
   return {};
@@ -266,7 +267,7 @@ void ReadLoad::start_stream(LoadClock::time_point begin) {
   stream.emplace(TensorStream{.tensors = tensors,
                               .origins = origins,
                               .owners = owners,
-                              .callback = options.on_tensor,
+                              .callback = context.on_tensor,
                               .begin = begin,
                               .total_bytes = total});
 }
@@ -291,7 +292,7 @@ Result<std::uint64_t> ReadLoad::finish_shared(Status read, SharedReadsBarrier& b
 
 Model ReadLoad::model(const std::vector<std::uint64_t>& digests, const ExecutionStats& stats,
                       LoadClock::time_point begin, std::uint64_t received) {
-  TraceSpan span(options.trace, "load", "hand over");
+  TraceSpan span(context.trace, "load", "hand over");
   Model::Parts parts;
   parts.tensors = std::move(tensors);
   parts.quantized = describe_quantized(catalog, plan, parts.tensors);
@@ -320,16 +321,17 @@ Model ReadLoad::model(const std::vector<std::uint64_t>& digests, const Execution
 }  // namespace
 
 Result<Model> load_read(const formats::Catalog& catalog, const Plan& plan, const LoadOptions& options,
-                        const ExpectedDigests& expected, LoadClock::time_point begin, SharedReadsBarrier* barrier) {
+                        const LoadContext& context, const ExpectedDigests& expected, LoadClock::time_point begin,
+                        SharedReadsBarrier* barrier) {
   if (plan.layout.arenas.empty()) return fail(Errc::kInvalidArgument, "a read plan needs at least one arena");
   QLOAD_TRY(check_host_memory(plan, options.plan));
-  ReadLoad load{.catalog = catalog, .plan = plan, .options = options};
+  ReadLoad load{.catalog = catalog, .plan = plan, .options = options, .context = context};
   QLOAD_TRY(load.set_up());
 
   // The model's tensors are known now (the arenas exist): streaming hands them over as they
   // complete. Tensors of other processes arrive after the graph: those loads hand over at the end.
   load.describe();
-  if (options.on_tensor && barrier == nullptr) load.start_stream(begin);
+  if (context.on_tensor && barrier == nullptr) load.start_stream(begin);
 
   // Shared reads: receives posted before anything is read.
   if (barrier != nullptr) {  // (a failure here passes the barrier in load(), so no one waits)
@@ -340,7 +342,7 @@ Result<Model> load_read(const formats::Catalog& catalog, const Plan& plan, const
   ReadLoadState state{
       .catalog = catalog, .plan = plan, .pool = *load.pool, .targets = load.targets, .expected = expected};
   const std::uint32_t workers = cpu_workers(options);
-  std::optional<TraceSpan> building(std::in_place, options.trace, "load", "build graph");
+  std::optional<TraceSpan> building(std::in_place, context.trace, "load", "build graph");
   QLOAD_ASSIGN_OR_RETURN(TaskGraph graph, build_read_graph(state,
                                                            {.reads_in_flight = options.reads_in_flight,
                                                             .cpu_workers = workers,
@@ -355,12 +357,12 @@ Result<Model> load_read(const formats::Catalog& catalog, const Plan& plan, const
   for (const auto& t : load.targets) threads += t->on_host() ? 0 : options.copy_lanes;
   Result<ExecutionStats> stats = execute(graph, load.reader.get(),
                                          {.cpu_threads = threads,
-                                          .trace = options.trace,
-                                          .on_task_done = progress_reporter(options, plan),
-                                          .stop = options.stop});
+                                          .trace = context.trace,
+                                          .on_task_done = progress_reporter(context, plan),
+                                          .stop = context.stop});
   Status read = stats ? Status{} : Status(fail(stats.error()));
   {
-    TraceSpan span(options.trace, "load", "check files unchanged");
+    TraceSpan span(context.trace, "load", "check files unchanged");
     for (io::FileId id = 0; id < load.reader->file_count() && read; ++id)
       read = load.reader->file(id).check_unchanged();
   }

@@ -9,9 +9,9 @@ Result<formats::Catalog> open_source(const std::string& source) {
   return formats::open_catalog(source);
 }
 
-Result<Model> load_source(const std::string& source, const LoadOptions& options) {
+Result<Model> load_source(const std::string& source, const LoadOptions& options, const LoadContext& context) {
   QLOAD_ASSIGN_OR_RETURN(const formats::Catalog catalog, open_source(source));
-  return load(catalog, options);
+  return load(catalog, options, context);
 }
 
 }  // namespace qload::scheduler

@@ -1,4 +1,4 @@
-// Streaming (LoadOptions::on_tensor) in read mode: one "stream" task per tensor of the model,
+// Streaming (LoadContext::on_tensor) in read mode: one "stream" task per tensor of the model,
 // run once every task that writes or checks its bytes has finished, which hands it to the
 // callback while the rest still loads.
 #pragma once
@@ -16,7 +16,7 @@ struct TensorStream {
   std::span<const DeviceTensor> tensors;                // the model's tensors as they will be (describe_tensors)
   std::span<const TensorOrigin> origins;                // of each of them
   std::span<const std::shared_ptr<const void>> owners;  // of each one's memory (keep_alive), or null
-  const LoadOptions::TensorCallback& callback;
+  const LoadContext::TensorCallback& callback;
   LoadClock::time_point begin;    // the load's start
   std::uint64_t total_bytes = 0;  // of `tensors`
   // When tensors were handed over (LoadReport::first_tensor_seconds, tenths_seconds), filled

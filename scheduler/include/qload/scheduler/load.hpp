@@ -3,6 +3,7 @@
 //   auto catalog = scheduler::open_source("models/llama");      // formats::open_catalog
 //   auto plan = scheduler::make_plan(*catalog, options.plan);     // what goes where
 //   auto model = scheduler::load(*catalog, *plan, options);       // Result<Model>
+//   (or load(*catalog, *plan, options, {.on_tensor = ...}) with the call's hooks)
 //   const DeviceTensor* w = model->find("lm_head.weight");
 //
 // A load returns a complete Model or an error: on error every descriptor, staging slot,
@@ -27,6 +28,40 @@
 #include "qload/scheduler/staging_pool.hpp"
 
 namespace qload::scheduler {
+
+// What one call of load() is handed besides its options: the caller's hooks and the objects it
+// shares for that call only, none owned. Options describe a load (settings, a lockfile records
+// them); the context is how this call reports, streams, stops and talks to other processes.
+struct LoadContext {
+  TraceRecorder* trace = nullptr;  // lanes "read", "verify", "place", "h2d", "load" (set-up)
+  // A plan whose processes share reads (ParallelLayout::share_reads) fills the tensors other
+  // processes read through this (every rank's load uses its own, over one rendezvous). The
+  // load returns once every rank has read and every shared tensor arrived.
+  distributed::Communicator* communicator = nullptr;
+  // Progress: called with bytes read from files so far and the total to read (read mode),
+  // on the loading thread, after each read. Must be quick.
+  std::function<void(std::uint64_t done_bytes, std::uint64_t total_bytes)> progress;
+  // Streaming: called once for every tensor of the model as soon as its bytes are in place on
+  // its device (and its digest checked, when one is expected), while the rest still loads, so
+  // a server can copy it into its own parameters early. `index` is the tensor's index in the
+  // Model this load returns. Calls come one at a time, in completion order, on a loader
+  // thread; the bytes stay valid until load() returns, then as long as its Model. Returning an
+  // error stops the load: load() fails with that error (kCancelled to stop on purpose), with
+  // everything released. A load can still fail after some tensors were handed over (a file
+  // changed under it, another process failed): the caller must then drop them. In mmap mode
+  // and with shared reads, every tensor is handed over once all are in place.
+  // `keep_alive`, when not null (qload's own arenas of a read-mode load, host or GPU, and mmap
+  // mode's mappings), owns the memory the tensor's bytes live in: holding a copy keeps them
+  // valid whatever happens to the load or its Model, so a caller can hand the bytes out
+  // without copying them. Null: the bytes are valid only as above.
+  using TensorCallback = std::function<Status(std::uint32_t index, const DeviceTensor& tensor,
+                                              const std::shared_ptr<const void>& keep_alive)>;
+  TensorCallback on_tensor;
+  // Cancellation: once a stop is requested (from any thread), the load starts nothing more and
+  // fails with kCancelled as soon as the reads and decodes already running have finished,
+  // everything released as for any error.
+  std::stop_token stop;
+};
 
 struct LoadOptions {
   PlanOptions plan;        // mode (read / mmap), device, alignment, chunking, direct path
@@ -54,34 +89,6 @@ struct LoadOptions {
   // A staging pool to borrow instead of allocating one per load (a server loading several
   // models reuses one pool). Not owned; it must not be used by anything else during the load.
   StagingPool* staging_pool = nullptr;
-  TraceRecorder* trace = nullptr;  // not owned; lanes "read", "verify", "place"
-  // A plan whose processes share reads (ParallelLayout::share_reads) fills the tensors other
-  // processes read through this (not owned; every rank's load uses its own, over one
-  // rendezvous). The load returns once every rank has read and every shared tensor arrived.
-  distributed::Communicator* communicator = nullptr;
-  // Progress: called with bytes read from files so far and the total to read (read mode),
-  // on the loading thread, after each read. Must be quick.
-  std::function<void(std::uint64_t done_bytes, std::uint64_t total_bytes)> progress;
-  // Streaming: called once for every tensor of the model as soon as its bytes are in place on
-  // its device (and its digest checked, when one is expected), while the rest still loads, so
-  // a server can copy it into its own parameters early. `index` is the tensor's index in the
-  // Model this load returns. Calls come one at a time, in completion order, on a loader
-  // thread; the bytes stay valid until load() returns, then as long as its Model. Returning an
-  // error stops the load: load() fails with that error (kCancelled to stop on purpose), with
-  // everything released. A load can still fail after some tensors were handed over (a file
-  // changed under it, another process failed): the caller must then drop them. In mmap mode
-  // and with shared reads, every tensor is handed over once all are in place.
-  // `keep_alive`, when not null (qload's own arenas of a read-mode load, host or GPU, and mmap
-  // mode's mappings), owns the memory the tensor's bytes live in: holding a copy keeps them
-  // valid whatever happens to the load or its Model, so a caller can hand the bytes out
-  // without copying them. Null: the bytes are valid only as above.
-  using TensorCallback = std::function<Status(std::uint32_t index, const DeviceTensor& tensor,
-                                              const std::shared_ptr<const void>& keep_alive)>;
-  TensorCallback on_tensor;
-  // Cancellation: once a stop is requested (from any thread), the load starts nothing more and
-  // fails with kCancelled as soon as the reads and decodes already running have finished,
-  // everything released as for any error.
-  std::stop_token stop;
   Logger log;
 
   // kInvalidArgument for a bad value or conflicting settings (never "last one wins").
@@ -95,7 +102,7 @@ struct LoadOptions {
 
   // Sets every field the settings table governs (runtime/settings.hpp: engine, queue depth,
   // O_DIRECT, load mode, staging and slot bytes, budgets, digests, alignment...) from `settings`;
-  // the rest (devices, dtype policy, hooks...) is left alone. A default Settings gives the
+  // the rest (devices, dtype policy...) is left alone. A default Settings gives the
   // defaults above.
   Status apply(const Settings& settings);
 };
@@ -107,10 +114,11 @@ Result<formats::Catalog> open_source(const std::string& source);
 // Loads `catalog` as `plan` lays it out. Errors carry file / tensor / offset context:
 // kIo, kTruncated, kOutOfMemory..., kChecksumMismatch, kFileChanged (a file differs at the
 // end of the load from when it was opened).
-Result<Model> load(const formats::Catalog& catalog, const Plan& plan, const LoadOptions& options);
+Result<Model> load(const formats::Catalog& catalog, const Plan& plan, const LoadOptions& options,
+                   const LoadContext& context = {});
 // make_plan(catalog, options.plan), then load.
-Result<Model> load(const formats::Catalog& catalog, const LoadOptions& options);
+Result<Model> load(const formats::Catalog& catalog, const LoadOptions& options, const LoadContext& context = {});
 // open_source, then load.
-Result<Model> load_source(const std::string& source, const LoadOptions& options);
+Result<Model> load_source(const std::string& source, const LoadOptions& options, const LoadContext& context = {});
 
 }  // namespace qload::scheduler

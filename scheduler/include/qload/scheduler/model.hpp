@@ -93,7 +93,7 @@ struct LoadReport {
   std::vector<ResourceStats> resources;
   std::vector<TensorDigest> digests;  // per tensor in catalog order; empty if digests were off
   io::ReaderStats io;
-  // A streamed load (LoadOptions::on_tensor, read mode): seconds from the load's start until the
+  // A streamed load (LoadContext::on_tensor, read mode): seconds from the load's start until the
   // first tensor was handed over, and until each tenth of the model's bytes had been
   // (tenths_seconds[k]: k + 1 tenths). Empty / zero for a load that did not stream.
   double first_tensor_seconds = 0;

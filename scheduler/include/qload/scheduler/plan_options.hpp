@@ -75,7 +75,7 @@ struct ParallelLayout {
   std::uint32_t data = 1;
   std::uint32_t processes = 1;
   std::uint32_t process = 0;  // this process, < processes
-  // Several processes share their reads (LoadOptions::communicator): each tensor is read by
+  // Several processes share their reads (LoadContext::communicator): each tensor is read by
   // one of the processes that hold a copy of it, chosen to balance the bytes, and reaches the
   // others after every process has read, so the world reads the checkpoint once. Processes
   // holding whole replicas (each one's devices a multiple of tensor x pipeline) get the

@@ -20,9 +20,9 @@ namespace qload::session {
 struct LoadHooks {
   // Bytes read so far and the total to read, on the loading thread after each read; quick.
   std::function<void(std::uint64_t done_bytes, std::uint64_t total_bytes)> progress;
-  // Streaming: each tensor as soon as it is complete (scheduler::LoadOptions::on_tensor).
-  scheduler::LoadOptions::TensorCallback on_tensor;
-  // Cancels the load from another thread (scheduler::LoadOptions::stop): it then fails with
+  // Streaming: each tensor as soon as it is complete (scheduler::LoadContext::on_tensor).
+  scheduler::LoadContext::TensorCallback on_tensor;
+  // Cancels the load from another thread (scheduler::LoadContext::stop): it then fails with
   // kCancelled once what is running has finished, everything released.
   std::stop_token stop;
 };
