@@ -24,6 +24,10 @@ if(QLOAD_SANITIZE)
   foreach(kind EXE SHARED MODULE)
     string(APPEND CMAKE_${kind}_LINKER_FLAGS " -fsanitize=${QLOAD_SANITIZE}")
   endforeach()
+  # ThreadSanitizer (tests/tsan.sh): the multi-versioned loops go single-version under it.
+  if(QLOAD_SANITIZE MATCHES "thread")
+    add_compile_definitions(QLOAD_HAS_TSAN=1)
+  endif()
 endif()
 
 # Coverage instrumentation for libFuzzer in every library, so the fuzz targets link the same
