@@ -11,13 +11,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${ASAN_BUILD_DIR:-build-asan}
-launcher=()
-command -v ccache >/dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
-# Paths relative to the checkout, so clones in other folders (CI's) hit the same cache.
-export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
-CC=clang-16 CXX=clang++-16 cmake -S . -B "$build" -G Ninja "${launcher[@]}" \
-  -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG="-g -O1" -DCMAKE_CXX_FLAGS_DEBUG="-g -O1" \
-  -DQLOAD_CUDA_SIM=ON -DQLOAD_BUILD_BENCH=ON -DQLOAD_PYTHON=OFF -DQLOAD_SANITIZE=address,undefined -DQLOAD_FUZZ=ON >/dev/null
+source tests/clang_build.sh
+clang_build "$build" address,undefined -DQLOAD_BUILD_BENCH=ON -DQLOAD_FUZZ=ON
 cmake --build "$build" --parallel "${JOBS:-$(nproc)}"
 # clang-tidy's bug checks (.clang-tidy) over the product sources, with this build's clang flags.
 tests/style/tidy.sh "$build"

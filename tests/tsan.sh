@@ -8,12 +8,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${TSAN_BUILD_DIR:-build-tsan}
-launcher=()
-command -v ccache >/dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
-export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
-CC=clang-16 CXX=clang++-16 cmake -S . -B "$build" -G Ninja "${launcher[@]}" \
-  -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG="-g -O1" -DCMAKE_CXX_FLAGS_DEBUG="-g -O1" \
-  -DQLOAD_CUDA_SIM=ON -DQLOAD_PYTHON=OFF -DQLOAD_SANITIZE=thread -DQLOAD_WERROR=OFF >/dev/null
+source tests/clang_build.sh
+clang_build "$build" thread -DQLOAD_WERROR=OFF
 suites=(qload_io_tests qload_scheduler_tests qload_session_tests qload_distributed_tests qload_gpu_tests)
 cmake --build "$build" --parallel "${JOBS:-$(nproc)}" --target "${suites[@]}"
 symbolizer=$(command -v llvm-symbolizer-16 || command -v llvm-symbolizer || true)

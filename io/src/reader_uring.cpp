@@ -18,11 +18,6 @@
 #include "qload/io/reader.hpp"
 #include "read_op.hpp"
 
-#if defined(QLOAD_HAS_TSAN)
-// ThreadSanitizer's dynamic annotation: the range is fresh memory with no history.
-extern "C" void AnnotateNewMemory(const char* file, int line, const volatile void* mem, std::size_t size);
-#endif
-
 namespace qload::io {
 namespace {
 
@@ -78,13 +73,6 @@ Status UringReader::init() {
   const int rc = io_uring_queue_init(options_.queue_depth, &ring_, 0);
   if (rc < 0) return fail(Error::from_errno(-rc, "io_uring_queue_init"));
   ring_live_ = true;
-#if defined(QLOAD_HAS_TSAN)
-  // liburing maps the rings with raw system calls ThreadSanitizer does not see, so it would
-  // take them for whatever another thread last mapped and unmapped at those addresses.
-  AnnotateNewMemory(__FILE__, __LINE__, ring_.sq.ring_ptr, ring_.sq.ring_sz);
-  AnnotateNewMemory(__FILE__, __LINE__, ring_.cq.ring_ptr, ring_.cq.ring_sz);
-  AnnotateNewMemory(__FILE__, __LINE__, ring_.sq.sqes, sizeof(io_uring_sqe) * *ring_.sq.kring_entries);
-#endif
   fixed_files_ = io_uring_register_files_sparse(&ring_, options_.max_files * 2) == 0;
   // Bound io-wq's workers (they serve IOSQE_ASYNC reads) to the queue depth: more threads
   // than reads in flight only add scheduling. Best effort: older kernels lack the call.
