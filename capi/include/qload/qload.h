@@ -220,8 +220,9 @@ QLOAD_API void qload_session_free(qload_session* session);
  * callback: the session's load runs on a loader thread, and qload_stream_next hands over each
  * tensor once its bytes are in place (and checked against their digest, when one is
  * expected), in completion order; at most a few wait, so a slow consumer slows the load
- * instead of piling up memory. Host devices only (a tensor on a GPU fails the load,
- * QLOAD_ERR_UNSUPPORTED). The session loads once, as with qload_load. */
+ * instead of piling up memory. A tensor on a GPU is a kDLCUDA tensor in qload's own device
+ * memory, which it keeps alive (one loaded into the caller's own memory fails the load,
+ * QLOAD_ERR_UNSUPPORTED: the caller has it already). The session loads once, as with qload_load. */
 typedef struct qload_stream qload_stream;
 QLOAD_API qload_status qload_stream_open(qload_session* session, qload_stream** out);
 /* The next tensor: *info describes it (valid until the next call on this stream or its free),
